@@ -313,14 +313,17 @@ TEST(PrefixForestMemoryTest, EvictCachedEmptiesThePool) {
 
 TEST_F(PrefixForestTest, DuplicateFullChunksDoNotHideALongerMatch) {
   // Two forks fill copies of one partial chunk with the same tokens: two equal
-  // full siblings. Only one of them continues; a new prompt must find it.
+  // full siblings. Only the copy (ordered after the original) continues; a new
+  // prompt must still find it.
   const InsertResult a = Insert(Range(0, 20));
   const SeqId b = forest_->Fork(a.seq_id, 1).value()[0];
   Append(b, Range(20, 12));         // copy-on-write, then full: 32 tokens
   Append(a.seq_id, Range(20, 12));  // a's own chunk, equal to b's
-  Append(a.seq_id, Range(32, 10));  // only a goes on
-  ASSERT_TRUE(forest_->Remove(b).ok());
-  EXPECT_EQ(Insert(Range(0, 45)).matched_tokens, 42);
+  Append(b, Range(32, 10));         // only b goes on
+  ASSERT_TRUE(forest_->Remove(a.seq_id).ok());
+  const InsertResult c = Insert(Range(0, 45));
+  EXPECT_EQ(c.matched_tokens, 42);
+  EXPECT_EQ(Chunks(c.seq_id)[1], Chunks(b)[1]);
 }
 
 TEST_F(PrefixForestTest, SingleTokenPrompts) {
