@@ -48,7 +48,7 @@ inline std::string ProvenanceJson(int argc, char** argv) {
   gethostname(host, sizeof(host) - 1);
   std::vector<std::string> args(argv, argv + argc);
   const std::string commit = RunCommand("git -C " CHUNKATTN_SOURCE_DIR " rev-parse HEAD 2>/dev/null");
-  const std::string dirty = RunCommand("git -C " CHUNKATTN_SOURCE_DIR " status --porcelain 2>/dev/null");
+  const std::string dirty = RunCommand("git -C " CHUNKATTN_SOURCE_DIR " status --porcelain --untracked-files=no 2>/dev/null");
   const std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
