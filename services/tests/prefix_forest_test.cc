@@ -31,7 +31,9 @@ std::unique_ptr<PrefixForest> MakeForest(int32_t num_chunks, int chunk_size = kC
 class PrefixForestTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    if (forest_) EXPECT_TRUE(forest_->CheckInvariants().ok()) << forest_->CheckInvariants();
+    if (forest_) {
+      EXPECT_TRUE(forest_->CheckInvariants().ok()) << forest_->CheckInvariants();
+    }
   }
   InsertResult Insert(const std::vector<TokenId>& t, std::string_view ns = "") {
     auto r = forest_->Insert(t, ns);
