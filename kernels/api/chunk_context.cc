@@ -77,7 +77,15 @@ absl::Status ValidateChunkContext(const ChunkContext& ctx, int64_t num_pool_chun
                                                         ctx.shared_chunk[k], i, j, n));
     }
     if (absl::Status s = check_chunk(ctx.shared_chunk[k], ctx.shared_tokens[k]); !s.ok()) return s;
+    const int32_t d = depth[i];
     for (int s = i; s < j; ++s) {
+      // One position per chunk: every reader reaches it at the same depth
+      // (which also makes the ranges of a path nested).
+      if (depth[s] != d) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "shared chunk %d is chunk %d of sequence %d but chunk %d of sequence %d", ctx.shared_chunk[k], d,
+            i, depth[s], s));
+      }
       if (tail_tokens[s] != c) {
         return absl::InvalidArgumentError(absl::StrFormat("sequence %d continues past a partial chunk", s));
       }

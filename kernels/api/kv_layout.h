@@ -50,9 +50,11 @@ struct KvGeometry {
                                                  int dim) const {
     return ((chunk * num_kv_heads + head) * chunk_size + slot) * head_dim + dim;
   }
+  // Bounds keep every product above far inside int64 (at most 2^43 bytes/chunk).
   CHUNKATTN_HOST_DEVICE constexpr bool IsValid() const {
-    return num_layers > 0 && num_kv_heads > 0 && head_dim > 0 &&
-           (dtype_bytes == 2 || dtype_bytes == 4) && IsValidChunkSize(chunk_size);
+    return num_layers > 0 && num_layers <= 1024 && num_kv_heads > 0 && num_kv_heads <= 1024 &&
+           head_dim > 0 && head_dim <= 1024 && (dtype_bytes == 2 || dtype_bytes == 4) &&
+           IsValidChunkSize(chunk_size);
   }
 };
 

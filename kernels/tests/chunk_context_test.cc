@@ -58,6 +58,12 @@ TEST(ChunkContextTest, RejectsEveryBrokenPromise) {
       {"overlapping ranges", [](ChunkContext& c) { c.private_begin[1] = 2; }},
       {"range outside table", [](ChunkContext& c) { c.private_end[1] = 7; }},
       {"inverted range", [](ChunkContext& c) { c.private_end[0] = -1; }},
+      {"chunk at two depths",
+       [](ChunkContext& c) {
+         // Sequences 1 and 2 reach chunk 12 after different numbers of chunks.
+         c.shared_begin = {0, 0, 1};
+         c.shared_end = {3, 2, 3};
+       }},
       {"sequence without chunks",
        [](ChunkContext& c) {
          c.seq_ids.push_back(103);

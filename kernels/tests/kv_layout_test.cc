@@ -38,6 +38,10 @@ TEST(KvLayoutTest, BudgetGivesWholeChunks) {
   bad = kLlama7b;
   bad.dtype_bytes = 3;
   EXPECT_FALSE(bad.IsValid());
+  bad = kLlama7b;
+  bad.num_layers = 1 << 30;  // would overflow the byte count
+  EXPECT_FALSE(bad.IsValid());
+  EXPECT_EQ(ChunksForBudget(bad, int64_t{1} << 40), 0);
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ absl::StatusOr<ChunkAllocator> ChunkAllocator::FromBudget(const KvGeometry& geom
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV budget of %d bytes holds no chunk of %d bytes", budget_bytes, geometry.BytesPerChunk()));
   }
-  if (chunks > INT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrFormat("KV budget gives %d chunks, over 2^31", chunks));
+  if (chunks > kMaxChunks) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV budget gives %d chunks, over %d", chunks, kMaxChunks));
   }
   return ChunkAllocator(static_cast<int32_t>(chunks));
 }

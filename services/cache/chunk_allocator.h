@@ -18,9 +18,13 @@ namespace chunkattn {
 
 using ChunkId = int32_t;
 
+// The most chunks a pool may have. Ids above it are free for other uses (the
+// prefix forest numbers its namespace roots there).
+inline constexpr int32_t kMaxChunks = int32_t{1} << 30;
+
 class ChunkAllocator {
  public:
-  // REQUIRES: 0 <= capacity < 2^31.
+  // REQUIRES: 0 <= capacity <= kMaxChunks.
   explicit ChunkAllocator(int32_t capacity);
 
   // A pool sized from a KV memory budget; INVALID_ARGUMENT when the geometry

@@ -39,6 +39,7 @@ struct PrefixForest::Sequence {
   int32_t len = 0;           // tokens
   int32_t ctx_index = -1;    // valid while the context is not structure-dirty
   int32_t ctx_cap_end = 0;   // end of the entries reserved for its private range
+  int32_t tail_pos = -1;     // index in its last chunk's `tails`
 };
 
 absl::StatusOr<std::unique_ptr<PrefixForest>> PrefixForest::Create(const PrefixForestOptions& options) {
@@ -46,8 +47,9 @@ absl::StatusOr<std::unique_ptr<PrefixForest>> PrefixForest::Create(const PrefixF
     return absl::InvalidArgumentError(absl::StrFormat(
         "chunk_size %d is not a power of two in [%d, %d]", options.chunk_size, kMinChunkSize, kMaxChunkSize));
   }
-  if (options.num_chunks < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("num_chunks %d < 1", options.num_chunks));
+  if (options.num_chunks < 1 || options.num_chunks > kMaxChunks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_chunks %d outside [1, %d]", options.num_chunks, kMaxChunks));
   }
   if (options.max_seq_len < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("max_seq_len %d < 1", options.max_seq_len));
@@ -282,13 +284,19 @@ PrefixForest::Sequence* PrefixForest::FindSeq(SeqId id) const {
   return it == seqs_.end() ? nullptr : it->second.get();
 }
 
-void PrefixForest::AddTail(NodeId node, Sequence* seq) { nodes_[node].tails.push_back(seq); }
+void PrefixForest::AddTail(NodeId node, Sequence* seq) {
+  std::vector<Sequence*>& t = nodes_[node].tails;
+  seq->tail_pos = static_cast<int32_t>(t.size());
+  t.push_back(seq);
+}
 
 void PrefixForest::RemoveTail(NodeId node, Sequence* seq) {
+  // O(1) even when thousands of forks end in one chunk.
   std::vector<Sequence*>& t = nodes_[node].tails;
-  auto it = std::find(t.begin(), t.end(), seq);
-  *it = t.back();
+  t[seq->tail_pos] = t.back();
+  t[seq->tail_pos]->tail_pos = seq->tail_pos;
   t.pop_back();
+  seq->tail_pos = -1;
 }
 
 namespace {
@@ -742,7 +750,7 @@ absl::Status PrefixForest::CheckInvariants() const {
       parent = n;
     }
     const auto& tails = nodes_[s->path.back()].tails;
-    if (std::find(tails.begin(), tails.end(), s.get()) == tails.end()) {
+    if (s->tail_pos < 0 || s->tail_pos >= static_cast<int32_t>(tails.size()) || tails[s->tail_pos] != s.get()) {
       return fail("sequence %d missing from its tail's list", id);
     }
     ++holders[s->root];
@@ -784,11 +792,21 @@ absl::Status PrefixForest::CheckInvariants() const {
     }
   }
   int32_t lru_len = 0;
+  std::vector<int32_t> lru_rank(capacity(), -1);
   for (NodeId id = lru_head_, prev = kNone; id != kNone; prev = id, id = nodes_[id].lru_next) {
     if (nodes_[id].lru_prev != prev) return fail("cached list broken at %d", id);
-    if (++lru_len > cached) return fail("cached list longer than %d", cached);
+    if (lru_len >= cached) return fail("cached list longer than %d", cached);
+    lru_rank[id] = lru_len++;
   }
   if (lru_len != cached) return fail("cached list has %d of %d cached chunks", lru_len, cached);
+  // Eviction takes the head, so a cached chunk must come before its cached parent.
+  for (NodeId id = 0; id < capacity(); ++id) {
+    const NodeId parent = nodes_[id].parent;
+    if (lru_rank[id] >= 0 && parent != kNone && !IsRoot(parent) && lru_rank[parent] >= 0 &&
+        lru_rank[parent] < lru_rank[id]) {
+      return fail("cached chunk %d is older than its cached parent %d", parent, id);
+    }
+  }
   if (tails != static_cast<int64_t>(seqs_.size())) return fail("%d tails for %d sequences", tails, seqs_.size());
   if (used != stats_.used_chunks || cached != stats_.cached_chunks || shared != stats_.shared_chunks ||
       physical != stats_.physical_tokens || cached_tokens != stats_.cached_tokens ||

@@ -136,7 +136,7 @@ class PrefixForest {
   int32_t EvictCached(int32_t max_chunks);
 
   // The (C, i, j) context of all live sequences. Rebuilt only when the
-  // structure changed (O(live nodes)); a step that only appended tokens into
+  // structure changed (O(live nodes and their cached children)); a step that only appended tokens into
   // existing chunks updates it in O(batch) and keeps its version. A step that
   // only grew private chunks costs O(grown sequences). The reference stays
   // valid until the next mutating call.
