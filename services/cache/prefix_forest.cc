@@ -21,7 +21,8 @@ constexpr int kMaxFork = 4096;
 
 struct PrefixForest::Node {
   NodeId parent = kNone;
-  int32_t num_tokens = 0;  // roots: chunk_size (a root behaves as a full chunk)
+  int32_t num_tokens = 0;  // roots: chunk_size (a root behaves as a full, computed chunk)
+  int32_t num_computed = 0;  // leading tokens whose KV a worker has written
   int32_t refcount = 0;    // live sequences holding it; roots: live sequences in the tree
   int32_t pos_in_parent = -1;
   NodeId lru_prev = kNone;
@@ -37,6 +38,7 @@ struct PrefixForest::Sequence {
   NodeId root = kNone;
   std::vector<NodeId> path;  // chunk nodes in position order
   int32_t len = 0;           // tokens
+  int32_t computed = 0;      // a lower bound on the leading tokens with KV
   int32_t ctx_index = -1;    // valid while the context is not structure-dirty
   int32_t ctx_cap_end = 0;   // end of the entries reserved for its private range
   int32_t tail_pos = -1;     // index in its last chunk's `tails`
@@ -102,16 +104,23 @@ std::pair<PrefixForest::NodeId, int> PrefixForest::BestChild(NodeId parent,
                                                              absl::Span<const TokenId> q) const {
   // In lexicographic order, the child sharing the longest prefix with q is
   // next to q's insertion point.
+  // Only computed tokens count, so a neighbour whose match runs into
+  // uncomputed tokens may lose to one further out: walk outward while the
+  // plain prefix (which only shrinks away from q) could still beat the best.
   const std::vector<NodeId>& ch = nodes_[parent].children;
   const size_t at = LowerBound(parent, q);
   NodeId best = kNone;
   int best_len = 0;
   auto consider = [&](NodeId n) {
-    const int l = CommonPrefix(NodeTokens(n), q);
+    const int plain = CommonPrefix(NodeTokens(n), q);
+    const int l = std::min(plain, nodes_[n].num_computed);
     if (l > best_len) best = n, best_len = l;
+    return plain > best_len;
   };
-  if (at < ch.size()) consider(ch[at]);
-  if (at > 0) consider(ch[at - 1]);
+  for (size_t k = at; k < ch.size() && consider(ch[k]); ++k) {
+  }
+  for (size_t k = at; k > 0 && consider(ch[k - 1]); --k) {
+  }
   return {best, best_len};
 }
 
@@ -265,6 +274,7 @@ PrefixForest::NodeId PrefixForest::GetOrCreateRoot(std::string_view ns) {
   nodes_[id] = Node{};
   nodes_[id].live = true;
   nodes_[id].num_tokens = chunk_size_;
+  nodes_[id].num_computed = chunk_size_;
   root_names_[id - capacity()] = std::string(ns);
   roots_.emplace(std::string(ns), id);
   return id;
@@ -343,7 +353,7 @@ absl::StatusOr<InsertResult> PrefixForest::Insert(absl::Span<const TokenId> toke
         const auto q = chunk_at(at);
         const std::vector<NodeId>& ch = nodes_[node].children;
         for (size_t k = LowerBound(node, q); k < ch.size() && NodeTokens(ch[k]) == q; ++k) {
-          stack.emplace_back(ch[k], at + c);
+          if (nodes_[ch[k]].num_computed == c) stack.emplace_back(ch[k], at + c);
         }
         continue;
       }
@@ -373,6 +383,7 @@ absl::StatusOr<InsertResult> PrefixForest::Insert(absl::Span<const TokenId> toke
     for (size_t k = LowerBound(frontier, head); k < ch.size() && NodeTokens(ch[k]) == head; ++k) {
       const Node& n = nodes_[ch[k]];
       if (lcp == static_cast<int>(q.size())) {
+        if (n.num_computed < n.num_tokens) continue;
         if (share == kNone || n.refcount > 0) share = ch[k];
         if (n.refcount > 0) break;
       } else if (n.refcount == 0 && n.children.empty()) {
@@ -431,6 +442,7 @@ absl::StatusOr<InsertResult> PrefixForest::Insert(absl::Span<const TokenId> toke
   seq->root = root;
   seq->path = std::move(path);
   seq->len = len;
+  seq->computed = pos;  // copied and newly written slots count once the step runs
   AddTail(cur, seq.get());
   result.seq_id = seq->id;
   result.matched_tokens = pos + lcp;
@@ -452,6 +464,11 @@ absl::StatusOr<AppendResult> PrefixForest::Append(SeqId id, absl::Span<const Tok
   Sequence* s = FindSeq(id);
   if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
   RETURN_IF_ERROR(ValidateTokens(tokens, s->len, max_seq_len_));
+  if (s->computed < s->len) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "sequence %d: append before its KV was computed (%d of %d tokens; call MarkComputed)", id, s->computed,
+        s->len));
+  }
   const int c = chunk_size_;
   const int32_t n = static_cast<int32_t>(tokens.size());
   const NodeId tail = s->path.back();
@@ -552,6 +569,7 @@ absl::StatusOr<std::vector<SeqId>> PrefixForest::Fork(SeqId id, int n) {
     child->root = s->root;
     child->path = s->path;
     child->len = s->len;
+    child->computed = s->computed;
     for (NodeId node : child->path) Acquire(node);
     ++nodes_[s->root].refcount;
     AddTail(child->path.back(), child.get());
@@ -570,7 +588,10 @@ absl::Status PrefixForest::Remove(SeqId id) {
   RemoveTail(s->path.back(), s);
   // Leaf first, so a cached child is always older in the LRU list than its
   // cached parent and eviction always finds a leaf at the head.
-  for (auto p = s->path.rbegin(); p != s->path.rend(); ++p) Release(*p);
+  for (auto p = s->path.rbegin(); p != s->path.rend(); ++p) {
+    Release(*p);
+    if (nodes_[*p].refcount == 0 && nodes_[*p].num_computed < nodes_[*p].num_tokens) DropUncomputed(*p);
+  }
   const NodeId root = s->root;
   --nodes_[root].refcount;
   stats_.logical_tokens -= s->len;
@@ -578,6 +599,55 @@ absl::Status PrefixForest::Remove(SeqId id) {
   MaybeDeleteRoot(root);
   structure_dirty_ = true;
   return absl::OkStatus();
+}
+
+void PrefixForest::DropUncomputed(NodeId id) {
+  Node& n = nodes_[id];
+  // Uncomputed tokens only ever follow computed ones along a path, so the
+  // children of a chunk with uncomputed tokens were uncomputed too and were
+  // dropped before it (Remove releases leaf first).
+  if (!n.children.empty()) return;
+  const int32_t dropped = n.num_tokens - n.num_computed;
+  stats_.cached_tokens -= dropped;
+  if (n.num_computed == 0) {
+    LruRemove(id);
+    --stats_.cached_chunks;
+    EraseChild(id);
+    n = Node{};
+    (void)allocator_.Free(id);  // allocated: it was in the tree
+    return;
+  }
+  // A shorter token list may sort earlier among the siblings.
+  const NodeId parent = n.parent;
+  EraseChild(id);
+  n.num_tokens = n.num_computed;
+  InsertChild(parent, id);
+}
+
+absl::Status PrefixForest::MarkComputed(SeqId id, int32_t upto) {
+  Sequence* s = FindSeq(id);
+  if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
+  if (upto < 0 || upto > s->len) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("computed length %d outside [0, %d] of sequence %d", upto, s->len, id));
+  }
+  const int c = chunk_size_;
+  for (int32_t k = s->computed / c; k * c < upto; ++k) {
+    Node& n = nodes_[s->path[k]];
+    n.num_computed = std::max(n.num_computed, std::min(c, upto - k * c));
+  }
+  s->computed = std::max(s->computed, upto);
+  return absl::OkStatus();
+}
+
+absl::Status PrefixForest::MarkComputed(SeqId id) {
+  const Sequence* s = FindSeq(id);
+  if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
+  return MarkComputed(id, s->len);
+}
+
+void PrefixForest::MarkAllComputed() {
+  for (const auto& [id, s] : seqs_) (void)MarkComputed(id, s->len);
 }
 
 // ---------------------------------------------------------------------------
@@ -685,6 +755,12 @@ absl::StatusOr<std::vector<ChunkId>> PrefixForest::Chunks(SeqId id) const {
   return s->path;
 }
 
+absl::StatusOr<int32_t> PrefixForest::Computed(SeqId id) const {
+  const Sequence* s = FindSeq(id);
+  if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
+  return s->computed;
+}
+
 absl::StatusOr<int32_t> PrefixForest::Length(SeqId id) const {
   const Sequence* s = FindSeq(id);
   if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
@@ -712,6 +788,10 @@ PrefixForest::ChunkState PrefixForest::State(ChunkId chunk) const {
 absl::Span<const TokenId> PrefixForest::ChunkTokens(ChunkId chunk) const {
   if (!allocator_.IsAllocated(chunk)) return {};
   return NodeTokens(chunk);
+}
+
+int32_t PrefixForest::ChunkComputed(ChunkId chunk) const {
+  return allocator_.IsAllocated(chunk) ? nodes_[chunk].num_computed : 0;
 }
 
 int32_t PrefixForest::RefCount(ChunkId chunk) const {
@@ -778,6 +858,13 @@ absl::Status PrefixForest::CheckInvariants() const {
       continue;
     }
     if (n.num_tokens < 1 || n.num_tokens > c) return fail("chunk %d holds %d tokens", id, n.num_tokens);
+    if (n.num_computed < 0 || n.num_computed > n.num_tokens) {
+      return fail("chunk %d: %d of %d tokens computed", id, n.num_computed, n.num_tokens);
+    }
+    if (n.refcount == 0 && n.num_computed != n.num_tokens) return fail("cached chunk %d has uncomputed tokens", id);
+    if (n.num_computed > 0 && !IsRoot(n.parent) && nodes_[n.parent].num_computed != c) {
+      return fail("chunk %d computed below an uncomputed parent", id);
+    }
     if (n.parent == kNone || nodes_[n.parent].children[n.pos_in_parent] != id) {
       return fail("chunk %d not linked from its parent", id);
     }

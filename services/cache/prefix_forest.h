@@ -32,8 +32,14 @@
 // nodes are kept in release order, children before parents, so the least
 // recently used cached node is always a leaf.
 //
+// Computed KV. Tokens enter the tree when they are scheduled, but their KV
+// exists only once a worker step has written it; MarkComputed() records that.
+// Only computed tokens are matched or copied, and Remove() drops the tokens of
+// a sequence that leaves before its KV was computed (a cancelled prefill), so
+// a cached chunk never claims KV that was not written.
+//
 // Every chunk is in exactly one state: free (in the allocator), used
-// (refcount > 0) or cached (in the tree, refcount 0):
+// (refcount > 0) or cached (in the tree, refcount 0, every token computed):
 //   used + cached + free == capacity.
 //
 // Not thread-safe: owned by the cache coordinator's loop thread.
@@ -119,7 +125,9 @@ class PrefixForest {
   // Decode growth: `tokens` extend sequence `seq`. A new chunk when the tail is
   // full; copy-on-write when the tail is partial and another live sequence
   // holds it. All-or-nothing. NOT_FOUND: unknown sequence. INVALID_ARGUMENT:
-  // empty or negative token, over max_seq_len. RESOURCE_EXHAUSTED: no chunk.
+  // empty or negative token, over max_seq_len. FAILED_PRECONDITION: some of
+  // the sequence's tokens are not computed yet (a decode step follows the step
+  // that computed them). RESOURCE_EXHAUSTED: no chunk.
   absl::StatusOr<AppendResult> Append(SeqId seq, absl::Span<const TokenId> tokens);
 
   // `n` new sequences that continue `seq` and share all of its chunks (parallel
@@ -128,8 +136,18 @@ class PrefixForest {
   // n > 4096.
   absl::StatusOr<std::vector<SeqId>> Fork(SeqId seq, int n);
 
-  // The sequence leaves. Its chunks stay cached. NOT_FOUND: unknown sequence.
+  // The sequence leaves. Its chunks stay cached, less the tokens whose KV was
+  // never computed (a chunk left with none is freed). NOT_FOUND: unknown.
   absl::Status Remove(SeqId seq);
+
+  // A worker step has written the KV of positions [0, upto) of `seq`. O(chunks
+  // newly completed). NOT_FOUND: unknown sequence. INVALID_ARGUMENT: upto
+  // outside [0, length].
+  absl::Status MarkComputed(SeqId seq, int32_t upto);
+  absl::Status MarkComputed(SeqId seq);  // all of its tokens
+  // Every token of every live sequence is computed (the step that was planned
+  // has run). O(live sequences).
+  void MarkAllComputed();
 
   // Evicts up to `max_chunks` cached chunks, least recently used first.
   // Returns how many were evicted.
@@ -148,6 +166,7 @@ class PrefixForest {
   absl::StatusOr<std::vector<TokenId>> Tokens(SeqId seq) const;
   absl::StatusOr<std::vector<ChunkId>> Chunks(SeqId seq) const;
   absl::StatusOr<int32_t> Length(SeqId seq) const;
+  absl::StatusOr<int32_t> Computed(SeqId seq) const;  // tokens with KV
   // Flat KV slots (chunk * chunk_size + slot) of positions [begin, end) of `seq`,
   // appended to `slots`. INVALID_ARGUMENT unless 0 <= begin <= end <= length.
   absl::Status Slots(SeqId seq, int32_t begin, int32_t end, std::vector<int64_t>* slots) const;
@@ -156,6 +175,8 @@ class PrefixForest {
   ChunkState State(ChunkId chunk) const;
   // Tokens stored in a used or cached chunk (empty for a free one).
   absl::Span<const TokenId> ChunkTokens(ChunkId chunk) const;
+  // Of those, how many have computed KV.
+  int32_t ChunkComputed(ChunkId chunk) const;
   int32_t RefCount(ChunkId chunk) const;
 
   // Walks every internal structure (refcounts against sequence paths, the
@@ -178,7 +199,8 @@ class PrefixForest {
   bool IsRoot(NodeId id) const { return id >= capacity(); }
   absl::Span<const TokenId> NodeTokens(NodeId id) const;
   bool TokensLess(NodeId a, NodeId b) const;
-  // Among `parent`'s children, the one sharing the longest prefix with `q`.
+  // Among `parent`'s children, the one sharing the longest computed prefix
+  // with `q`, and that length.
   std::pair<NodeId, int> BestChild(NodeId parent, absl::Span<const TokenId> q) const;
   // Index in `parent`'s children of the first child whose tokens are >= q.
   size_t LowerBound(NodeId parent, absl::Span<const TokenId> q) const;
@@ -195,6 +217,8 @@ class PrefixForest {
   // Sorted-children maintenance.
   void InsertChild(NodeId parent, NodeId child);
   void EraseChild(NodeId child);
+  // Drops a released chunk's uncomputed tokens; frees it when none is left.
+  void DropUncomputed(NodeId id);
   void WriteTokens(NodeId id, absl::Span<const TokenId> tokens);  // append, keep order
 
   // A chunk from the allocator, evicting the LRU cached leaf when none is free.

@@ -3,11 +3,14 @@
 //  - the model keeps every live sequence's tokens; the forest must read them
 //    back exactly;
 //  - a shadow KV pool holds, per slot, the token whose KV a worker would have
-//    written there: the test applies each reported KvCopy and writes only the
-//    tokens the forest says need KV. Every position of every live sequence
-//    must then read its own token from the shadow pool, which proves that
-//    matched tokens really were cached, that copies are complete, and that no
-//    chunk is read by two sequences that disagree on its tokens;
+//    written there: the test applies each reported KvCopy and writes the
+//    tokens the forest says need KV only when their step runs (MarkComputed),
+//    so sequences removed before that (cancelled prefills) leave nothing.
+//    Every matched or computed position of every live sequence must then read
+//    its own token from the shadow pool, which proves that matched tokens
+//    really were cached, that copies are complete, and that no chunk is read
+//    by two sequences that disagree on its tokens; every cached chunk must
+//    hold exactly the KV of its tokens;
 //  - writes only ever land in chunks no other live sequence holds;
 //  - a chunk written for one namespace is never read by another;
 //  - matched tokens are at least the longest common prefix with any live
@@ -51,12 +54,14 @@ class RandomWalk {
       const int r = Uniform(0, 99);
       if (live_.size() < 2 || r < 30) {
         DoInsert();
-      } else if (r < 65) {
+      } else if (r < 60) {
         DoAppend();
-      } else if (r < 70) {
+      } else if (r < 65) {
         DoFork();
-      } else if (r < 95) {
+      } else if (r < 85) {
         DoRemove(Pick());
+      } else if (r < 95) {
+        for (auto& [id, seq] : live_) Compute(id);
       } else {
         forest_->EvictCached(Uniform(1, 6));
         NoteEvictions();
@@ -73,7 +78,9 @@ class RandomWalk {
     EXPECT_EQ(s.used_chunks + s.cached_chunks, 0);
     EXPECT_EQ(s.logical_tokens, 0);
     EXPECT_TRUE(forest_->CheckInvariants().ok()) << forest_->CheckInvariants();
-    EXPECT_GT(inserts_ok_, p_.steps / 10);
+    // The walk must have visited every kind of event.
+    EXPECT_GT(inserts_ok_, p_.steps / 20);
+    EXPECT_GT(cancelled_, 0);
     EXPECT_GT(copies_, 0);
     EXPECT_GT(exhausted_, 0);
     EXPECT_GT(s.total_evictions, 0);
@@ -84,6 +91,8 @@ class RandomWalk {
   struct Seq {
     std::vector<TokenId> tokens;
     int ns;
+    int32_t valid = 0;   // leading positions whose KV is in the shadow pool
+    int32_t marked = 0;  // leading positions reported computed to the forest
   };
 
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
@@ -106,8 +115,8 @@ class RandomWalk {
     evictions_seen_ = ev;
   }
 
-  // Mirrors a worker: copies first, then KV writes for [from, len).
-  void ApplyToShadow(SeqId id, const std::vector<KvCopy>& copies, int32_t from, int ns) {
+  // Mirrors a worker at the start of a step: copies come before any write.
+  void ApplyCopies(const std::vector<KvCopy>& copies, int ns) {
     const int c = p_.chunk_size;
     for (const KvCopy& k : copies) {
       ASSERT_EQ(shadow_ns_[k.src_chunk], ns) << "step " << step_ << ": copy from another namespace";
@@ -115,15 +124,28 @@ class RandomWalk {
       std::copy_n(shadow_.begin() + int64_t{k.src_chunk} * c, k.num_tokens, shadow_.begin() + int64_t{k.dst_chunk} * c);
       shadow_ns_[k.dst_chunk] = ns;
     }
-    const auto& tokens = live_.at(id).tokens;
+  }
+
+  // The step that computes sequence `id` runs: the worker writes the KV of
+  // its pending tokens, then the forest is told.
+  void Compute(SeqId id) {
+    const int c = p_.chunk_size;
+    Seq& s = live_.at(id);
+    const int32_t len = static_cast<int32_t>(s.tokens.size());
     std::vector<int64_t> slots;
-    ASSERT_TRUE(forest_->Slots(id, from, static_cast<int32_t>(tokens.size()), &slots).ok());
+    ASSERT_TRUE(forest_->Slots(id, s.valid, len, &slots).ok());
     for (size_t k = 0; k < slots.size(); ++k) {
       const ChunkId chunk = static_cast<ChunkId>(slots[k] / c);
-      ASSERT_EQ(forest_->RefCount(chunk), 1) << "step " << step_ << ": write into a chunk others hold";
-      shadow_[slots[k]] = tokens[from + k];
-      shadow_ns_[chunk] = ns;
+      const TokenId token = s.tokens[s.valid + k];
+      // Forks share pending slots: a second write must be the same token.
+      if (forest_->RefCount(chunk) > 1) {
+        ASSERT_EQ(forest_->ChunkTokens(chunk)[slots[k] % c], token) << "step " << step_;
+      }
+      shadow_[slots[k]] = token;
+      shadow_ns_[chunk] = s.ns;
     }
+    ASSERT_TRUE(forest_->MarkComputed(id).ok());
+    s.valid = s.marked = len;
   }
 
   void DoInsert() {
@@ -142,10 +164,10 @@ class RandomWalk {
     const auto suffix = RandomTokens(Uniform(prompt.empty() ? 1 : 0, 2 * p_.chunk_size));
     prompt.insert(prompt.end(), suffix.begin(), suffix.end());
 
-    int32_t lower = 0;  // longest prefix that must be found
+    int32_t lower = 0;  // longest computed prefix that must be found
     auto consider = [&](const Seq& s) {
       if (s.ns != ns) return;
-      const size_t n = std::min(s.tokens.size(), prompt.size());
+      const size_t n = std::min<size_t>(s.marked, prompt.size());
       const int32_t l = static_cast<int32_t>(std::mismatch(prompt.begin(), prompt.begin() + n, s.tokens.begin()).first -
                                              prompt.begin());
       lower = std::max(lower, l);
@@ -168,13 +190,21 @@ class RandomWalk {
     ASSERT_GE(r->matched_tokens, lower) << "step " << step_ << ": missed a cached prefix";
     ASSERT_LE(r->matched_tokens, static_cast<int32_t>(prompt.size()));
     copies_ += static_cast<int>(r->copies.size());
-    live_[r->seq_id] = Seq{prompt, ns};
-    ApplyToShadow(r->seq_id, r->copies, r->matched_tokens, ns);
+    live_[r->seq_id] = Seq{prompt, ns, r->matched_tokens, 0};
+    ApplyCopies(r->copies, ns);
+    if (Uniform(0, 9) < 7) Compute(r->seq_id);  // else: computed later, or cancelled first
   }
 
   void DoAppend() {
     const SeqId id = Pick();
     Seq& s = live_.at(id);
+    if (s.marked < static_cast<int32_t>(s.tokens.size())) {
+      if (Uniform(0, 9) == 0) {  // decoding before the prefill ran is refused
+        ASSERT_EQ(forest_->Append(id, {1}).status().code(), absl::StatusCode::kFailedPrecondition);
+        return;
+      }
+      Compute(id);
+    }
     std::vector<TokenId> more;
     const int kind = Uniform(0, 9);
     if (kind < 6) {
@@ -200,9 +230,9 @@ class RandomWalk {
     }
     NoteEvictions();
     copies_ += static_cast<int>(r->copies.size());
-    const int32_t from = static_cast<int32_t>(s.tokens.size());
     s.tokens.insert(s.tokens.end(), more.begin(), more.end());
-    ApplyToShadow(id, r->copies, from, s.ns);
+    ApplyCopies(r->copies, s.ns);
+    if (Uniform(0, 9) < 8) Compute(id);
   }
 
   void DoFork() {
@@ -214,6 +244,7 @@ class RandomWalk {
 
   void DoRemove(SeqId id) {
     ASSERT_TRUE(forest_->Remove(id).ok());
+    cancelled_ += live_.at(id).marked < static_cast<int32_t>(live_.at(id).tokens.size());
     removed_.push_back(live_.at(id));
     live_.erase(id);
     if (removed_.size() > 64) removed_.erase(removed_.begin());
@@ -240,13 +271,14 @@ class RandomWalk {
     for (const auto& [id, seq] : live_) {
       ASSERT_EQ(forest_->Tokens(id).value(), seq.tokens) << "step " << step_ << " seq " << id;
       const auto chunks = forest_->Chunks(id).value();
-      for (size_t p = 0; p < seq.tokens.size(); ++p) {
+      for (int32_t p = 0; p < seq.valid; ++p) {
         const ChunkId chunk = chunks[p / c];
         ASSERT_EQ(shadow_[int64_t{chunk} * c + p % c], seq.tokens[p])
             << "step " << step_ << " seq " << id << " position " << p << ": KV slot holds another token";
       }
-      for (ChunkId chunk : chunks) {
-        ASSERT_EQ(shadow_ns_[chunk], seq.ns) << "step " << step_;
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        const ChunkId chunk = chunks[k];
+        if (static_cast<int32_t>(k) * c < seq.valid) ASSERT_EQ(shadow_ns_[chunk], seq.ns) << "step " << step_;
         auto [it, fresh] = chunk_ns.emplace(chunk, seq.ns);
         ASSERT_EQ(it->second, seq.ns) << "step " << step_ << ": chunk " << chunk << " in two namespaces";
       }
@@ -254,11 +286,17 @@ class RandomWalk {
       logical += static_cast<int64_t>(seq.tokens.size());
     }
     ASSERT_EQ(s.logical_tokens, logical);
-    // Cached chunks must hold what they claim, or a later hit would be wrong.
+    // Computed slots must hold what they claim, or a later hit would be wrong;
+    // cached chunks are computed in full.
     for (ChunkId chunk = 0; chunk < p_.pool_chunks; ++chunk) {
-      if (forest_->State(chunk) != PrefixForest::ChunkState::kCached) continue;
       const auto t = forest_->ChunkTokens(chunk);
-      for (size_t k = 0; k < t.size(); ++k) ASSERT_EQ(shadow_[int64_t{chunk} * c + k], t[k]) << "step " << step_;
+      const int32_t computed = forest_->ChunkComputed(chunk);
+      if (forest_->State(chunk) == PrefixForest::ChunkState::kCached) {
+        ASSERT_EQ(computed, static_cast<int32_t>(t.size())) << "step " << step_;
+      }
+      for (int32_t k = 0; k < computed; ++k) {
+        ASSERT_EQ(shadow_[int64_t{chunk} * c + k], t[k]) << "step " << step_ << ": chunk " << chunk;
+      }
     }
 
     // The context: valid, one entry per live sequence, true paths, and every
@@ -303,6 +341,7 @@ class RandomWalk {
   int inserts_ok_ = 0;
   int copies_ = 0;
   int exhausted_ = 0;
+  int cancelled_ = 0;  // removed with tokens whose KV was never computed
 };
 
 class PrefixForestRandomWalkTest : public ::testing::TestWithParam<WalkParams> {};

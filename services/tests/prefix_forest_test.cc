@@ -21,13 +21,22 @@ std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& 
   return a;
 }
 
+// Insert, then mark the prompt's KV computed, as the step that follows would.
+absl::StatusOr<InsertResult> InsertComputed(PrefixForest* f, const std::vector<TokenId>& t,
+                                            std::string_view ns = "") {
+  auto r = f->Insert(t, ns);
+  if (r.ok()) EXPECT_TRUE(f->MarkComputed(r->seq_id).ok());
+  return r;
+}
+
 std::unique_ptr<PrefixForest> MakeForest(int32_t num_chunks, int chunk_size = kC) {
   auto f = PrefixForest::Create({chunk_size, num_chunks, 1 << 20});
   EXPECT_TRUE(f.ok()) << f.status();
   return std::move(f).value();
 }
 
-// Every call is followed by a full consistency check.
+// Every call is followed by the step that computes its KV and a full
+// consistency check.
 class PrefixForestTest : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -36,7 +45,7 @@ class PrefixForestTest : public ::testing::Test {
     }
   }
   InsertResult Insert(const std::vector<TokenId>& t, std::string_view ns = "") {
-    auto r = forest_->Insert(t, ns);
+    auto r = InsertComputed(forest_.get(), t, ns);
     EXPECT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(forest_->CheckInvariants().ok()) << forest_->CheckInvariants();
     return r.ok() ? *r : InsertResult{};
@@ -44,6 +53,7 @@ class PrefixForestTest : public ::testing::Test {
   AppendResult Append(SeqId s, const std::vector<TokenId>& t) {
     auto r = forest_->Append(s, t);
     EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(forest_->MarkComputed(s).ok());
     EXPECT_TRUE(forest_->CheckInvariants().ok()) << forest_->CheckInvariants();
     return r.ok() ? *r : AppendResult{};
   }
@@ -239,7 +249,7 @@ TEST_F(PrefixForestTest, BadInputIsRejectedWithoutSideEffects) {
 TEST(PrefixForestLimitsTest, MaxSeqLenAppliesToInsertAndAppend) {
   auto f = PrefixForest::Create({16, 16, 20}).value();
   EXPECT_EQ(f->Insert(Range(0, 21)).status().code(), absl::StatusCode::kInvalidArgument);
-  auto r = f->Insert(Range(0, 20));
+  auto r = InsertComputed(f.get(), Range(0, 20));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(f->Append(r->seq_id, {1}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(f->CheckInvariants().ok());
@@ -247,7 +257,7 @@ TEST(PrefixForestLimitsTest, MaxSeqLenAppliesToInsertAndAppend) {
 
 TEST(PrefixForestMemoryTest, OutOfMemoryIsAtomicAndSaysWhatIsFree) {
   auto f = MakeForest(4);
-  auto a = f->Insert(Range(0, 40));  // 3 chunks
+  auto a = InsertComputed(f.get(), Range(0, 40));  // 3 chunks
   ASSERT_TRUE(a.ok());
   const auto r = f->Insert(Range(500, 33));  // needs 3, 1 free
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
@@ -256,6 +266,7 @@ TEST(PrefixForestMemoryTest, OutOfMemoryIsAtomicAndSaysWhatIsFree) {
   EXPECT_EQ(f->stats().free_chunks, 1);
   // Appending past the last free chunk fails the same way and changes nothing.
   ASSERT_TRUE(f->Append(a->seq_id, Range(0, 24)).ok());  // 64 tokens, 4 chunks
+  ASSERT_TRUE(f->MarkComputed(a->seq_id).ok());
   EXPECT_EQ(f->Append(a->seq_id, {1}).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(*f->Length(a->seq_id), 64);
   EXPECT_TRUE(f->CheckInvariants().ok()) << f->CheckInvariants();
@@ -263,28 +274,28 @@ TEST(PrefixForestMemoryTest, OutOfMemoryIsAtomicAndSaysWhatIsFree) {
 
 TEST(PrefixForestMemoryTest, EvictsLeastRecentlyUsedLeavesOnlyWhenNeeded) {
   auto f = MakeForest(4);
-  auto a = f->Insert(Range(0, 32)).value();    // chunks a0, a1
-  auto b = f->Insert(Range(100, 32)).value();  // chunks b0, b1
+  auto a = InsertComputed(f.get(), Range(0, 32)).value();    // chunks a0, a1
+  auto b = InsertComputed(f.get(), Range(100, 32)).value();  // chunks b0, b1
   const auto ca = f->Chunks(a.seq_id).value(), cb = f->Chunks(b.seq_id).value();
   ASSERT_TRUE(f->Remove(a.seq_id).ok());
   ASSERT_TRUE(f->Remove(b.seq_id).ok());
   EXPECT_EQ(f->stats().cached_chunks, 4);
   // One new chunk: a's leaf goes first (least recently released), its root
   // chunk stays.
-  auto c = f->Insert(Range(200, 10)).value();
+  auto c = InsertComputed(f.get(), Range(200, 10)).value();
   EXPECT_EQ(f->stats().total_evictions, 1);
   EXPECT_EQ(f->State(ca[1]), PrefixForest::ChunkState::kUsed);  // re-allocated to c
   EXPECT_EQ(f->Chunks(c.seq_id).value(), std::vector<ChunkId>{ca[1]});
   EXPECT_EQ(f->State(ca[0]), PrefixForest::ChunkState::kCached);
   // b is still fully cached.
-  EXPECT_EQ(f->Insert(Range(100, 32)).value().matched_tokens, 32);
+  EXPECT_EQ(InsertComputed(f.get(), Range(100, 32)).value().matched_tokens, 32);
   EXPECT_TRUE(f->CheckInvariants().ok()) << f->CheckInvariants();
   (void)cb;
 }
 
 TEST(PrefixForestMemoryTest, MatchedCachedChunksAreNotEvictedToMakeRoomForTheirOwnInsert) {
   auto f = MakeForest(3);
-  auto a = f->Insert(Range(0, 48)).value();  // 3 full chunks, the whole pool
+  auto a = InsertComputed(f.get(), Range(0, 48)).value();  // 3 full chunks, the whole pool
   ASSERT_TRUE(f->Remove(a.seq_id).ok());
   // Shares 2 cached chunks and needs 2 more: only 1 of the 3 cached is evictable.
   auto r = f->Insert(Concat(Range(0, 32), Range(900, 20)));
@@ -292,7 +303,7 @@ TEST(PrefixForestMemoryTest, MatchedCachedChunksAreNotEvictedToMakeRoomForTheirO
   EXPECT_EQ(f->stats().cached_chunks, 3);
   EXPECT_EQ(f->stats().total_evictions, 0);
   // Needing only 1 more works, by evicting the unshared third chunk.
-  auto ok = f->Insert(Concat(Range(0, 32), Range(900, 10)));
+  auto ok = InsertComputed(f.get(), Concat(Range(0, 32), Range(900, 10)));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->matched_tokens, 32);
   EXPECT_EQ(f->stats().total_evictions, 1);
@@ -302,7 +313,7 @@ TEST(PrefixForestMemoryTest, MatchedCachedChunksAreNotEvictedToMakeRoomForTheirO
 TEST(PrefixForestMemoryTest, EvictCachedEmptiesThePool) {
   auto f = MakeForest(8);
   std::vector<SeqId> ids;
-  for (int i = 0; i < 3; ++i) ids.push_back(f->Insert(Concat(Range(0, 20), {i}), "ns").value().seq_id);
+  for (int i = 0; i < 3; ++i) ids.push_back(InsertComputed(f.get(), Concat(Range(0, 20), {i}), "ns").value().seq_id);
   for (SeqId id : ids) ASSERT_TRUE(f->Remove(id).ok());
   EXPECT_GT(f->stats().cached_chunks, 0);
   EXPECT_EQ(f->EvictCached(1), 1);
@@ -326,6 +337,42 @@ TEST_F(PrefixForestTest, DuplicateFullChunksDoNotHideALongerMatch) {
   const InsertResult c = Insert(Range(0, 45));
   EXPECT_EQ(c.matched_tokens, 42);
   EXPECT_EQ(Chunks(c.seq_id)[1], Chunks(b)[1]);
+}
+
+TEST_F(PrefixForestTest, UncomputedKvIsNeitherMatchedNorKept) {
+  const auto prompt = Range(100, 40);
+  // Scheduled but not computed: a second identical prompt in the same step
+  // must not read KV that does not exist yet.
+  auto a = forest_->Insert(prompt);
+  ASSERT_TRUE(a.ok());
+  auto b = forest_->Insert(prompt);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->matched_tokens, 0);
+  EXPECT_EQ(forest_->Append(a->seq_id, {1}).status().code(), absl::StatusCode::kFailedPrecondition);
+  // a is cancelled before its prefill ran: its chunks are freed, not cached.
+  const int32_t free_before = forest_->stats().free_chunks;
+  ASSERT_TRUE(forest_->Remove(a->seq_id).ok());
+  EXPECT_EQ(forest_->stats().free_chunks, free_before + 3);
+  EXPECT_EQ(forest_->stats().cached_chunks, 0);
+  // b computed only its first 20 tokens (a chunked prefill), then left: 20 stay.
+  ASSERT_TRUE(forest_->MarkComputed(b->seq_id, 20).ok());
+  EXPECT_EQ(*forest_->Computed(b->seq_id), 20);
+  ASSERT_TRUE(forest_->Remove(b->seq_id).ok());
+  EXPECT_EQ(forest_->stats().cached_tokens, 20);
+  EXPECT_EQ(Insert(prompt).matched_tokens, 20);
+  EXPECT_EQ(forest_->MarkComputed(12345).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(PrefixForestTest, CopiedSlotsCountOnlyOnceTheStepRuns) {
+  const InsertResult a = Insert(Range(100, 40));
+  auto b = forest_->Insert(Range(100, 20));  // copies 4 slots of a's second chunk
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->copies.size(), 1u);
+  const ChunkId copy = b->copies[0].dst_chunk;
+  EXPECT_EQ(forest_->ChunkComputed(copy), 0);
+  ASSERT_TRUE(forest_->Remove(b->seq_id).ok());  // cancelled: the copy never happened
+  EXPECT_EQ(forest_->State(copy), PrefixForest::ChunkState::kFree);
+  EXPECT_EQ(forest_->MarkComputed(a.seq_id, 41).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(PrefixForestTest, SingleTokenPrompts) {
