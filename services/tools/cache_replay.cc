@@ -137,6 +137,24 @@ int Main() {
       queue.push_back(std::move(waiting.front()));
       waiting.pop_front();
     }
+    // Decode: every sequence prefilled in an earlier iteration grows by one
+    // token. When the pool is full the newest sequence is preempted: it leaves
+    // (its KV stays cached) and goes back to the head of the queue with what
+    // it generated.
+    for (size_t i = 0; i < running.size();) {
+      auto a = forest.Append(running[i].seq, {static_cast<TokenId>(uniform(3, 31999))});
+      if (!a.ok()) {
+        if (a.status().code() != absl::StatusCode::kResourceExhausted) return Fail(a.status().ToString());
+        Running victim = std::move(running.back());
+        running.pop_back();
+        Request again{*forest.Tokens(victim.seq), victim.ns, victim.remaining};
+        (void)forest.Remove(victim.seq);
+        queue.push_front(std::move(again));
+        ++preempted;
+        continue;  // retry sequence i (unless it was the one preempted)
+      }
+      ++i;
+    }
     // Admission: FCFS while the batch and the pool have room, keeping one
     // free-or-evictable chunk per running sequence so the admitted batch can
     // grow (a watermark, as vLLM keeps) instead of preempting at once.
@@ -154,23 +172,8 @@ int Main() {
       running.push_back({r->seq_id, queue.front().completion, queue.front().ns});
       queue.pop_front();
     }
-    // One decode step: every running sequence grows by one token. When the
-    // pool is full the newest sequence is preempted: it leaves (its KV stays
-    // cached) and goes back to the head of the queue with what it generated.
-    for (size_t i = 0; i < running.size();) {
-      auto a = forest.Append(running[i].seq, {static_cast<TokenId>(uniform(3, 31999))});
-      if (!a.ok()) {
-        if (a.status().code() != absl::StatusCode::kResourceExhausted) return Fail(a.status().ToString());
-        Running victim = std::move(running.back());
-        running.pop_back();
-        Request again{*forest.Tokens(victim.seq), victim.ns, victim.remaining};
-        (void)forest.Remove(victim.seq);
-        queue.push_front(std::move(again));
-        ++preempted;
-        continue;  // retry sequence i (unless it was the one preempted)
-      }
-      ++i;
-    }
+    // The step runs: prefills and decodes write their KV.
+    forest.MarkAllComputed();
     const CacheStats s = forest.stats();
     peak_batch = std::max<int64_t>(peak_batch, static_cast<int64_t>(running.size()));
     if (s.logical_tokens > peak_logical) {
@@ -178,6 +181,7 @@ int Main() {
       peak_physical = s.physical_tokens;
       saved_at_peak = saved(s);
     }
+    // Each sequence produced one token this step.
     for (size_t i = 0; i < running.size();) {
       if (--running[i].remaining == 0) {
         (void)forest.Remove(running[i].seq);
