@@ -142,6 +142,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "chunkattn-forest-bench: invalid flags\n");
     return 2;
   }
+  // Before the JSON file is (re)written, so it does not mark the tree dirty.
+  const std::string provenance = bench::ProvenanceJson(argc, argv);
   std::vector<Repeat> runs;
   for (int i = 0; i < repeats; ++i) runs.push_back(RunOnce(absl::GetFlag(FLAGS_seed) + i));
   auto median = [&](double Repeat::*field) {
@@ -174,7 +176,7 @@ int Main(int argc, char** argv) {
 
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);
-    out << "{" << bench::ProvenanceJson(argc, argv)
+    out << "{" << provenance
         << absl::StrFormat(
                ", \"benchmark\": \"forest\", \"sequences\": %d, \"batch\": %d, \"chunk_size\": %d, \"repeats\": %d, "
                "\"inserts_per_s\": %.0f, \"insert_us\": %.3f, \"decode_step_us_median\": %.2f, "
