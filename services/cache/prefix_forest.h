@@ -21,6 +21,10 @@
 // a cached, unreferenced leaf whose tokens are a prefix of the prompt is taken
 // over and extended in place.
 //
+// Siblings are kept sorted by their tokens, so a lookup is a binary search per
+// chunk; adding or removing a child costs O(siblings) (a vector insert), which
+// at a prompt's divergence point is the number of requests that share it.
+//
 // Matching is the longest prefix over the whole tree: identical full siblings
 // can exist (two sequences that filled copies of one chunk with the same
 // tokens), so the walk explores every full chunk equal to the prompt's.
