@@ -208,13 +208,13 @@ void PrefixForest::Release(NodeId id) {
   }
 }
 
-absl::Status PrefixForest::CheckCapacity(int64_t chunks_needed, int64_t tokens) const {
-  const int64_t available = allocator_.num_free() + int64_t{stats_.cached_chunks};
-  if (chunks_needed <= available) return absl::OkStatus();
+absl::Status PrefixForest::CheckCapacity(int64_t chunks_needed, int64_t pinned_cached,
+                                         const std::function<std::string()>& what) const {
+  const int64_t evictable = int64_t{stats_.cached_chunks} - pinned_cached;
+  if (chunks_needed <= allocator_.num_free() + evictable) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "KV cache full: %d tokens need %d new chunks of %d tokens, but only %d are free and %d cached "
-      "(evictable) of %d",
-      tokens, chunks_needed, chunk_size_, allocator_.num_free(), stats_.cached_chunks, capacity()));
+      "KV cache full: %s needs %d new chunks of %d tokens, but only %d are free and %d cached (evictable) of %d",
+      what(), chunks_needed, chunk_size_, allocator_.num_free(), evictable, capacity()));
 }
 
 absl::Status PrefixForest::EvictOne() {
@@ -401,13 +401,9 @@ absl::StatusOr<InsertResult> PrefixForest::Insert(absl::Span<const TokenId> toke
   int64_t pinned_cached = 0;
   for (NodeId n : path) pinned_cached += nodes_[n].refcount == 0;
   for (NodeId n : {reused, copy_src}) pinned_cached += n != kNone && nodes_[n].refcount == 0;
-  const int64_t evictable = int64_t{stats_.cached_chunks} - pinned_cached;
-  if (chunks_needed > allocator_.num_free() + evictable) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "KV cache full: a prompt of %d tokens (%d cached) needs %d new chunks of %d tokens, but only %d "
-        "are free and %d cached (evictable) of %d",
-        len, pos + lcp, chunks_needed, c, allocator_.num_free(), evictable, capacity()));
-  }
+  RETURN_IF_ERROR(CheckCapacity(chunks_needed, pinned_cached, [&] {
+    return absl::StrFormat("a prompt of %d tokens (%d cached)", len, pos + lcp);
+  }));
 
   // 4. Commit. Nothing below fails once the capacity check passed. The root's
   // refcount is raised first so that eviction cannot delete it meanwhile.
@@ -476,7 +472,8 @@ absl::StatusOr<AppendResult> PrefixForest::Append(SeqId id, absl::Span<const Tok
   const int32_t room = c - have;
   // A partial tail that another live sequence holds is copied, never written.
   const bool cow = nodes_[tail].refcount > 1 && room > 0;
-  RETURN_IF_ERROR(CheckCapacity((cow ? 1 : 0) + CeilDiv(std::max(0, n - room), c), n));
+  RETURN_IF_ERROR(CheckCapacity((cow ? 1 : 0) + CeilDiv(std::max(0, n - room), c), 0,
+                                [&] { return absl::StrFormat("appending %d tokens", n); }));
 
   AppendResult result;
   const size_t old_chunks = s->path.size();

@@ -51,6 +51,7 @@
 #define CHUNKATTN_SERVICES_CACHE_PREFIX_FOREST_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -229,7 +230,10 @@ class PrefixForest {
   // REQUIRES: free + cached > 0 (callers check capacity first).
   absl::StatusOr<NodeId> NewChild(NodeId parent, absl::Span<const TokenId> tokens);
   absl::Status EvictOne();
-  absl::Status CheckCapacity(int64_t chunks_needed, int64_t tokens) const;
+  // RESOURCE_EXHAUSTED unless free plus evictable chunks (less the cached ones
+  // the caller is about to pin) cover `chunks_needed`; `what` names the request.
+  absl::Status CheckCapacity(int64_t chunks_needed, int64_t pinned_cached,
+                             const std::function<std::string()>& what) const;
 
   Sequence* FindSeq(SeqId id) const;
   void AddTail(NodeId node, Sequence* seq);
