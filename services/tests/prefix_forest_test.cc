@@ -375,6 +375,32 @@ TEST_F(PrefixForestTest, CopiedSlotsCountOnlyOnceTheStepRuns) {
   EXPECT_EQ(forest_->MarkComputed(a.seq_id, 41).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Equal sibling chunks of which only one is computed: a prompt must share or
+// descend into the computed one, never read the other's missing KV.
+TEST_F(PrefixForestTest, EqualPartialSiblingsShareOnlyTheComputedOne) {
+  const InsertResult s = Insert(Range(0, 20));
+  const SeqId f = forest_->Fork(s.seq_id, 1).value()[0];
+  Append(s.seq_id, {20});  // copy-on-write: s moves to a new chunk, computed
+  ASSERT_TRUE(forest_->Append(f, {20}).ok());  // in place, not computed yet
+  const ChunkId uncomputed = Chunks(f)[1], computed = Chunks(s.seq_id)[1];
+  ASSERT_NE(uncomputed, computed);
+  const InsertResult b = Insert(Range(0, 21));
+  EXPECT_EQ(b.matched_tokens, 21);
+  EXPECT_EQ(Chunks(b.seq_id)[1], computed);
+}
+
+TEST_F(PrefixForestTest, EqualFullSiblingsDescendOnlyIntoTheComputedOne) {
+  const InsertResult s = Insert(Range(0, 15));
+  const SeqId f = forest_->Fork(s.seq_id, 1).value()[0];
+  ASSERT_TRUE(forest_->Append(s.seq_id, {15}).ok());  // copy-on-write, not computed
+  Append(f, {15});                                      // in place, computed
+  const ChunkId computed = Chunks(f)[0];
+  ASSERT_NE(Chunks(s.seq_id)[0], computed);
+  const InsertResult b = Insert(Concat(Range(0, 16), {100}));
+  EXPECT_EQ(b.matched_tokens, 16);
+  EXPECT_EQ(Chunks(b.seq_id)[0], computed);
+}
+
 TEST_F(PrefixForestTest, SingleTokenPrompts) {
   const InsertResult a = Insert({5});
   const InsertResult b = Insert({5});
