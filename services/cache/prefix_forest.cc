@@ -103,10 +103,10 @@ size_t PrefixForest::LowerBound(NodeId parent, absl::Span<const TokenId> q) cons
 std::pair<PrefixForest::NodeId, int> PrefixForest::BestChild(NodeId parent,
                                                              absl::Span<const TokenId> q) const {
   // In lexicographic order, the child sharing the longest prefix with q is
-  // next to q's insertion point.
-  // Only computed tokens count, so a neighbour whose match runs into
-  // uncomputed tokens may lose to one further out: walk outward while the
-  // plain prefix (which only shrinks away from q) could still beat the best.
+  // next to q's insertion point. Only computed tokens count, though, so a
+  // neighbour whose match runs into uncomputed tokens may lose to one further
+  // out: walk outward while the plain prefix (which only shrinks away from q)
+  // could still beat the best.
   const std::vector<NodeId>& ch = nodes_[parent].children;
   const size_t at = LowerBound(parent, q);
   NodeId best = kNone;
@@ -217,20 +217,24 @@ absl::Status PrefixForest::CheckCapacity(int64_t chunks_needed, int64_t pinned_c
       what(), chunks_needed, chunk_size_, allocator_.num_free(), evictable, capacity()));
 }
 
-absl::Status PrefixForest::EvictOne() {
-  const NodeId id = lru_head_;
-  if (id == kNone) return absl::InternalError("eviction with no cached chunk");
+absl::Status PrefixForest::FreeCachedLeaf(NodeId id) {
   Node& n = nodes_[id];
-  if (!n.children.empty()) {
-    return absl::InternalError(absl::StrFormat("least recently used cached chunk %d has children", id));
-  }
   LruRemove(id);
   --stats_.cached_chunks;
   stats_.cached_tokens -= n.num_tokens;
-  const NodeId parent = n.parent;
   EraseChild(id);
   n = Node{};
-  RETURN_IF_ERROR(allocator_.Free(id));
+  return allocator_.Free(id);
+}
+
+absl::Status PrefixForest::EvictOne() {
+  const NodeId id = lru_head_;
+  if (id == kNone) return absl::InternalError("eviction with no cached chunk");
+  if (!nodes_[id].children.empty()) {
+    return absl::InternalError(absl::StrFormat("least recently used cached chunk %d has children", id));
+  }
+  const NodeId parent = nodes_[id].parent;
+  RETURN_IF_ERROR(FreeCachedLeaf(id));
   ++stats_.total_evictions;
   if (IsRoot(parent)) MaybeDeleteRoot(parent);
   return absl::OkStatus();
@@ -604,21 +608,25 @@ void PrefixForest::DropUncomputed(NodeId id) {
   // children of a chunk with uncomputed tokens were uncomputed too and were
   // dropped before it (Remove releases leaf first).
   if (!n.children.empty()) return;
-  const int32_t dropped = n.num_tokens - n.num_computed;
-  stats_.cached_tokens -= dropped;
   if (n.num_computed == 0) {
-    LruRemove(id);
-    --stats_.cached_chunks;
-    EraseChild(id);
-    n = Node{};
-    (void)allocator_.Free(id);  // allocated: it was in the tree
+    (void)FreeCachedLeaf(id);  // cannot fail: the chunk was in the tree
     return;
   }
+  stats_.cached_tokens -= n.num_tokens - n.num_computed;
   // A shorter token list may sort earlier among the siblings.
   const NodeId parent = n.parent;
   EraseChild(id);
   n.num_tokens = n.num_computed;
   InsertChild(parent, id);
+}
+
+void PrefixForest::MarkComputedUpTo(Sequence* s, int32_t upto) {
+  const int c = chunk_size_;
+  for (int32_t k = s->computed / c; k * c < upto; ++k) {
+    Node& n = nodes_[s->path[k]];
+    n.num_computed = std::max(n.num_computed, std::min(c, upto - k * c));
+  }
+  s->computed = std::max(s->computed, upto);
 }
 
 absl::Status PrefixForest::MarkComputed(SeqId id, int32_t upto) {
@@ -628,23 +636,19 @@ absl::Status PrefixForest::MarkComputed(SeqId id, int32_t upto) {
     return absl::InvalidArgumentError(
         absl::StrFormat("computed length %d outside [0, %d] of sequence %d", upto, s->len, id));
   }
-  const int c = chunk_size_;
-  for (int32_t k = s->computed / c; k * c < upto; ++k) {
-    Node& n = nodes_[s->path[k]];
-    n.num_computed = std::max(n.num_computed, std::min(c, upto - k * c));
-  }
-  s->computed = std::max(s->computed, upto);
+  MarkComputedUpTo(s, upto);
   return absl::OkStatus();
 }
 
 absl::Status PrefixForest::MarkComputed(SeqId id) {
-  const Sequence* s = FindSeq(id);
+  Sequence* s = FindSeq(id);
   if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
-  return MarkComputed(id, s->len);
+  MarkComputedUpTo(s, s->len);
+  return absl::OkStatus();
 }
 
 void PrefixForest::MarkAllComputed() {
-  for (const auto& [id, s] : seqs_) (void)MarkComputed(id, s->len);
+  for (const auto& [id, s] : seqs_) MarkComputedUpTo(s.get(), s->len);
 }
 
 // ---------------------------------------------------------------------------

@@ -230,6 +230,8 @@ class PrefixForest {
   // REQUIRES: free + cached > 0 (callers check capacity first).
   absl::StatusOr<NodeId> NewChild(NodeId parent, absl::Span<const TokenId> tokens);
   absl::Status EvictOne();
+  // Unlinks a childless cached chunk and returns it to the allocator.
+  absl::Status FreeCachedLeaf(NodeId id);
   // RESOURCE_EXHAUSTED unless free plus evictable chunks (less the cached ones
   // the caller is about to pin) cover `chunks_needed`; `what` names the request.
   absl::Status CheckCapacity(int64_t chunks_needed, int64_t pinned_cached,
@@ -239,6 +241,7 @@ class PrefixForest {
   void AddTail(NodeId node, Sequence* seq);
   void RemoveTail(NodeId node, Sequence* seq);
 
+  void MarkComputedUpTo(Sequence* seq, int32_t upto);
   void RebuildContext();
   void PlacePrivateRange(Sequence* seq, int32_t extra);
 
