@@ -278,7 +278,9 @@ class RandomWalk {
       }
       for (size_t k = 0; k < chunks.size(); ++k) {
         const ChunkId chunk = chunks[k];
-        if (static_cast<int32_t>(k) * c < seq.valid) ASSERT_EQ(shadow_ns_[chunk], seq.ns) << "step " << step_;
+        if (static_cast<int32_t>(k) * c < seq.valid) {
+          ASSERT_EQ(shadow_ns_[chunk], seq.ns) << "step " << step_;
+        }
         auto [it, fresh] = chunk_ns.emplace(chunk, seq.ns);
         ASSERT_EQ(it->second, seq.ns) << "step " << step_ << ": chunk " << chunk << " in two namespaces";
       }

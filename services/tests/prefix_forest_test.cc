@@ -25,7 +25,9 @@ std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& 
 absl::StatusOr<InsertResult> InsertComputed(PrefixForest* f, const std::vector<TokenId>& t,
                                             std::string_view ns = "") {
   auto r = f->Insert(t, ns);
-  if (r.ok()) EXPECT_TRUE(f->MarkComputed(r->seq_id).ok());
+  if (r.ok()) {
+    EXPECT_TRUE(f->MarkComputed(r->seq_id).ok());
+  }
   return r;
 }
 
