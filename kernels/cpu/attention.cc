@@ -1,0 +1,443 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "kernels/api/attention_state.h"
+#include "kernels/api/status_macros.h"
+#include "kernels/cpu/internal/kernels.h"
+
+namespace chunkattn::cpu {
+namespace {
+
+using internal::BlockArgs;
+using internal::ChunkList;
+using internal::IsaKernels;
+using internal::KvHead;
+using internal::SeqArgs;
+
+const IsaKernels* Kernels(Isa isa, DType dtype) {
+  return isa == Isa::kAvx2 ? internal::Avx2Kernels(dtype) : internal::PortableKernels(dtype);
+}
+
+KvHead HeadOf(const KvPoolView& kv, int h) {
+  KvHead head;
+  head.k = kv.k;
+  head.v = kv.v;
+  head.chunk_stride = kv.ChunkStride();
+  head.head_offset = int64_t{h} * kv.chunk_size * kv.head_dim;
+  head.chunk_size = kv.chunk_size;
+  head.head_dim = kv.head_dim;
+  return head;
+}
+
+// Rows of one chunk-first or prefill block: enough query rows that the K/V
+// of a chunk, converted once, feed a matrix product, few enough that the
+// block's scratch stays in L2.
+constexpr int kPrefillRows = 64;
+
+absl::Status CheckTokens(const int32_t* tokens, int64_t count, int chunk_size, const char* what) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (tokens[i] < 1 || tokens[i] > chunk_size) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s entry %d holds %d tokens, outside [1, %d]", what, i, tokens[i], chunk_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "portable"; }
+
+bool IsaSupported(Isa isa) {
+  if (isa == Isa::kPortable) return true;
+#if defined(__x86_64__) || defined(__i386__)
+  return internal::Avx2Kernels(DType::kFloat32) != nullptr && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+Isa BestIsa() { return IsaSupported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kPortable; }
+
+const char* DecodeImplName(DecodeImpl impl) { return impl == DecodeImpl::kTpp ? "tpp" : "seq"; }
+
+absl::StatusOr<DecodePlan> PlanDecode(const ChunkContext& ctx, int64_t num_pool_chunks) {
+  const int n = ctx.num_seqs();
+  const int ns = ctx.num_shared();
+  const size_t table = ctx.private_chunk.size();
+  if (ctx.seq_len.size() != static_cast<size_t>(n) || ctx.private_begin.size() != static_cast<size_t>(n) ||
+      ctx.private_end.size() != static_cast<size_t>(n) || ctx.shared_begin.size() != static_cast<size_t>(ns) ||
+      ctx.shared_end.size() != static_cast<size_t>(ns) || ctx.shared_tokens.size() != static_cast<size_t>(ns) ||
+      ctx.private_tokens.size() != table) {
+    return absl::InvalidArgumentError("chunk context: array sizes disagree");
+  }
+  auto bad_chunk = [&](int32_t c) { return c < 0 || c >= num_pool_chunks; };
+  DecodePlan plan;
+  plan.version = ctx.version;
+  plan.num_seqs = n;
+  plan.num_shared = ns;
+  plan.table_size = static_cast<int>(table);
+  std::vector<int32_t> covering(n + 1, 0);
+  for (int k = 0; k < ns; ++k) {
+    const int32_t b = ctx.shared_begin[k], e = ctx.shared_end[k];
+    if (b < 0 || e <= b || e > n || bad_chunk(ctx.shared_chunk[k])) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("chunk context: shared entry %d (chunk %d, [%d, %d)) is out of range", k,
+                          ctx.shared_chunk[k], b, e));
+    }
+    if (plan.runs.empty() || plan.runs.back().begin != b || plan.runs.back().end != e) {
+      DecodePlan::Run run;
+      run.first = k;
+      run.begin = b;
+      run.end = e;
+      run.slot = static_cast<int32_t>(plan.num_slots);
+      plan.num_slots += e - b;
+      if (plan.num_slots > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError("chunk context: too many partial states");
+      }
+      plan.runs.push_back(run);
+      for (int s = b; s < e; ++s) ++covering[s + 1];
+    }
+    plan.runs.back().last = k + 1;
+  }
+  for (int s = 0; s < n; ++s) {
+    const int32_t b = ctx.private_begin[s], e = ctx.private_end[s];
+    if (b < 0 || e < b || static_cast<size_t>(e) > table) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("chunk context: private range [%d, %d) of sequence %d is out of range", b, e, s));
+    }
+    for (int32_t i = b; i < e; ++i) {
+      if (bad_chunk(ctx.private_chunk[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("chunk context: private chunk %d outside the pool", ctx.private_chunk[i]));
+      }
+    }
+    if (covering[s + 1] == 0 && e == b) {
+      return absl::InvalidArgumentError(absl::StrFormat("chunk context: sequence %d has no chunks", s));
+    }
+  }
+  for (int s = 0; s < n; ++s) covering[s + 1] += covering[s];
+  plan.seq_run_begin = covering;
+  plan.seq_runs.resize(covering[n]);
+  for (int r = 0; r < static_cast<int>(plan.runs.size()); ++r) {
+    for (int s = plan.runs[r].begin; s < plan.runs[r].end; ++s) plan.seq_runs[covering[s]++] = r;
+  }
+  return plan;
+}
+
+CpuAttention::CpuAttention(ThreadPool* pool, Isa isa)
+    : pool_(pool), isa_(IsaSupported(isa) ? isa : Isa::kPortable),
+      scratch_(pool ? pool->num_threads() : 1) {}
+
+float* CpuAttention::Scratch(int thread, int64_t floats) {
+  std::vector<float>& s = scratch_[thread];
+  if (static_cast<int64_t>(s.size()) < floats) s.resize(floats);
+  return s.data();
+}
+
+namespace {
+
+void ParallelFor(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int)>& fn) {
+  if (pool) {
+    pool->ParallelFor(n, fn);
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+  }
+}
+
+}  // namespace
+
+absl::Status CpuAttention::Decode(DecodeImpl impl, const DecodePlan& plan, const ChunkContext& ctx,
+                                  const KvPoolView& kv, const AttentionShape& shape, const float* q,
+                                  float* o) {
+  RETURN_IF_ERROR(ValidateAttentionArgs(kv, shape));
+  if (q == nullptr || o == nullptr) return absl::InvalidArgumentError("decode: null q or o");
+  if (ctx.chunk_size != kv.chunk_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "decode: context chunk size %d differs from the pool's %d", ctx.chunk_size, kv.chunk_size));
+  }
+  if (plan.version != ctx.version || plan.num_seqs != ctx.num_seqs() || plan.num_shared != ctx.num_shared() ||
+      static_cast<size_t>(plan.table_size) != ctx.private_chunk.size() ||
+      ctx.shared_tokens.size() != static_cast<size_t>(plan.num_shared) ||
+      ctx.private_tokens.size() != ctx.private_chunk.size()) {
+    return absl::FailedPreconditionError("decode: the plan was made for another context version");
+  }
+  const int c = kv.chunk_size;
+  RETURN_IF_ERROR(CheckTokens(ctx.shared_tokens.data(), plan.num_shared, c, "shared"));
+  for (int s = 0; s < plan.num_seqs; ++s) {
+    RETURN_IF_ERROR(CheckTokens(ctx.private_tokens.data() + ctx.private_begin[s],
+                                ctx.private_end[s] - ctx.private_begin[s], c, "private"));
+  }
+  const IsaKernels* kern = Kernels(isa_, kv.dtype);
+  const int H = shape.num_heads, kvh = shape.num_kv_heads, g = shape.group_size(), d = shape.head_dim;
+  const float scale = shape.EffectiveScale();
+  const bool tpp = impl == DecodeImpl::kTpp;
+  const int64_t num_runs = static_cast<int64_t>(plan.runs.size());
+
+  if (tpp && num_runs > 0) {
+    part_o_.resize(plan.num_slots * H * d);
+    part_m_.resize(plan.num_slots * H);
+    part_n_.resize(plan.num_slots * H);
+    int max_rows = 0;
+    for (const DecodePlan::Run& r : plan.runs) max_rows = std::max(max_rows, (r.end - r.begin) * g);
+    const int64_t scratch = internal::BlockScratchFloats(max_rows, c, d);
+    for (size_t t = 0; t < scratch_.size(); ++t) Scratch(static_cast<int>(t), scratch);
+    ParallelFor(pool_, num_runs * kvh, [&](int64_t item, int thread) {
+      const DecodePlan::Run& run = plan.runs[item / kvh];
+      const int h = static_cast<int>(item % kvh);
+      BlockArgs a;
+      a.kv = HeadOf(kv, h);
+      a.list = {ctx.shared_chunk.data() + run.first, ctx.shared_tokens.data() + run.first, run.last - run.first};
+      a.row_groups = run.end - run.begin;
+      a.group = g;
+      a.scale = scale;
+      a.q = q + (int64_t{run.begin} * H + h * g) * d;
+      a.q_stride = int64_t{H} * d;
+      a.o = part_o_.data() + (int64_t{run.slot} * H + h * g) * d;
+      a.o_stride = int64_t{H} * d;
+      a.m = part_m_.data() + int64_t{run.slot} * H + h * g;
+      a.n = part_n_.data() + int64_t{run.slot} * H + h * g;
+      a.st_stride = H;
+      a.scratch = scratch_[thread].data();
+      kern->block(a);
+    });
+  }
+
+  const int64_t seq_scratch = internal::SeqScratchFloats(g, c, d);
+  for (size_t t = 0; t < scratch_.size(); ++t) Scratch(static_cast<int>(t), seq_scratch);
+  ParallelFor(pool_, int64_t{plan.num_seqs} * kvh, [&](int64_t item, int thread) {
+    const int s = static_cast<int>(item / kvh);
+    const int h = static_cast<int>(item % kvh);
+    float* out = o + (int64_t{s} * H + h * g) * d;
+    thread_local std::vector<float> state;  // (m, n) of the group's query heads
+    state.resize(2 * g);
+    float* mp = state.data();
+    float* np = state.data() + g;
+    std::fill(out, out + int64_t{g} * d, 0.0f);
+    std::fill(mp, mp + g, kEmptyStateMax);
+    std::fill(np, np + g, 0.0f);
+    thread_local std::vector<ChunkList> lists;
+    lists.clear();
+    for (int32_t i = plan.seq_run_begin[s]; i < plan.seq_run_begin[s + 1]; ++i) {
+      const DecodePlan::Run& run = plan.runs[plan.seq_runs[i]];
+      if (tpp) {
+        const int64_t slot = run.slot + s - run.begin;
+        for (int r = 0; r < g; ++r) {
+          const int64_t idx = slot * H + h * g + r;
+          MergeState(out + int64_t{r} * d, &mp[r], &np[r], part_o_.data() + idx * d, part_m_[idx], part_n_[idx], d);
+        }
+      } else {
+        lists.push_back({ctx.shared_chunk.data() + run.first, ctx.shared_tokens.data() + run.first,
+                         run.last - run.first});
+      }
+    }
+    const int32_t pb = ctx.private_begin[s];
+    lists.push_back({ctx.private_chunk.data() + pb, ctx.private_tokens.data() + pb, ctx.private_end[s] - pb});
+    SeqArgs a;
+    a.kv = HeadOf(kv, h);
+    a.lists = lists.data();
+    a.num_lists = static_cast<int>(lists.size());
+    a.group = g;
+    a.scale = scale;
+    a.q = q + (int64_t{s} * H + h * g) * d;
+    a.o = out;
+    a.m = mp;
+    a.n = np;
+    a.scratch = scratch_[thread].data();
+    kern->seq(a);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuAttention::Prefill(const PrefillBatch& batch, const KvPoolView& kv, const AttentionShape& shape,
+                                   const float* q, float* o) {
+  RETURN_IF_ERROR(ValidateAttentionArgs(kv, shape));
+  RETURN_IF_ERROR(ValidatePrefillBatch(batch, kv.chunk_size, kv.num_chunks));
+  if (q == nullptr || o == nullptr) return absl::InvalidArgumentError("prefill: null q or o");
+  const IsaKernels* kern = Kernels(isa_, kv.dtype);
+  const int H = shape.num_heads, kvh = shape.num_kv_heads, g = shape.group_size(), d = shape.head_dim;
+  const int c = kv.chunk_size;
+  const int tokens_per_block = std::max(1, kPrefillRows / g);
+
+  // Filled slots of every listed chunk, and the (sequence, first token) blocks.
+  std::vector<int32_t> tokens(batch.chunk_ids.size(), 0);
+  struct Block {
+    int32_t seq, t0, count;
+  };
+  std::vector<Block> blocks;
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t new_tokens = batch.q_begin[s + 1] - batch.q_begin[s];
+    const int64_t len = int64_t{batch.prefix_len[s]} + new_tokens;
+    for (int32_t e = batch.chunk_begin[s]; e < batch.chunk_begin[s + 1]; ++e) {
+      const int64_t left = len - int64_t{e - batch.chunk_begin[s]} * c;
+      tokens[e] = static_cast<int32_t>(std::clamp<int64_t>(left, 0, c));
+    }
+    for (int32_t t0 = 0; t0 < new_tokens; t0 += tokens_per_block) {
+      blocks.push_back({s, t0, std::min(tokens_per_block, new_tokens - t0)});
+    }
+  }
+  const int64_t scratch = internal::BlockScratchFloats(tokens_per_block * g, c, d);
+  for (size_t t = 0; t < scratch_.size(); ++t) Scratch(static_cast<int>(t), scratch);
+  const float scale = shape.EffectiveScale();
+  ParallelFor(pool_, static_cast<int64_t>(blocks.size()) * kvh, [&](int64_t item, int thread) {
+    const Block& b = blocks[item / kvh];
+    const int h = static_cast<int>(item % kvh);
+    const int64_t row0 = batch.q_begin[b.seq] + b.t0;
+    const int64_t last_pos = int64_t{batch.prefix_len[b.seq]} + b.t0 + b.count - 1;
+    BlockArgs a;
+    a.kv = HeadOf(kv, h);
+    a.list = {batch.chunk_ids.data() + batch.chunk_begin[b.seq], tokens.data() + batch.chunk_begin[b.seq],
+              static_cast<int>(last_pos / c + 1)};
+    a.row_groups = b.count;
+    a.group = g;
+    a.scale = scale;
+    a.q = q + (row0 * H + h * g) * d;
+    a.q_stride = int64_t{H} * d;
+    a.causal = true;
+    a.q_pos0 = batch.prefix_len[b.seq] + b.t0;
+    a.normalize = true;
+    a.o = o + (row0 * H + h * g) * d;
+    a.o_stride = int64_t{H} * d;
+    a.scratch = scratch_[thread].data();
+    kern->block(a);
+  });
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status ValidatePool(const KvPoolView& kv) {
+  AttentionShape shape;
+  shape.num_heads = kv.num_kv_heads;
+  shape.num_kv_heads = kv.num_kv_heads;
+  shape.head_dim = kv.head_dim;
+  return ValidateAttentionArgs(kv, shape);
+}
+
+}  // namespace
+
+absl::Status AppendKv(const KvPoolView& kv, const float* k, const float* v, absl::Span<const int64_t> slots) {
+  RETURN_IF_ERROR(ValidatePool(kv));
+  if (!slots.empty() && (k == nullptr || v == nullptr)) return absl::InvalidArgumentError("append: null k or v");
+  const int64_t num_slots = kv.num_chunks * kv.chunk_size;
+  for (int64_t slot : slots) {
+    if (slot < 0 || slot >= num_slots) {
+      return absl::InvalidArgumentError(absl::StrFormat("append: slot %d outside the pool's %d", slot, num_slots));
+    }
+  }
+  const int d = kv.head_dim;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int64_t chunk = slots[i] / kv.chunk_size;
+    const int64_t pos = slots[i] % kv.chunk_size;
+    for (int h = 0; h < kv.num_kv_heads; ++h) {
+      const int64_t dst = ((chunk * kv.num_kv_heads + h) * kv.chunk_size + pos) * d;
+      const int64_t src = (static_cast<int64_t>(i) * kv.num_kv_heads + h) * d;
+      for (int x = 0; x < d; ++x) {
+        StoreAs(kv.dtype, kv.k, dst + x, k[src + x]);
+        StoreAs(kv.dtype, kv.v, dst + x, v[src + x]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyKv(const KvPoolView& kv, absl::Span<const KvCopy> copies) {
+  RETURN_IF_ERROR(ValidatePool(kv));
+  for (const KvCopy& cp : copies) {
+    if (cp.src_chunk < 0 || cp.src_chunk >= kv.num_chunks || cp.dst_chunk < 0 || cp.dst_chunk >= kv.num_chunks ||
+        cp.num_tokens < 0 || cp.num_tokens > kv.chunk_size) {
+      return absl::InvalidArgumentError(absl::StrFormat("copy %d -> %d of %d tokens is out of range",
+                                                        cp.src_chunk, cp.dst_chunk, cp.num_tokens));
+    }
+  }
+  const int64_t bytes = DTypeBytes(kv.dtype);
+  const int64_t head = int64_t{kv.chunk_size} * kv.head_dim * bytes;
+  for (const KvCopy& cp : copies) {
+    if (cp.src_chunk == cp.dst_chunk) continue;
+    for (void* base : {kv.k, kv.v}) {
+      auto* p = static_cast<uint8_t*>(base);
+      for (int h = 0; h < kv.num_kv_heads; ++h) {
+        std::memcpy(p + (cp.dst_chunk * int64_t{kv.num_kv_heads} + h) * head,
+                    p + (cp.src_chunk * int64_t{kv.num_kv_heads} + h) * head, cp.num_tokens * kv.head_dim * bytes);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DenseKv> GatherDense(const ChunkContext& ctx, const KvPoolView& kv) {
+  RETURN_IF_ERROR(ValidatePool(kv));
+  RETURN_IF_ERROR(ValidateChunkContext(ctx, kv.num_chunks));
+  DenseKv dense;
+  dense.dtype = kv.dtype;
+  dense.num_kv_heads = kv.num_kv_heads;
+  dense.head_dim = kv.head_dim;
+  dense.len = ctx.seq_len;
+  for (int32_t l : ctx.seq_len) dense.max_len = std::max<int64_t>(dense.max_len, l);
+  const int64_t bytes = DTypeBytes(kv.dtype);
+  const int64_t row = kv.head_dim * bytes;
+  const int64_t size = int64_t{ctx.num_seqs()} * kv.num_kv_heads * dense.max_len * row;
+  dense.k.assign(size, 0);
+  dense.v.assign(size, 0);
+  const int64_t head = int64_t{kv.chunk_size} * row;
+  for (int s = 0; s < ctx.num_seqs(); ++s) {
+    const std::vector<int32_t> chunks = SequenceChunks(ctx, s);
+    for (size_t e = 0; e < chunks.size(); ++e) {
+      const int64_t first = static_cast<int64_t>(e) * kv.chunk_size;
+      const int64_t t = std::min<int64_t>(kv.chunk_size, ctx.seq_len[s] - first);
+      for (int h = 0; h < kv.num_kv_heads; ++h) {
+        const int64_t src = (chunks[e] * int64_t{kv.num_kv_heads} + h) * head;
+        const int64_t dst = ((int64_t{s} * kv.num_kv_heads + h) * dense.max_len + first) * row;
+        std::memcpy(dense.k.data() + dst, static_cast<const uint8_t*>(kv.k) + src, t * row);
+        std::memcpy(dense.v.data() + dst, static_cast<const uint8_t*>(kv.v) + src, t * row);
+      }
+    }
+  }
+  return dense;
+}
+
+absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const float* q, float* o,
+                         ThreadPool* pool, Isa isa) {
+  if (shape.num_kv_heads != kv.num_kv_heads || shape.head_dim != kv.head_dim || shape.num_kv_heads <= 0 ||
+      shape.num_heads % shape.num_kv_heads != 0 || kv.head_dim % 16 != 0 || kv.head_dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError("naive decode: shape does not match the dense KV");
+  }
+  if (q == nullptr || o == nullptr) return absl::InvalidArgumentError("naive decode: null q or o");
+  const int64_t expect = static_cast<int64_t>(kv.len.size()) * kv.num_kv_heads * kv.max_len * kv.head_dim *
+                         DTypeBytes(kv.dtype);
+  if (static_cast<int64_t>(kv.k.size()) != expect || static_cast<int64_t>(kv.v.size()) != expect) {
+    return absl::InvalidArgumentError("naive decode: dense K/V size does not match its shape");
+  }
+  for (int32_t l : kv.len) {
+    if (l < 1 || l > kv.max_len) return absl::InvalidArgumentError("naive decode: bad sequence length");
+  }
+  const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, kv.dtype);
+  const int H = shape.num_heads, kvh = shape.num_kv_heads, g = shape.group_size(), d = shape.head_dim;
+  const int64_t row = int64_t{d} * DTypeBytes(kv.dtype);
+  std::vector<std::vector<float>> scratch(pool ? pool->num_threads() : 1,
+                                          std::vector<float>(internal::NaiveScratchFloats(g, kv.max_len, d)));
+  const float scale = shape.EffectiveScale();
+  ParallelFor(pool, static_cast<int64_t>(kv.len.size()) * kvh, [&](int64_t item, int thread) {
+    const int64_t s = item / kvh;
+    const int h = static_cast<int>(item % kvh);
+    internal::NaiveArgs a;
+    a.k = kv.k.data() + (s * kvh + h) * kv.max_len * row;
+    a.v = kv.v.data() + (s * kvh + h) * kv.max_len * row;
+    a.len = kv.len[s];
+    a.head_dim = d;
+    a.group = g;
+    a.scale = scale;
+    a.q = q + (s * H + h * g) * d;
+    a.o = o + (s * H + h * g) * d;
+    a.scratch = scratch[thread].data();
+    kern->naive(a);
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace chunkattn::cpu

@@ -1,0 +1,124 @@
+// CPU attention over the chunked KV pool: two-phase partition (TPP) decode,
+// its sequence-only baseline, prefill over chunked KV, KV append and copy.
+// These are also the oracle the CUDA kernels are tested against.
+//
+// Decode follows section 3.2 of the ChunkAttention paper:
+//  * chunk-first: for each run of consecutive shared chunks with the same
+//    sequence range [i, j) (one entry chain of the context table) and each KV
+//    head, the queries of sequences i..j-1 (times the GQA group) form one
+//    matrix; K/V of each chunk are read once for all of them. The run is
+//    reduced before it is written: one partial state per (sequence, head) per
+//    run, not per chunk.
+//  * sequence-first: for each (sequence, KV head), merge its partials, then
+//    continue over its private chunks with one query vector at a time.
+// DecodeImpl::kSequence is the paper's PagedAttention*: every sequence reads
+// all its chunks itself (shared ones included, same physical memory).
+//
+// Thread-compatibility: a CpuAttention is used by one thread at a time (it
+// owns the scratch); it parallelizes internally over its ThreadPool.
+#ifndef CHUNKATTN_KERNELS_CPU_ATTENTION_H_
+#define CHUNKATTN_KERNELS_CPU_ATTENTION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/api/attention.h"
+#include "kernels/api/chunk_context.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace chunkattn::cpu {
+
+// Instruction sets with a kernel build. kAvx2 needs AVX2, FMA and F16C.
+enum class Isa { kPortable, kAvx2 };
+const char* IsaName(Isa isa);
+bool IsaSupported(Isa isa);
+Isa BestIsa();
+
+enum class DecodeImpl { kTpp, kSequence };
+const char* DecodeImplName(DecodeImpl impl);
+
+// What the kernels need from a context's structure, derived once per context
+// version (the "plan" step; the per-step "run" only reads token counts).
+struct DecodePlan {
+  uint64_t version = 0;
+  int num_seqs = 0;
+  int num_shared = 0;
+  int table_size = 0;  // entries in the private table
+  // A run: shared entries [first, last) that all cover sequences [begin, end).
+  // Its partial state for sequence s lives in partial slot `slot + s - begin`.
+  struct Run {
+    int32_t first = 0, last = 0, begin = 0, end = 0, slot = 0;
+  };
+  std::vector<Run> runs;
+  // Runs covering sequence s: seq_runs[seq_run_begin[s] .. seq_run_begin[s+1]).
+  std::vector<int32_t> seq_run_begin;
+  std::vector<int32_t> seq_runs;
+  int64_t num_slots = 0;  // sum of (end - begin) over runs
+};
+
+// INVALID_ARGUMENT when the arrays are inconsistent (sizes, ranges, chunk ids
+// outside [0, num_pool_chunks)). O(entries + sum of run widths); the deeper
+// promises are ValidateChunkContext's, checked where plans enter a worker.
+absl::StatusOr<DecodePlan> PlanDecode(const ChunkContext& ctx, int64_t num_pool_chunks);
+
+class CpuAttention {
+ public:
+  // `pool` (borrowed, may be null for single-threaded) must outlive this.
+  explicit CpuAttention(ThreadPool* pool, Isa isa = BestIsa());
+
+  Isa isa() const { return isa_; }
+
+  // Decode attention for one layer.
+  //   q: (num_seqs, num_heads, head_dim) fp32, sequences in context order
+  //   o: (num_seqs, num_heads, head_dim) fp32
+  // `plan` must come from PlanDecode on a context with the same version and
+  // structure (FAILED_PRECONDITION otherwise); token counts are read from ctx.
+  absl::Status Decode(DecodeImpl impl, const DecodePlan& plan, const ChunkContext& ctx,
+                      const KvPoolView& kv, const AttentionShape& shape, const float* q, float* o);
+
+  // Prefill attention for one layer (causal over new tokens, full over the
+  // prefix already in the pool). The new tokens' KV must already be appended.
+  //   q, o: (batch.num_tokens(), num_heads, head_dim) fp32
+  absl::Status Prefill(const PrefillBatch& batch, const KvPoolView& kv, const AttentionShape& shape,
+                       const float* q, float* o);
+
+ private:
+  float* Scratch(int thread, int64_t floats);
+
+  ThreadPool* pool_;
+  Isa isa_;
+  std::vector<std::vector<float>> scratch_;  // per pool thread
+  std::vector<float> part_o_, part_m_, part_n_;
+};
+
+// Writes K/V of new tokens into their slots (chunk * chunk_size + position).
+//   k, v: (num_tokens, num_kv_heads, head_dim) fp32, rounded to kv.dtype
+absl::Status AppendKv(const KvPoolView& kv, const float* k, const float* v,
+                      absl::Span<const int64_t> slots);
+
+// Applies copy-on-write copies in order (see KvCopy).
+absl::Status CopyKv(const KvPoolView& kv, absl::Span<const KvCopy> copies);
+
+// The naive baseline (the paper's "Naive"): every sequence has its own dense
+// copy of its KV, and attention materializes the full score row.
+struct DenseKv {
+  DType dtype = DType::kFloat16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int64_t max_len = 0;
+  std::vector<int32_t> len;    // (num_seqs)
+  std::vector<uint8_t> k, v;   // (num_seqs, num_kv_heads, max_len, head_dim) of dtype
+};
+
+// Copies each context sequence's KV out of the pool.
+absl::StatusOr<DenseKv> GatherDense(const ChunkContext& ctx, const KvPoolView& kv);
+
+absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const float* q, float* o,
+                         ThreadPool* pool, Isa isa = BestIsa());
+
+}  // namespace chunkattn::cpu
+
+#endif  // CHUNKATTN_KERNELS_CPU_ATTENTION_H_

@@ -1,0 +1,116 @@
+// The per-ISA inner kernels behind kernels/cpu/attention.h. Plain structs of
+// borrowed pointers, no allocation: the caller (attention.cc) owns the plan,
+// the scratch and the threads, and picks a table by ISA and storage dtype.
+#ifndef CHUNKATTN_KERNELS_CPU_INTERNAL_KERNELS_H_
+#define CHUNKATTN_KERNELS_CPU_INTERNAL_KERNELS_H_
+
+#include <cstdint>
+
+#include "kernels/api/dtype.h"
+
+namespace chunkattn::cpu::internal {
+
+// One KV head of one layer of the pool; the element type is implied by the
+// table the kernel came from.
+struct KvHead {
+  const void* k = nullptr;  // pool K base (chunk 0, head 0)
+  const void* v = nullptr;
+  int64_t chunk_stride = 0;  // elements between chunks: kv_heads * chunk_size * head_dim
+  int64_t head_offset = 0;   // elements from a chunk's start to this head's (chunk_size, head_dim) block
+  int chunk_size = 0;
+  int head_dim = 0;
+};
+
+// A list of chunks in position order and the filled slots of each.
+struct ChunkList {
+  const int32_t* chunks = nullptr;
+  const int32_t* tokens = nullptr;
+  int count = 0;
+};
+
+// Attention of a block of query rows against a list of chunks, in the
+// matrix-product form of the chunk-first phase (Eqn 1): the K/V of a chunk are
+// loaded once for all rows. Rows are `row_groups` x `group`: row (a, r) is
+// query head `r` of the group, for sequence (decode) or token (prefill) `a`.
+struct BlockArgs {
+  KvHead kv;
+  ChunkList list;
+  int row_groups = 0;
+  int group = 0;
+  float scale = 0;
+  const float* q = nullptr;  // row (a, r) at q + a * q_stride + r * head_dim
+  int64_t q_stride = 0;
+  // Causal mask (prefill): row group a is the token at position q_pos0 + a;
+  // chunk e of the list holds positions [e * chunk_size, ...).
+  bool causal = false;
+  int64_t q_pos0 = 0;
+  // Output. normalize: o(a, r) = attention output. Otherwise the unnormalized
+  // state (o, m, n) of attention_state.h, with m/n(a, r) at a * st_stride + r.
+  bool normalize = false;
+  float* o = nullptr;  // row (a, r) at o + a * o_stride + r * head_dim
+  int64_t o_stride = 0;
+  float* m = nullptr;
+  float* n = nullptr;
+  int64_t st_stride = 0;
+  float* scratch = nullptr;  // BlockScratchFloats(...) floats
+};
+
+inline int64_t RoundUp8(int64_t x) { return (x + 7) / 8 * 8; }
+
+inline int64_t BlockScratchFloats(int rows, int chunk_size, int head_dim) {
+  const int64_t mp = RoundUp8(rows);
+  return head_dim * mp + 2 * int64_t{chunk_size} * head_dim + chunk_size * mp + mp * head_dim + 3 * mp;
+}
+
+// Attention of the `group` query heads of one sequence against its chunks, one
+// query vector at a time (the sequence-first phase, Algorithm 2), continuing
+// from the state in `o/m/n` (the merged chunk-first partials, or empty).
+struct SeqArgs {
+  KvHead kv;
+  const ChunkList* lists = nullptr;  // processed in order
+  int num_lists = 0;
+  int group = 0;
+  float scale = 0;
+  const float* q = nullptr;  // (group, head_dim)
+  float* o = nullptr;        // (group, head_dim) state in, attention output out
+  float* m = nullptr;        // (group)
+  float* n = nullptr;        // (group)
+  float* scratch = nullptr;  // SeqScratchFloats(...) floats
+};
+
+inline int64_t SeqScratchFloats(int group, int chunk_size, int head_dim) {
+  return int64_t{group} * head_dim + int64_t{group} * (chunk_size + 8);
+}
+
+// The naive baseline: one query head group against a dense (len, head_dim) K
+// and V, with the full score row materialized (three passes).
+struct NaiveArgs {
+  const void* k = nullptr;  // (len, head_dim)
+  const void* v = nullptr;
+  int64_t len = 0;
+  int head_dim = 0;
+  int group = 0;
+  float scale = 0;
+  const float* q = nullptr;  // (group, head_dim)
+  float* o = nullptr;        // (group, head_dim)
+  float* scratch = nullptr;  // NaiveScratchFloats(...) floats
+};
+
+inline int64_t NaiveScratchFloats(int group, int64_t len, int head_dim) {
+  return int64_t{group} * head_dim + RoundUp8(len) + 8;
+}
+
+struct IsaKernels {
+  void (*block)(const BlockArgs&) = nullptr;
+  void (*seq)(const SeqArgs&) = nullptr;
+  void (*naive)(const NaiveArgs&) = nullptr;
+};
+
+// Tables for one storage dtype; Avx2Kernels returns nullptr when this build
+// has no AVX2 path (non-x86 host).
+const IsaKernels* PortableKernels(DType dtype);
+const IsaKernels* Avx2Kernels(DType dtype);
+
+}  // namespace chunkattn::cpu::internal
+
+#endif  // CHUNKATTN_KERNELS_CPU_INTERNAL_KERNELS_H_

@@ -1,0 +1,343 @@
+// The CPU attention kernels, written once over an 8-lane vector type S
+// (simd_avx2.h or simd_portable.h) and a storage tag D (storage.h).
+// Included by exactly one translation unit per ISA. Everything is a template
+// on S, so each ISA's copy has its own symbols: a helper compiled with AVX2
+// can never be picked by the linker for the portable path.
+#ifndef CHUNKATTN_KERNELS_CPU_INTERNAL_KERNELS_IMPL_H_
+#define CHUNKATTN_KERNELS_CPU_INTERNAL_KERNELS_IMPL_H_
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/internal/kernels.h"
+#include "kernels/cpu/internal/storage.h"
+
+namespace chunkattn::cpu::internal {
+
+template <class S>
+struct Impl {
+  using V = typename S::V;
+  static constexpr int L = S::kLanes;
+  static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  static int64_t Up8(int64_t x) { return (x + 7) / 8 * 8; }
+
+  // dst[0..n) = src[0..n) as fp32; n is a multiple of 8.
+  template <class D>
+  static void Convert(const typename D::T* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += L) S::Store(dst + i, S::LoadKv(src + i, D{}));
+  }
+
+  // st[j][m0 .. m0 + NV*8) for rows j0 .. j0+R of kf:
+  //   st[j][m] = sum_k kf[j][k] * qt[k][m]
+  // kf: (R, d) with row stride d; qt: (d, mp); st: rows of mp.
+  template <int R, int NV>
+  static void ScoreTile(const float* kf, int d, const float* qt, int64_t mp, float* st) {
+    V acc[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = S::Zero();
+    for (int k = 0; k < d; ++k) {
+      V b[NV];
+      for (int v = 0; v < NV; ++v) b[v] = S::Load(qt + k * mp + v * L);
+      for (int r = 0; r < R; ++r) {
+        const V a = S::Set1(kf[r * d + k]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::Fma(a, b[v], acc[r][v]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) S::Store(st + r * mp + v * L, acc[r][v]);
+  }
+
+  template <int NV>
+  static void ScoreColumns(const float* kf, int t, int d, const float* qt, int64_t mp, float* st) {
+    int j = 0;
+    for (; j + 4 <= t; j += 4) ScoreTile<4, NV>(kf + j * d, d, qt, mp, st + j * mp);
+    switch (t - j) {
+      case 3: ScoreTile<3, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
+      case 2: ScoreTile<2, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
+      case 1: ScoreTile<1, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
+      default: break;
+    }
+  }
+
+  // acc[m0 + r][db .. db + 16) = acc * alpha[m0 + r] + sum_j p[j][m0 + r] * vf[j][db ..]
+  // for r < R. p: (t, mp) probabilities (transposed), vf: (t, d), acc: (mp, d).
+  template <int R>
+  static void PvTile(const float* p, int64_t mp, const float* vf, int d, int t, const float* alpha,
+                     float* acc) {
+    V o[R][2];
+    for (int r = 0; r < R; ++r) {
+      const V al = S::Set1(alpha[r]);
+      o[r][0] = S::Mul(S::Load(acc + r * d), al);
+      o[r][1] = S::Mul(S::Load(acc + r * d + L), al);
+    }
+    for (int j = 0; j < t; ++j) {
+      const V b0 = S::Load(vf + j * d);
+      const V b1 = S::Load(vf + j * d + L);
+      for (int r = 0; r < R; ++r) {
+        const V a = S::Set1(p[j * mp + r]);
+        o[r][0] = S::Fma(a, b0, o[r][0]);
+        o[r][1] = S::Fma(a, b1, o[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      S::Store(acc + r * d, o[r][0]);
+      S::Store(acc + r * d + L, o[r][1]);
+    }
+  }
+
+  // Chunk-first / prefill: see BlockArgs.
+  template <class D>
+  static void Block(const BlockArgs& a) {
+    using T = typename D::T;
+    const int d = a.kv.head_dim;
+    const int c = a.kv.chunk_size;
+    const int g = a.group;
+    const int rows = a.row_groups * g;
+    const int64_t mp = Up8(rows);
+    float* qt = a.scratch;     // (d, mp) scaled queries, transposed
+    float* kf = qt + d * mp;   // (c, d) K of the current chunk in fp32
+    float* vf = kf + int64_t{c} * d;  // (c, d)
+    float* st = vf + int64_t{c} * d;  // (c, mp) scores, then probabilities
+    float* acc = st + c * mp;         // (mp, d) unnormalized output
+    float* mcol = acc + mp * d;       // (mp) running max
+    float* ncol = mcol + mp;          // (mp) running sum
+    float* alpha = ncol + mp;         // (mp) rescale of the previous state
+
+    for (int row = 0; row < mp; ++row) {
+      const float* q = row < rows ? a.q + (row / g) * a.q_stride + (row % g) * d : nullptr;
+      for (int k = 0; k < d; ++k) qt[k * mp + row] = q ? q[k] * a.scale : 0.0f;
+    }
+    std::memset(acc, 0, sizeof(float) * mp * d);
+    for (int64_t row = 0; row < mp; ++row) {
+      mcol[row] = kNegInf;
+      ncol[row] = 0;
+    }
+    const int64_t last_q_pos = a.q_pos0 + a.row_groups - 1;
+    const T* kbase = static_cast<const T*>(a.kv.k) + a.kv.head_offset;
+    const T* vbase = static_cast<const T*>(a.kv.v) + a.kv.head_offset;
+
+    for (int e = 0; e < a.list.count; ++e) {
+      const int64_t key0 = int64_t{e} * c;
+      if (a.causal && key0 > last_q_pos) break;
+      const int t = a.list.tokens[e];
+      const int64_t chunk = a.list.chunks[e];
+      Convert<D>(kbase + chunk * a.kv.chunk_stride, kf, int64_t{t} * d);
+      Convert<D>(vbase + chunk * a.kv.chunk_stride, vf, int64_t{t} * d);
+
+      int64_t m0 = 0;
+      for (; m0 + 2 * L <= mp; m0 += 2 * L) ScoreColumns<2>(kf, t, d, qt + m0, mp, st + m0);
+      if (m0 < mp) ScoreColumns<1>(kf, t, d, qt + m0, mp, st + m0);
+
+      if (a.causal && key0 + t - 1 > a.q_pos0) {  // some key lies after some query
+        for (int j = 0; j < t; ++j) {
+          for (int row = 0; row < rows; ++row) {
+            if (key0 + j > a.q_pos0 + row / g) st[j * mp + row] = kNegInf;
+          }
+        }
+      }
+
+      // Online softmax per column (query row), eight columns at a time.
+      for (int64_t col = 0; col < mp; col += L) {
+        const V m_old = S::Load(mcol + col);
+        V mx = m_old;
+        for (int j = 0; j < t; ++j) mx = S::Max(mx, S::Load(st + j * mp + col));
+        V sum = S::Zero();
+        for (int j = 0; j < t; ++j) {
+          const V p = S::Exp(S::Sub(S::Load(st + j * mp + col), mx));
+          S::Store(st + j * mp + col, p);
+          sum = S::Add(sum, p);
+        }
+        const V al = S::Exp(S::Sub(m_old, mx));  // 0 while the state is empty
+        S::Store(alpha + col, al);
+        S::Store(ncol + col, S::Fma(S::Load(ncol + col), al, sum));
+        S::Store(mcol + col, mx);
+      }
+
+      for (int db = 0; db < d; db += 2 * L) {
+        int row = 0;
+        for (; row + 4 <= rows; row += 4)
+          PvTile<4>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db);
+        switch (rows - row) {
+          case 3: PvTile<3>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db); break;
+          case 2: PvTile<2>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db); break;
+          case 1: PvTile<1>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db); break;
+          default: break;
+        }
+      }
+    }
+
+    for (int row = 0; row < rows; ++row) {
+      const int ag = row / g;
+      const int r = row % g;
+      float* o = a.o + ag * a.o_stride + r * d;
+      const float* src = acc + row * d;
+      if (a.normalize) {
+        const V inv = S::Set1(1.0f / ncol[row]);
+        for (int k = 0; k < d; k += L) S::Store(o + k, S::Mul(S::Load(src + k), inv));
+      } else {
+        std::memcpy(o, src, sizeof(float) * d);
+        a.m[ag * a.st_stride + r] = mcol[row];
+        a.n[ag * a.st_stride + r] = ncol[row];
+      }
+    }
+  }
+
+  // s[j] = dot(q, k_j) for j < t; q already scaled. k: (t, d) stored as D.
+  template <class D>
+  static void Scores(const float* q, const typename D::T* k, int64_t t, int d, float* s) {
+    int64_t j = 0;
+    for (; j + 4 <= t; j += 4) {
+      V a0 = S::Zero(), a1 = S::Zero(), a2 = S::Zero(), a3 = S::Zero();
+      const typename D::T* k0 = k + j * d;
+      for (int i = 0; i < d; i += L) {
+        const V qv = S::Load(q + i);
+        a0 = S::Fma(qv, S::LoadKv(k0 + i, D{}), a0);
+        a1 = S::Fma(qv, S::LoadKv(k0 + d + i, D{}), a1);
+        a2 = S::Fma(qv, S::LoadKv(k0 + 2 * d + i, D{}), a2);
+        a3 = S::Fma(qv, S::LoadKv(k0 + 3 * d + i, D{}), a3);
+      }
+      S::HSum4(a0, a1, a2, a3, s + j);
+    }
+    for (; j < t; ++j) {
+      V a0 = S::Zero();
+      for (int i = 0; i < d; i += L) a0 = S::Fma(S::Load(q + i), S::LoadKv(k + j * d + i, D{}), a0);
+      s[j] = S::HSum(a0);
+    }
+  }
+
+  // Turns scores s[0..t) into exp(s - mx) in place and returns their sum.
+  // s has room for t rounded up to 8; the padding is set to -inf first.
+  static float ExpInPlace(float* s, int64_t t, float mx) {
+    const int64_t tp = Up8(t);
+    for (int64_t j = t; j < tp; ++j) s[j] = kNegInf;
+    const V vmx = S::Set1(mx);
+    V sum = S::Zero();
+    for (int64_t j = 0; j < tp; j += L) {
+      const V p = S::Exp(S::Sub(S::Load(s + j), vmx));
+      S::Store(s + j, p);
+      sum = S::Add(sum, p);
+    }
+    return S::HSum(sum);
+  }
+
+  static float MaxOf(const float* s, int64_t t, float init) {
+    float mx = init;
+    int64_t j = 0;
+    if (t >= L) {
+      V v = S::Load(s);
+      for (j = L; j + L <= t; j += L) v = S::Max(v, S::Load(s + j));
+      const float h = S::HMax(v);
+      mx = h > mx ? h : mx;
+    }
+    for (; j < t; ++j) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+  }
+
+  static float ScalarExp(float x) { return S::HMax(S::Exp(S::Set1(x))); }
+
+  // o[0..d) = o * alpha + sum_j p[j] * v_j, v: (t, d) stored as D.
+  template <class D>
+  static void AccumulatePv(const float* p, const typename D::T* v, int64_t t, int d, float alpha,
+                           float* o) {
+    const V al = S::Set1(alpha);
+    for (int db = 0; db < d; db += 2 * L) {
+      V o0 = S::Mul(S::Load(o + db), al);
+      V o1 = S::Mul(S::Load(o + db + L), al);
+      for (int64_t j = 0; j < t; ++j) {
+        const V pj = S::Set1(p[j]);
+        o0 = S::Fma(pj, S::LoadKv(v + j * d + db, D{}), o0);
+        o1 = S::Fma(pj, S::LoadKv(v + j * d + db + L, D{}), o1);
+      }
+      S::Store(o + db, o0);
+      S::Store(o + db + L, o1);
+    }
+  }
+
+  // Sequence-first: see SeqArgs.
+  template <class D>
+  static void Seq(const SeqArgs& a) {
+    using T = typename D::T;
+    const int d = a.kv.head_dim;
+    const int c = a.kv.chunk_size;
+    float* qs = a.scratch;               // (group, d) scaled queries
+    float* s = qs + int64_t{a.group} * d;  // (group, c + 8) scores / probabilities
+    const int64_t s_stride = c + 8;
+    for (int64_t i = 0; i < int64_t{a.group} * d; ++i) qs[i] = a.q[i] * a.scale;
+    const T* kbase = static_cast<const T*>(a.kv.k) + a.kv.head_offset;
+    const T* vbase = static_cast<const T*>(a.kv.v) + a.kv.head_offset;
+
+    for (int li = 0; li < a.num_lists; ++li) {
+      const ChunkList& list = a.lists[li];
+      for (int e = 0; e < list.count; ++e) {
+        const int t = list.tokens[e];
+        const int64_t chunk = list.chunks[e];
+        const T* k = kbase + chunk * a.kv.chunk_stride;
+        const T* v = vbase + chunk * a.kv.chunk_stride;
+        for (int r = 0; r < a.group; ++r) {
+          float* sr = s + r * s_stride;
+          Scores<D>(qs + r * d, k, t, d, sr);
+          const float mx = MaxOf(sr, t, a.m[r]);
+          const float alpha = ScalarExp(a.m[r] - mx);  // 0 while empty
+          const float sum = ExpInPlace(sr, t, mx);
+          a.n[r] = a.n[r] * alpha + sum;
+          a.m[r] = mx;
+          AccumulatePv<D>(sr, v, t, d, alpha, a.o + r * d);
+        }
+      }
+    }
+    for (int r = 0; r < a.group; ++r) {
+      const V inv = S::Set1(1.0f / a.n[r]);
+      float* o = a.o + r * d;
+      for (int k = 0; k < d; k += L) S::Store(o + k, S::Mul(S::Load(o + k), inv));
+    }
+  }
+
+  // Naive: scores for the whole sequence, then softmax, then P.V.
+  template <class D>
+  static void Naive(const NaiveArgs& a) {
+    using T = typename D::T;
+    const int d = a.head_dim;
+    float* qs = a.scratch;
+    float* s = qs + int64_t{a.group} * d;
+    for (int64_t i = 0; i < int64_t{a.group} * d; ++i) qs[i] = a.q[i] * a.scale;
+    for (int r = 0; r < a.group; ++r) {
+      Scores<D>(qs + r * d, static_cast<const T*>(a.k), a.len, d, s);
+      const float mx = MaxOf(s, a.len, kNegInf);
+      const float sum = ExpInPlace(s, a.len, mx);
+      float* o = a.o + r * d;
+      std::memset(o, 0, sizeof(float) * d);
+      AccumulatePv<D>(s, static_cast<const T*>(a.v), a.len, d, 1.0f, o);
+      const V inv = S::Set1(1.0f / sum);
+      for (int k = 0; k < d; k += L) S::Store(o + k, S::Mul(S::Load(o + k), inv));
+    }
+  }
+
+  template <class D>
+  static IsaKernels Table() {
+    IsaKernels t;
+    t.block = &Block<D>;
+    t.seq = &Seq<D>;
+    t.naive = &Naive<D>;
+    return t;
+  }
+};
+
+// Defines the dtype -> table function for ISA S.
+#define CHUNKATTN_DEFINE_KERNEL_TABLES(S, FN)                                  \
+  const IsaKernels* FN(DType dtype) {                                          \
+    static const IsaKernels f32 = Impl<S>::Table<F32>();                       \
+    static const IsaKernels f16 = Impl<S>::Table<F16>();                       \
+    static const IsaKernels bf16 = Impl<S>::Table<BF16>();                     \
+    switch (dtype) {                                                           \
+      case DType::kFloat32: return &f32;                                       \
+      case DType::kFloat16: return &f16;                                       \
+      case DType::kBFloat16: return &bf16;                                     \
+    }                                                                          \
+    return nullptr;                                                            \
+  }
+
+}  // namespace chunkattn::cpu::internal
+
+#endif  // CHUNKATTN_KERNELS_CPU_INTERNAL_KERNELS_IMPL_H_

@@ -1,0 +1,90 @@
+// The same 8-lane interface as simd_avx2.h in plain C++: the fallback on hosts
+// without AVX2 (and on non-x86 hosts), and a second, simpler implementation
+// the tests hold the AVX2 path against.
+#ifndef CHUNKATTN_KERNELS_CPU_INTERNAL_SIMD_PORTABLE_H_
+#define CHUNKATTN_KERNELS_CPU_INTERNAL_SIMD_PORTABLE_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/api/dtype.h"
+#include "kernels/cpu/internal/storage.h"
+
+namespace chunkattn::cpu::internal {
+
+struct Portable {
+  struct V {
+    float x[8];
+  };
+  static constexpr int kLanes = 8;
+
+  static V Zero() { return Set1(0.0f); }
+  static V Set1(float a) {
+    V r;
+    for (float& e : r.x) e = a;
+    return r;
+  }
+  static V Load(const float* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.x[i] = p[i];
+    return r;
+  }
+  static void Store(float* p, V v) {
+    for (int i = 0; i < 8; ++i) p[i] = v.x[i];
+  }
+  static V Fma(V a, V b, V c) {
+    for (int i = 0; i < 8; ++i) c.x[i] = std::fma(a.x[i], b.x[i], c.x[i]);
+    return c;
+  }
+  static V Mul(V a, V b) {
+    for (int i = 0; i < 8; ++i) a.x[i] *= b.x[i];
+    return a;
+  }
+  static V Add(V a, V b) {
+    for (int i = 0; i < 8; ++i) a.x[i] += b.x[i];
+    return a;
+  }
+  static V Sub(V a, V b) {
+    for (int i = 0; i < 8; ++i) a.x[i] -= b.x[i];
+    return a;
+  }
+  static V Max(V a, V b) {
+    for (int i = 0; i < 8; ++i) a.x[i] = a.x[i] > b.x[i] ? a.x[i] : b.x[i];
+    return a;
+  }
+  static V LoadKv(const float* p, F32) { return Load(p); }
+  static V LoadKv(const uint16_t* p, F16) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.x[i] = HalfToFloat(p[i]);
+    return r;
+  }
+  static V LoadKv(const uint16_t* p, BF16) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.x[i] = BFloat16ToFloat(p[i]);
+    return r;
+  }
+  static float HSum(V v) {
+    float s = 0;
+    for (float e : v.x) s += e;
+    return s;
+  }
+  static float HMax(V v) {
+    float m = v.x[0];
+    for (float e : v.x) m = e > m ? e : m;
+    return m;
+  }
+  static void HSum4(V a, V b, V c, V d, float* out) {
+    out[0] = HSum(a);
+    out[1] = HSum(b);
+    out[2] = HSum(c);
+    out[3] = HSum(d);
+  }
+  static V Exp(V v) {
+    for (float& e : v.x) e = std::exp(e);
+    return v;
+  }
+};
+
+}  // namespace chunkattn::cpu::internal
+
+#endif  // CHUNKATTN_KERNELS_CPU_INTERNAL_SIMD_PORTABLE_H_

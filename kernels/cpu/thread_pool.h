@@ -1,0 +1,55 @@
+// A fixed pool of worker threads for data-parallel loops over independent
+// work items (the CPU attention kernels). The calling thread takes part, so a
+// pool of N threads starts N - 1 workers.
+//
+// Thread-compatible: one ParallelFor at a time per pool (the owning thread's
+// loop); ParallelFor must not be called from inside a work item.
+#ifndef CHUNKATTN_KERNELS_CPU_THREAD_POOL_H_
+#define CHUNKATTN_KERNELS_CPU_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace chunkattn::cpu {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means one per hardware thread.
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(item, thread) for every item in [0, n) exactly once, with
+  // `thread` in [0, num_threads()) naming the thread that runs it (for
+  // per-thread scratch), and returns when all have finished. Items are handed
+  // out in increasing order, one at a time, to whichever thread is free.
+  void ParallelFor(int64_t n, const std::function<void(int64_t item, int thread)>& fn);
+
+ private:
+  void WorkerLoop(int thread);
+  void RunItems(int thread);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_;  // workers wait for a new generation
+  std::condition_variable done_cv_;   // the caller waits for busy_ == 0
+  uint64_t generation_ = 0;           // guarded by mu_
+  int busy_ = 0;                      // workers still in the current loop; guarded by mu_
+  bool stop_ = false;                 // guarded by mu_
+  // The current loop; written under mu_ before generation_ is bumped.
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace chunkattn::cpu
+
+#endif  // CHUNKATTN_KERNELS_CPU_THREAD_POOL_H_

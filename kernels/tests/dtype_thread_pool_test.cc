@@ -1,0 +1,118 @@
+// Storage conversions (against the hardware's where it has them) and the
+// thread pool's contract.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/api/dtype.h"
+#include "kernels/cpu/thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace chunkattn {
+namespace {
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) float HwHalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) uint16_t HwFloatToHalf(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#endif
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+TEST(DTypeTest, HalfRoundTripsEveryValue) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f))));
+      continue;
+    }
+    EXPECT_EQ(FloatToHalf(f), h) << h;
+  }
+}
+
+TEST(DTypeTest, HalfConversionsMatchF16C) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU";
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float want = HwHalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(want)) continue;
+    EXPECT_EQ(Bits(HalfToFloat(static_cast<uint16_t>(h))), Bits(want)) << h;
+  }
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<uint32_t> any;
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t b = any(rng);
+    float f;
+    std::memcpy(&f, &b, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), HwFloatToHalf(f)) << f;
+  }
+#else
+  GTEST_SKIP() << "not x86-64";
+#endif
+}
+
+TEST(DTypeTest, BFloat16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
+  EXPECT_EQ(FloatToBFloat16(1.0f + 1.0f / 256), 0x3f80);
+  EXPECT_EQ(FloatToBFloat16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(NAN))));
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(-2.5f)), -2.5f);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  for (int i = 0; i < 10000; ++i) {
+    const float f = normal(rng);
+    EXPECT_LE(std::fabs(BFloat16ToFloat(FloatToBFloat16(f)) - f), std::fabs(f) / 256);
+  }
+}
+
+TEST(DTypeTest, Names) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) EXPECT_EQ(ParseDType(DTypeName(t)), t);
+  EXPECT_FALSE(ParseDType("fp8").has_value());
+}
+
+TEST(ThreadPoolTest, EveryItemRunsExactlyOnce) {
+  cpu::ThreadPool pool(4);
+  EXPECT_EQ(pool.num_threads(), 4);
+  for (int64_t n : {0, 1, 3, 4, 1000}) {
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> bad_thread{0};
+      pool.ParallelFor(n, [&](int64_t i, int t) {
+        hits[i].fetch_add(1);
+        if (t < 0 || t >= 4) bad_thread.fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " item " << i;
+      EXPECT_EQ(bad_thread.load(), 0);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, UsesItsThreadsAndShutsDownCleanly) {
+  std::atomic<int> used_mask{0};
+  {
+    cpu::ThreadPool pool(3);
+    for (int rep = 0; rep < 100 && used_mask.load() != 7; ++rep) {
+      pool.ParallelFor(64, [&](int64_t, int t) {
+        used_mask.fetch_or(1 << t);
+        volatile double x = 0;
+        for (int i = 0; i < 20000; ++i) x = x + 1;
+      });
+    }
+  }
+  EXPECT_EQ(used_mask.load(), 7);
+}
+
+}  // namespace
+}  // namespace chunkattn
