@@ -419,10 +419,10 @@ absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const f
   const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, kv.dtype);
   const int H = shape.num_heads, kvh = shape.num_kv_heads, g = shape.group_size(), d = shape.head_dim;
   const int64_t row = int64_t{d} * DTypeBytes(kv.dtype);
-  std::vector<std::vector<float>> scratch(pool ? pool->num_threads() : 1,
-                                          std::vector<float>(internal::NaiveScratchFloats(g, kv.max_len, d)));
+  const int64_t stride = internal::RoundUp8(kv.max_len) + 8;  // ExpInPlace pads rows to 8
+  std::vector<float> scores(static_cast<size_t>(kv.len.size()) * H * stride);
   const float scale = shape.EffectiveScale();
-  ParallelFor(pool, static_cast<int64_t>(kv.len.size()) * kvh, [&](int64_t item, int thread) {
+  auto args = [&](int64_t item) {
     const int64_t s = item / kvh;
     const int h = static_cast<int>(item % kvh);
     internal::NaiveArgs a;
@@ -433,10 +433,15 @@ absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const f
     a.group = g;
     a.scale = scale;
     a.q = q + (s * H + h * g) * d;
+    a.scores = scores.data() + (s * H + h * g) * stride;
+    a.score_stride = stride;
     a.o = o + (s * H + h * g) * d;
-    a.scratch = scratch[thread].data();
-    kern->naive(a);
-  });
+    return a;
+  };
+  const int64_t items = static_cast<int64_t>(kv.len.size()) * kvh;
+  ParallelFor(pool, items, [&](int64_t item, int) { kern->naive_scores(args(item)); });
+  ParallelFor(pool, items, [&](int64_t item, int) { kern->naive_softmax(args(item)); });
+  ParallelFor(pool, items, [&](int64_t item, int) { kern->naive_pv(args(item)); });
   return absl::OkStatus();
 }
 

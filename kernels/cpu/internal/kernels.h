@@ -59,7 +59,7 @@ inline int64_t RoundUp8(int64_t x) { return (x + 7) / 8 * 8; }
 
 inline int64_t BlockScratchFloats(int rows, int chunk_size, int head_dim) {
   const int64_t mp = RoundUp8(rows);
-  return head_dim * mp + 2 * int64_t{chunk_size} * head_dim + chunk_size * mp + mp * head_dim + 3 * mp;
+  return head_dim * mp + int64_t{chunk_size} * head_dim + chunk_size * mp + mp * head_dim + 3 * mp;
 }
 
 // Attention of the `group` query heads of one sequence against its chunks, one
@@ -82,8 +82,10 @@ inline int64_t SeqScratchFloats(int group, int chunk_size, int head_dim) {
   return int64_t{group} * head_dim + int64_t{group} * (chunk_size + 8);
 }
 
-// The naive baseline: one query head group against a dense (len, head_dim) K
-// and V, with the full score row materialized (three passes).
+// The naive baseline, as three separate passes over the whole batch (what a
+// framework's matmul, softmax, matmul does): scores of one query head group
+// against a dense (len, head_dim) K into a materialized score tensor, softmax
+// of each score row in place, then probabilities times a dense V.
 struct NaiveArgs {
   const void* k = nullptr;  // (len, head_dim)
   const void* v = nullptr;
@@ -92,18 +94,17 @@ struct NaiveArgs {
   int group = 0;
   float scale = 0;
   const float* q = nullptr;  // (group, head_dim)
+  float* scores = nullptr;   // (group, score_stride): scores, then probabilities
+  int64_t score_stride = 0;  // >= len rounded up to 8
   float* o = nullptr;        // (group, head_dim)
-  float* scratch = nullptr;  // NaiveScratchFloats(...) floats
 };
-
-inline int64_t NaiveScratchFloats(int group, int64_t len, int head_dim) {
-  return int64_t{group} * head_dim + RoundUp8(len) + 8;
-}
 
 struct IsaKernels {
   void (*block)(const BlockArgs&) = nullptr;
   void (*seq)(const SeqArgs&) = nullptr;
-  void (*naive)(const NaiveArgs&) = nullptr;
+  void (*naive_scores)(const NaiveArgs&) = nullptr;
+  void (*naive_softmax)(const NaiveArgs&) = nullptr;
+  void (*naive_pv)(const NaiveArgs&) = nullptr;
 };
 
 // Tables for one storage dtype; Avx2Kernels returns nullptr when this build

@@ -20,8 +20,23 @@ struct Impl {
   using V = typename S::V;
   static constexpr int L = S::kLanes;
   static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  static constexpr int kMaxNaiveHeadDim = 256;
 
   static int64_t Up8(int64_t x) { return (x + 7) / 8 * 8; }
+
+  // Asks for the next chunk's K/V while this one is computed: chunks of one
+  // head are a whole pool stride apart, so hardware stream prefetchers never
+  // cross from one to the next.
+  template <class T>
+  static void PrefetchChunk(const T* k, const T* v, int64_t elems) {
+    const int64_t bytes = elems * static_cast<int64_t>(sizeof(T));
+    const char* kb = reinterpret_cast<const char*>(k);
+    const char* vb = reinterpret_cast<const char*>(v);
+    for (int64_t off = 0; off < bytes; off += 64) {
+      __builtin_prefetch(kb + off, 0, 2);
+      __builtin_prefetch(vb + off, 0, 2);
+    }
+  }
 
   // dst[0..n) = src[0..n) as fp32; n is a multiple of 8.
   template <class D>
@@ -49,11 +64,17 @@ struct Impl {
       for (int v = 0; v < NV; ++v) S::Store(st + r * mp + v * L, acc[r][v]);
   }
 
+  // Tiles of kTileRows rows keep 12 accumulators, 2 streamed vectors and one
+  // broadcast in the 16 AVX2 registers.
+  static constexpr int kTileRows = 6;
+
   template <int NV>
   static void ScoreColumns(const float* kf, int t, int d, const float* qt, int64_t mp, float* st) {
     int j = 0;
-    for (; j + 4 <= t; j += 4) ScoreTile<4, NV>(kf + j * d, d, qt, mp, st + j * mp);
+    for (; j + kTileRows <= t; j += kTileRows) ScoreTile<kTileRows, NV>(kf + j * d, d, qt, mp, st + j * mp);
     switch (t - j) {
+      case 5: ScoreTile<5, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
+      case 4: ScoreTile<4, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
       case 3: ScoreTile<3, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
       case 2: ScoreTile<2, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
       case 1: ScoreTile<1, NV>(kf + j * d, d, qt, mp, st + j * mp); break;
@@ -61,10 +82,11 @@ struct Impl {
     }
   }
 
-  // acc[m0 + r][db .. db + 16) = acc * alpha[m0 + r] + sum_j p[j][m0 + r] * vf[j][db ..]
-  // for r < R. p: (t, mp) probabilities (transposed), vf: (t, d), acc: (mp, d).
-  template <int R>
-  static void PvTile(const float* p, int64_t mp, const float* vf, int d, int t, const float* alpha,
+  // acc[m0 + r][db .. db + 16) = acc * alpha[m0 + r] + sum_j p[j][m0 + r] * v[j][db ..]
+  // for r < R. p: (t, mp) probabilities (transposed), v: (t, d) as stored, acc: (mp, d).
+  // V is converted on the fly: a chunk of it stays in L1 across row tiles.
+  template <int R, class D>
+  static void PvTile(const float* p, int64_t mp, const typename D::T* v, int d, int t, const float* alpha,
                      float* acc) {
     V o[R][2];
     for (int r = 0; r < R; ++r) {
@@ -73,8 +95,8 @@ struct Impl {
       o[r][1] = S::Mul(S::Load(acc + r * d + L), al);
     }
     for (int j = 0; j < t; ++j) {
-      const V b0 = S::Load(vf + j * d);
-      const V b1 = S::Load(vf + j * d + L);
+      const V b0 = S::LoadKv(v + j * d, D{});
+      const V b1 = S::LoadKv(v + j * d + L, D{});
       for (int r = 0; r < R; ++r) {
         const V a = S::Set1(p[j * mp + r]);
         o[r][0] = S::Fma(a, b0, o[r][0]);
@@ -97,9 +119,8 @@ struct Impl {
     const int rows = a.row_groups * g;
     const int64_t mp = Up8(rows);
     float* qt = a.scratch;     // (d, mp) scaled queries, transposed
-    float* kf = qt + d * mp;   // (c, d) K of the current chunk in fp32
-    float* vf = kf + int64_t{c} * d;  // (c, d)
-    float* st = vf + int64_t{c} * d;  // (c, mp) scores, then probabilities
+    float* kf = qt + d * mp;          // (c, d) K of the current chunk in fp32, for broadcasts
+    float* st = kf + int64_t{c} * d;  // (c, mp) scores, then probabilities
     float* acc = st + c * mp;         // (mp, d) unnormalized output
     float* mcol = acc + mp * d;       // (mp) running max
     float* ncol = mcol + mp;          // (mp) running sum
@@ -123,8 +144,12 @@ struct Impl {
       if (a.causal && key0 > last_q_pos) break;
       const int t = a.list.tokens[e];
       const int64_t chunk = a.list.chunks[e];
+      if (e + 1 < a.list.count) {
+        const int64_t next = a.list.chunks[e + 1] * a.kv.chunk_stride;
+        PrefetchChunk(kbase + next, vbase + next, int64_t{a.list.tokens[e + 1]} * d);
+      }
       Convert<D>(kbase + chunk * a.kv.chunk_stride, kf, int64_t{t} * d);
-      Convert<D>(vbase + chunk * a.kv.chunk_stride, vf, int64_t{t} * d);
+      const T* vc = vbase + chunk * a.kv.chunk_stride;
 
       int64_t m0 = 0;
       for (; m0 + 2 * L <= mp; m0 += 2 * L) ScoreColumns<2>(kf, t, d, qt + m0, mp, st + m0);
@@ -157,12 +182,15 @@ struct Impl {
 
       for (int db = 0; db < d; db += 2 * L) {
         int row = 0;
-        for (; row + 4 <= rows; row += 4)
-          PvTile<4>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db);
+        for (; row + kTileRows <= rows; row += kTileRows)
+          PvTile<kTileRows, D>(st + row, mp, vc + db, d, t, alpha + row, acc + row * d + db);
+        float* out = acc + row * d + db;
         switch (rows - row) {
-          case 3: PvTile<3>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db); break;
-          case 2: PvTile<2>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db); break;
-          case 1: PvTile<1>(st + row, mp, vf + db, d, t, alpha + row, acc + row * d + db); break;
+          case 5: PvTile<5, D>(st + row, mp, vc + db, d, t, alpha + row, out); break;
+          case 4: PvTile<4, D>(st + row, mp, vc + db, d, t, alpha + row, out); break;
+          case 3: PvTile<3, D>(st + row, mp, vc + db, d, t, alpha + row, out); break;
+          case 2: PvTile<2, D>(st + row, mp, vc + db, d, t, alpha + row, out); break;
+          case 1: PvTile<1, D>(st + row, mp, vc + db, d, t, alpha + row, out); break;
           default: break;
         }
       }
@@ -275,6 +303,10 @@ struct Impl {
         const int64_t chunk = list.chunks[e];
         const T* k = kbase + chunk * a.kv.chunk_stride;
         const T* v = vbase + chunk * a.kv.chunk_stride;
+        if (e + 1 < list.count) {
+          const int64_t next = list.chunks[e + 1] * a.kv.chunk_stride;
+          PrefetchChunk(kbase + next, vbase + next, int64_t{list.tokens[e + 1]} * d);
+        }
         for (int r = 0; r < a.group; ++r) {
           float* sr = s + r * s_stride;
           Scores<D>(qs + r * d, k, t, d, sr);
@@ -294,23 +326,35 @@ struct Impl {
     }
   }
 
-  // Naive: scores for the whole sequence, then softmax, then P.V.
+  // Naive pass 1: every score of the group's query heads.
   template <class D>
-  static void Naive(const NaiveArgs& a) {
-    using T = typename D::T;
+  static void NaiveScores(const NaiveArgs& a) {
     const int d = a.head_dim;
-    float* qs = a.scratch;
-    float* s = qs + int64_t{a.group} * d;
-    for (int64_t i = 0; i < int64_t{a.group} * d; ++i) qs[i] = a.q[i] * a.scale;
+    float qs[kMaxNaiveHeadDim];
     for (int r = 0; r < a.group; ++r) {
-      Scores<D>(qs + r * d, static_cast<const T*>(a.k), a.len, d, s);
-      const float mx = MaxOf(s, a.len, kNegInf);
-      const float sum = ExpInPlace(s, a.len, mx);
-      float* o = a.o + r * d;
-      std::memset(o, 0, sizeof(float) * d);
-      AccumulatePv<D>(s, static_cast<const T*>(a.v), a.len, d, 1.0f, o);
+      for (int i = 0; i < d; ++i) qs[i] = a.q[r * d + i] * a.scale;
+      Scores<D>(qs, static_cast<const typename D::T*>(a.k), a.len, d, a.scores + r * a.score_stride);
+    }
+  }
+
+  // Naive pass 2: each score row becomes probabilities.
+  static void NaiveSoftmax(const NaiveArgs& a) {
+    for (int r = 0; r < a.group; ++r) {
+      float* s = a.scores + r * a.score_stride;
+      const float sum = ExpInPlace(s, a.len, MaxOf(s, a.len, kNegInf));
       const V inv = S::Set1(1.0f / sum);
-      for (int k = 0; k < d; k += L) S::Store(o + k, S::Mul(S::Load(o + k), inv));
+      for (int64_t j = 0; j < a.len; j += L) S::Store(s + j, S::Mul(S::Load(s + j), inv));
+    }
+  }
+
+  // Naive pass 3: probabilities times V.
+  template <class D>
+  static void NaivePv(const NaiveArgs& a) {
+    for (int r = 0; r < a.group; ++r) {
+      float* o = a.o + r * a.head_dim;
+      std::memset(o, 0, sizeof(float) * a.head_dim);
+      AccumulatePv<D>(a.scores + r * a.score_stride, static_cast<const typename D::T*>(a.v), a.len, a.head_dim,
+                      1.0f, o);
     }
   }
 
@@ -319,7 +363,9 @@ struct Impl {
     IsaKernels t;
     t.block = &Block<D>;
     t.seq = &Seq<D>;
-    t.naive = &Naive<D>;
+    t.naive_scores = &NaiveScores<D>;
+    t.naive_softmax = &NaiveSoftmax;
+    t.naive_pv = &NaivePv<D>;
     return t;
   }
 };

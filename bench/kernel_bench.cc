@@ -1,0 +1,349 @@
+// chunkattn-kernel-bench: decode self-attention latency on the ChunkAttention
+// paper's Table 3 workload. `batch` sequences of `np` prompt tokens each, of
+// which the first `ns` are the same for all (a shared system prompt); one
+// decode step's attention for one layer. The (C, i, j) context comes from the
+// real PrefixForest, so the shared prefix is physically shared as in serving.
+//
+//   chunkattn-kernel-bench --np 2048 --ns 2048 --batch 32 --heads 32
+//   chunkattn-kernel-bench --grid paper --heads 8 --json bench/results/cpu-$(hostname).json
+//
+// Impls: tpp (two-phase partition), seq (every sequence reads all of its
+// chunks, shared ones included: the paper's PagedAttention*), naive (dense
+// per-sequence KV copies, full score rows materialized). Per configuration:
+// median latency over --repeat runs, the fewest bytes the work must read
+// (shared KV once, private KV once, Q and O), the achieved GB/s, the floor
+// (those bytes at this machine's read bandwidth, measured in the same run)
+// and the speedup over seq.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "kernels/api/attention.h"
+#include "kernels/api/status_macros.h"
+#include "kernels/cpu/attention.h"
+#include "services/cache/prefix_forest.h"
+
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda");
+ABSL_FLAG(std::string, impl, "all", "tpp | seq | naive | all (comma-separated list allowed)");
+ABSL_FLAG(int, np, 2048, "prompt tokens per sequence (n_p)");
+ABSL_FLAG(int, ns, 2048, "leading prompt tokens shared by every sequence (n_s <= n_p)");
+ABSL_FLAG(int, batch, 32, "sequences decoded together (b)");
+ABSL_FLAG(int, heads, 32, "query heads (h)");
+ABSL_FLAG(int, kv_heads, 0, "KV heads (0 = heads, i.e. no GQA)");
+ABSL_FLAG(int, head_dim, 128, "head dimension (d)");
+ABSL_FLAG(int, chunk, 64, "tokens per chunk (c)");
+ABSL_FLAG(std::string, dtype, "fp16", "KV storage: fp16 | bf16 | fp32");
+ABSL_FLAG(int, repeat, 10, "timed runs per configuration (the median is reported)");
+ABSL_FLAG(int, warmup, 2, "untimed runs first");
+ABSL_FLAG(int, threads, 0, "CPU threads (0 = one per core)");
+ABSL_FLAG(std::string, isa, "best", "CPU kernels: best | avx2 | portable");
+ABSL_FLAG(std::string, grid, "", "'paper': n_p in 1024/2048/4096 x n_s in 0/1024/2048/4096 (n_s <= n_p), "
+                                 "b, h, d, c from the flags (paper: 32, 32, 128, 64)");
+ABSL_FLAG(std::string, json, "", "write one JSON object per configuration and impl (a JSON array) here");
+ABSL_FLAG(uint32_t, seed, 1, "data seed");
+
+namespace chunkattn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  int np, ns, batch, heads, kv_heads, head_dim, chunk;
+  DType dtype;
+};
+
+// One layer's KV pool and the context of `batch` sequences over it.
+struct Workload {
+  ChunkContext ctx;
+  std::vector<uint16_t> k, v;  // fp16/bf16 storage, or fp32 viewed as 2x uint16
+  KvPoolView view;
+  std::vector<float> q;
+};
+
+// Cheap deterministic fill: a pool of GBs would take long with <random>.
+struct XorShift {
+  uint64_t s;
+  float Next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / (1 << 23);  // [-1, 1)
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed) {
+  const int c = cfg.chunk;
+  PrefixForestOptions opt;
+  opt.chunk_size = c;
+  opt.num_chunks = (cfg.ns + c - 1) / c + cfg.batch * ((cfg.np - cfg.ns) / c + 2) + 4;
+  ASSIGN_OR_RETURN(std::unique_ptr<PrefixForest> forest, PrefixForest::Create(opt));
+  std::vector<TokenId> prompt(cfg.np);
+  for (int s = 0; s < cfg.batch; ++s) {
+    for (int i = 0; i < cfg.np; ++i) prompt[i] = i < cfg.ns ? i + 1 : 1000000 + s * cfg.np + i;
+    RETURN_IF_ERROR(forest->Insert(prompt).status());
+    forest->MarkAllComputed();  // so the next prompt matches the shared part
+  }
+  auto w = std::make_unique<Workload>();
+  w->ctx = forest->Context();
+  const int64_t elems = int64_t{opt.num_chunks} * cfg.kv_heads * c * cfg.head_dim;
+  const int64_t words = elems * DTypeBytes(cfg.dtype) / 2;
+  w->k.resize(words);
+  w->v.resize(words);
+  w->view.k = w->k.data();
+  w->view.v = w->v.data();
+  w->view.dtype = cfg.dtype;
+  w->view.num_chunks = opt.num_chunks;
+  w->view.num_kv_heads = cfg.kv_heads;
+  w->view.chunk_size = c;
+  w->view.head_dim = cfg.head_dim;
+  XorShift rng{0x9e3779b97f4a7c15ull ^ seed};
+  for (int64_t i = 0; i < elems; ++i) {
+    StoreAs(cfg.dtype, w->view.k, i, rng.Next());
+    StoreAs(cfg.dtype, w->view.v, i, rng.Next());
+  }
+  w->q.resize(int64_t{cfg.batch} * cfg.heads * cfg.head_dim);
+  for (float& x : w->q) x = 2 * rng.Next();
+  return w;
+}
+
+// Read bandwidth of this machine with `pool`'s threads: the median of 5 passes
+// over a buffer far larger than the last-level cache.
+double MeasureReadGBps(cpu::ThreadPool& pool) {
+  const int64_t words = int64_t{1} << 26;  // 512 MiB
+  std::vector<uint64_t> buf(words, 1);
+  std::vector<uint64_t> sink(pool.num_threads());
+  std::vector<double> gbps;
+  const int64_t parts = pool.num_threads() * 8;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto t0 = Clock::now();
+    pool.ParallelFor(parts, [&](int64_t p, int t) {
+      const uint64_t* b = buf.data() + p * (words / parts);
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      for (int64_t i = 0; i < words / parts; i += 4) {
+        a0 += b[i];
+        a1 += b[i + 1];
+        a2 += b[i + 2];
+        a3 += b[i + 3];
+      }
+      sink[t] += a0 + a1 + a2 + a3;
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rep > 0) gbps.push_back(words * 8 / s / 1e9);
+  }
+  if (sink[0] == 42) std::printf(" ");  // keep the loads
+  return bench::Median(gbps);
+}
+
+struct Result {
+  std::string impl;
+  double median_us = 0, min_us = 0, max_diff = 0;
+};
+
+int Main(int argc, char** argv) {
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "unexpected argument: %s\n", rest[1]);
+    return 2;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cuda") {
+    std::fprintf(stderr, "--device cuda: the CUDA kernels are not part of this build yet\n");
+    return 2;
+  }
+  if (device != "cpu") {
+    std::fprintf(stderr, "--device must be cpu or cuda\n");
+    return 2;
+  }
+  const std::optional<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype) {
+    std::fprintf(stderr, "--dtype must be fp16, bf16 or fp32\n");
+    return 2;
+  }
+  std::vector<std::string> impls = absl::StrSplit(absl::GetFlag(FLAGS_impl), ',');
+  if (impls == std::vector<std::string>{"all"}) impls = {"tpp", "seq", "naive"};
+  for (const std::string& i : impls) {
+    if (i != "tpp" && i != "seq" && i != "naive") {
+      std::fprintf(stderr, "--impl: unknown '%s' (tpp, seq, naive, all)\n", i.c_str());
+      return 2;
+    }
+  }
+  cpu::Isa isa = cpu::BestIsa();
+  if (absl::GetFlag(FLAGS_isa) == "portable") {
+    isa = cpu::Isa::kPortable;
+  } else if (absl::GetFlag(FLAGS_isa) == "avx2") {
+    if (!cpu::IsaSupported(cpu::Isa::kAvx2)) {
+      std::fprintf(stderr, "--isa avx2: this CPU lacks AVX2/FMA/F16C\n");
+      return 2;
+    }
+    isa = cpu::Isa::kAvx2;
+  } else if (absl::GetFlag(FLAGS_isa) != "best") {
+    std::fprintf(stderr, "--isa must be best, avx2 or portable\n");
+    return 2;
+  }
+  const int repeat = absl::GetFlag(FLAGS_repeat), warmup = absl::GetFlag(FLAGS_warmup);
+  if (repeat < 1 || warmup < 0) {
+    std::fprintf(stderr, "--repeat must be >= 1 and --warmup >= 0\n");
+    return 2;
+  }
+
+  Config base{absl::GetFlag(FLAGS_np),       absl::GetFlag(FLAGS_ns),    absl::GetFlag(FLAGS_batch),
+              absl::GetFlag(FLAGS_heads),    absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_head_dim),
+              absl::GetFlag(FLAGS_chunk),    *dtype};
+  if (base.kv_heads == 0) base.kv_heads = base.heads;
+  std::vector<Config> configs;
+  if (absl::GetFlag(FLAGS_grid) == "paper") {
+    for (int np : {1024, 2048, 4096}) {
+      for (int ns : {0, 1024, 2048, 4096}) {
+        if (ns > np) continue;
+        Config c = base;
+        c.np = np;
+        c.ns = ns;
+        configs.push_back(c);
+      }
+    }
+  } else if (!absl::GetFlag(FLAGS_grid).empty()) {
+    std::fprintf(stderr, "--grid must be 'paper'\n");
+    return 2;
+  } else {
+    configs.push_back(base);
+  }
+  for (const Config& c : configs) {
+    const bool ok = c.np >= 1 && c.np <= (1 << 20) && c.ns >= 0 && c.ns <= c.np && c.batch >= 1 &&
+                    c.batch <= 4096 && c.heads >= 1 && c.kv_heads >= 1 && c.heads % c.kv_heads == 0 &&
+                    c.head_dim % 16 == 0 && c.head_dim >= 16 && c.head_dim <= kMaxHeadDim && IsValidChunkSize(c.chunk);
+    if (!ok) {
+      std::fprintf(stderr,
+                   "invalid shape: need 0 <= ns <= np, batch in [1, 4096], heads a multiple of kv_heads, "
+                   "head_dim a multiple of 16 up to %d, chunk a power of two in [16, 256]\n",
+                   kMaxHeadDim);
+      return 2;
+    }
+  }
+
+  cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
+  const double bw = MeasureReadGBps(pool);
+  const std::string dev = absl::StrFormat("cpu: %s, %d threads, %s", bench::CpuModel(), pool.num_threads(),
+                                          cpu::IsaName(isa));
+  std::printf("device: %s\nread bandwidth: %.1f GB/s (median of 5 passes over 512 MiB)\n", dev.c_str(), bw);
+  if (!configs.empty() && absl::GetFlag(FLAGS_grid) == "paper") {
+    std::printf("grid: paper Table 3 at b=%d h=%d kv_heads=%d d=%d c=%d %s (paper: b=32 h=32 d=128 c=64 fp16)\n",
+                base.batch, base.heads, base.kv_heads, base.head_dim, base.chunk, DTypeName(base.dtype));
+  }
+  std::printf("%6s %6s %5s %5s %4s %4s %5s %-6s %12s %10s %8s %10s %9s %10s\n", "np", "ns", "batch", "heads",
+              "kvh", "d", "chunk", "impl", "median_us", "min_MB", "GB/s", "floor_us", "vs_seq", "max_diff");
+
+  const std::string provenance = bench::ProvenanceJson(argc, argv);
+  std::vector<std::string> json;
+  cpu::CpuAttention attn(&pool, isa);
+  for (const Config& cfg : configs) {
+    absl::StatusOr<std::unique_ptr<Workload>> built = Build(cfg, absl::GetFlag(FLAGS_seed));
+    if (!built.ok()) {
+      std::fprintf(stderr, "workload: %s\n", std::string(built.status().message()).c_str());
+      return 1;
+    }
+    Workload& w = **built;
+    AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
+    absl::StatusOr<cpu::DecodePlan> plan = cpu::PlanDecode(w.ctx, w.view.num_chunks);
+    if (!plan.ok()) {
+      std::fprintf(stderr, "plan: %s\n", std::string(plan.status().message()).c_str());
+      return 1;
+    }
+    const int64_t kv_token_bytes = int64_t{2} * cfg.kv_heads * cfg.head_dim * DTypeBytes(cfg.dtype);
+    const int64_t min_bytes = (int64_t{cfg.ns} + int64_t{cfg.batch} * (cfg.np - cfg.ns)) * kv_token_bytes +
+                              2 * static_cast<int64_t>(w.q.size()) * 4;
+    // Every impl gets its own output; timed runs go round-robin over the
+    // impls so that drift (frequency, neighbours on the host) hits all alike.
+    const size_t ni = impls.size();
+    std::vector<std::vector<float>> outs(ni, std::vector<float>(w.q.size(), NAN));
+    std::vector<std::function<absl::Status()>> runs(ni);
+    std::unique_ptr<cpu::DenseKv> dense;
+    for (size_t k = 0; k < ni; ++k) {
+      float* o = outs[k].data();
+      if (impls[k] == "naive") {
+        absl::StatusOr<cpu::DenseKv> d = cpu::GatherDense(w.ctx, w.view);
+        if (!d.ok()) {
+          std::fprintf(stderr, "naive: %s\n", std::string(d.status().message()).c_str());
+          return 1;
+        }
+        dense = std::make_unique<cpu::DenseKv>(std::move(*d));
+        runs[k] = [&, o] { return cpu::NaiveDecode(*dense, shape, w.q.data(), o, &pool, isa); };
+      } else {
+        const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+        runs[k] = [&, di, o] { return attn.Decode(di, *plan, w.ctx, w.view, shape, w.q.data(), o); };
+      }
+    }
+    std::vector<std::vector<double>> us(ni);
+    for (int i = 0; i < warmup + repeat; ++i) {
+      for (size_t k = 0; k < ni; ++k) {
+        const auto t0 = Clock::now();
+        const absl::Status st = runs[k]();
+        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
+          return 1;
+        }
+        if (i >= warmup) us[k].push_back(t);
+      }
+    }
+    std::vector<Result> results;
+    for (size_t k = 0; k < ni; ++k) {
+      Result r;
+      r.impl = impls[k];
+      r.median_us = bench::Median(us[k]);
+      r.min_us = *std::min_element(us[k].begin(), us[k].end());
+      for (size_t i = 0; i < outs[k].size(); ++i) {  // against the first impl's output
+        const double d = std::fabs(double{outs[k][i]} - outs[0][i]);
+        r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
+      }
+      results.push_back(r);
+    }
+    double seq_us = 0;
+    for (const Result& r : results) {
+      if (r.impl == "seq") seq_us = r.median_us;
+    }
+    const double floor_us = min_bytes / (bw * 1e3);
+    for (const Result& r : results) {
+      const double gbps = min_bytes / (r.median_us * 1e3);
+      const double vs_seq = seq_us > 0 ? seq_us / r.median_us : 0;
+      std::printf("%6d %6d %5d %5d %4d %4d %5d %-6s %12.1f %10.1f %8.1f %10.1f %8.2fx %10.2e\n", cfg.np, cfg.ns,
+                  cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
+                  min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff);
+      json.push_back(absl::StrFormat(
+          "{%s, \"device\": \"%s\", \"impl\": \"%s\", \"np\": %d, \"ns\": %d, \"batch\": %d, \"heads\": %d, "
+          "\"kv_heads\": %d, \"head_dim\": %d, \"chunk\": %d, \"dtype\": \"%s\", \"median_us\": %.2f, "
+          "\"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, \"floor_us\": %.2f, \"read_gbps\": %.2f, "
+          "\"speedup_vs_seq\": %.3f, \"max_diff_vs_first\": %.3g, \"repeat\": %d, \"threads\": %d, \"isa\": \"%s\"}",
+          provenance, bench::JsonEscape(dev), r.impl, cfg.np, cfg.ns, cfg.batch, cfg.heads, cfg.kv_heads,
+          cfg.head_dim, cfg.chunk, DTypeName(cfg.dtype), r.median_us, r.min_us, min_bytes, gbps, floor_us, bw,
+          vs_seq, r.max_diff, repeat, pool.num_threads(), cpu::IsaName(isa)));
+    }
+    std::fflush(stdout);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << "[\n  " << absl::StrJoin(json, ",\n  ") << "\n]\n";
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", path.c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace chunkattn
+
+int main(int argc, char** argv) { return chunkattn::Main(argc, argv); }
