@@ -265,21 +265,31 @@ struct Impl {
 
   static float ScalarExp(float x) { return S::HMax(S::Exp(S::Set1(x))); }
 
-  // o[0..d) = o * alpha + sum_j p[j] * v_j, v: (t, d) stored as D.
+  // o[0..d) = o * alpha + sum_j p[j] * v_j, v: (t, d) stored as D. Strips
+  // of up to 64 dims keep their accumulators in registers, so V is swept in
+  // d / 64 passes (each reading whole cache lines) rather than d / 16.
+  template <int NV, class D>
+  static void PvStrip(const float* p, const typename D::T* v, int64_t t, int d, float alpha, float* o) {
+    const V al = S::Set1(alpha);
+    V acc[NV];
+    for (int i = 0; i < NV; ++i) acc[i] = S::Mul(S::Load(o + i * L), al);
+    for (int64_t j = 0; j < t; ++j) {
+      const V pj = S::Set1(p[j]);
+      for (int i = 0; i < NV; ++i) acc[i] = S::Fma(pj, S::LoadKv(v + j * d + i * L, D{}), acc[i]);
+    }
+    for (int i = 0; i < NV; ++i) S::Store(o + i * L, acc[i]);
+  }
+
   template <class D>
   static void AccumulatePv(const float* p, const typename D::T* v, int64_t t, int d, float alpha,
                            float* o) {
-    const V al = S::Set1(alpha);
-    for (int db = 0; db < d; db += 2 * L) {
-      V o0 = S::Mul(S::Load(o + db), al);
-      V o1 = S::Mul(S::Load(o + db + L), al);
-      for (int64_t j = 0; j < t; ++j) {
-        const V pj = S::Set1(p[j]);
-        o0 = S::Fma(pj, S::LoadKv(v + j * d + db, D{}), o0);
-        o1 = S::Fma(pj, S::LoadKv(v + j * d + db + L, D{}), o1);
-      }
-      S::Store(o + db, o0);
-      S::Store(o + db + L, o1);
+    int db = 0;
+    for (; db + 8 * L <= d; db += 8 * L) PvStrip<8, D>(p, v + db, t, d, alpha, o + db);
+    switch ((d - db) / L) {  // d is a multiple of 16
+      case 6: PvStrip<6, D>(p, v + db, t, d, alpha, o + db); break;
+      case 4: PvStrip<4, D>(p, v + db, t, d, alpha, o + db); break;
+      case 2: PvStrip<2, D>(p, v + db, t, d, alpha, o + db); break;
+      default: break;
     }
   }
 
@@ -303,10 +313,6 @@ struct Impl {
         const int64_t chunk = list.chunks[e];
         const T* k = kbase + chunk * a.kv.chunk_stride;
         const T* v = vbase + chunk * a.kv.chunk_stride;
-        if (e + 1 < list.count) {
-          const int64_t next = list.chunks[e + 1] * a.kv.chunk_stride;
-          PrefetchChunk(kbase + next, vbase + next, int64_t{list.tokens[e + 1]} * d);
-        }
         for (int r = 0; r < a.group; ++r) {
           float* sr = s + r * s_stride;
           Scores<D>(qs + r * d, k, t, d, sr);
