@@ -151,8 +151,23 @@ struct Result {
   double median_us = 0, min_us = 0, max_diff = 0;
 };
 
+// Impls whose outputs differ by more than this from the first impl's fail the
+// run: all compute the same attention in fp32 over the same stored KV.
+constexpr double kAgreeTol = 1e-3;
+
 int Main(int argc, char** argv) {
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  // Accept --kv-heads as well as --kv_heads (absl flags use underscores).
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> argp;
+  for (std::string& a : args) {
+    if (a.rfind("--", 0) == 0) {
+      for (size_t i = 2; i < a.size() && a[i] != '='; ++i) {
+        if (a[i] == '-') a[i] = '_';
+      }
+    }
+    argp.push_back(a.data());
+  }
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argp.data());
   if (rest.size() > 1) {
     std::fprintf(stderr, "unexpected argument: %s\n", rest[1]);
     return 2;
@@ -308,6 +323,13 @@ int Main(int argc, char** argv) {
         r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
       }
       results.push_back(r);
+    }
+    for (const Result& r : results) {
+      if (!(r.max_diff <= kAgreeTol)) {
+        std::fprintf(stderr, "%s disagrees with %s: max |diff| %.3g > %.0e\n", r.impl.c_str(),
+                     results[0].impl.c_str(), r.max_diff, kAgreeTol);
+        return 1;
+      }
     }
     double seq_us = 0;
     for (const Result& r : results) {
