@@ -24,20 +24,6 @@ struct Impl {
 
   static int64_t Up8(int64_t x) { return (x + 7) / 8 * 8; }
 
-  // Asks for the next chunk's K/V while this one is computed: chunks of one
-  // head are a whole pool stride apart, so hardware stream prefetchers never
-  // cross from one to the next.
-  template <class T>
-  static void PrefetchChunk(const T* k, const T* v, int64_t elems) {
-    const int64_t bytes = elems * static_cast<int64_t>(sizeof(T));
-    const char* kb = reinterpret_cast<const char*>(k);
-    const char* vb = reinterpret_cast<const char*>(v);
-    for (int64_t off = 0; off < bytes; off += 64) {
-      __builtin_prefetch(kb + off, 0, 2);
-      __builtin_prefetch(vb + off, 0, 2);
-    }
-  }
-
   // dst[0..n) = src[0..n) as fp32; n is a multiple of 8.
   template <class D>
   static void Convert(const typename D::T* src, float* dst, int64_t n) {
@@ -144,10 +130,6 @@ struct Impl {
       if (a.causal && key0 > last_q_pos) break;
       const int t = a.list.tokens[e];
       const int64_t chunk = a.list.chunks[e];
-      if (e + 1 < a.list.count) {
-        const int64_t next = a.list.chunks[e + 1] * a.kv.chunk_stride;
-        PrefetchChunk(kbase + next, vbase + next, int64_t{a.list.tokens[e + 1]} * d);
-      }
       Convert<D>(kbase + chunk * a.kv.chunk_stride, kf, int64_t{t} * d);
       const T* vc = vbase + chunk * a.kv.chunk_stride;
 
