@@ -134,10 +134,10 @@ CpuAttention::CpuAttention(ThreadPool* pool, Isa isa)
     : pool_(pool), isa_(IsaSupported(isa) ? isa : Isa::kPortable),
       scratch_(pool ? pool->num_threads() : 1) {}
 
-float* CpuAttention::Scratch(int thread, int64_t floats) {
-  std::vector<float>& s = scratch_[thread];
-  if (static_cast<int64_t>(s.size()) < floats) s.resize(floats);
-  return s.data();
+void CpuAttention::ReserveScratch(int64_t floats) {
+  for (std::vector<float>& s : scratch_) {
+    if (static_cast<int64_t>(s.size()) < floats) s.resize(floats);
+  }
 }
 
 namespace {
@@ -185,8 +185,7 @@ absl::Status CpuAttention::Decode(DecodeImpl impl, const DecodePlan& plan, const
     part_n_.resize(plan.num_slots * H);
     int max_rows = 0;
     for (const DecodePlan::Run& r : plan.runs) max_rows = std::max(max_rows, (r.end - r.begin) * g);
-    const int64_t scratch = internal::BlockScratchFloats(max_rows, c, d);
-    for (size_t t = 0; t < scratch_.size(); ++t) Scratch(static_cast<int>(t), scratch);
+    ReserveScratch(internal::BlockScratchFloats(max_rows, c, d));
     ParallelFor(pool_, num_runs * kvh, [&](int64_t item, int thread) {
       const DecodePlan::Run& run = plan.runs[item / kvh];
       const int h = static_cast<int>(item % kvh);
@@ -208,8 +207,7 @@ absl::Status CpuAttention::Decode(DecodeImpl impl, const DecodePlan& plan, const
     });
   }
 
-  const int64_t seq_scratch = internal::SeqScratchFloats(g, c, d);
-  for (size_t t = 0; t < scratch_.size(); ++t) Scratch(static_cast<int>(t), seq_scratch);
+  ReserveScratch(internal::SeqScratchFloats(g, c, d));
   ParallelFor(pool_, int64_t{plan.num_seqs} * kvh, [&](int64_t item, int thread) {
     const int s = static_cast<int>(item / kvh);
     const int h = static_cast<int>(item % kvh);
@@ -281,8 +279,7 @@ absl::Status CpuAttention::Prefill(const PrefillBatch& batch, const KvPoolView& 
       blocks.push_back({s, t0, std::min(tokens_per_block, new_tokens - t0)});
     }
   }
-  const int64_t scratch = internal::BlockScratchFloats(tokens_per_block * g, c, d);
-  for (size_t t = 0; t < scratch_.size(); ++t) Scratch(static_cast<int>(t), scratch);
+  ReserveScratch(internal::BlockScratchFloats(tokens_per_block * g, c, d));
   const float scale = shape.EffectiveScale();
   ParallelFor(pool_, static_cast<int64_t>(blocks.size()) * kvh, [&](int64_t item, int thread) {
     const Block& b = blocks[item / kvh];

@@ -86,7 +86,8 @@ class CpuAttention {
                        const float* q, float* o);
 
  private:
-  float* Scratch(int thread, int64_t floats);
+  // Grows every thread's scratch to at least `floats`.
+  void ReserveScratch(int64_t floats);
 
   ThreadPool* pool_;
   Isa isa_;

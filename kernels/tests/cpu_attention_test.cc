@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/api/attention_state.h"
 #include "kernels/cpu/reference.h"
+#include "kernels/tests/attention_test_util.h"
 #include "kernels/tests/random_forest.h"
 
 namespace chunkattn::cpu {
@@ -25,6 +26,8 @@ namespace {
 
 using testing::ForestOptions;
 using testing::RandomForest;
+using testing::Isas;
+using testing::MaxDiff;
 using testing::RandomVector;
 using testing::TestPool;
 
@@ -39,24 +42,7 @@ double StorageTol(DType t) {
   return 0;
 }
 
-// Max |a - b|; NaN anywhere counts as infinite.
-double MaxDiff(const std::vector<float>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(a[i] - b[i]);
-    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
-  }
-  return worst;
-}
-
-std::vector<Isa> Isas() {
-  std::vector<Isa> isas = {Isa::kPortable};
-  if (IsaSupported(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  return isas;
-}
-
-// (dtype, head_dim, group, chunk_size)
-using Params = std::tuple<DType, int, int, int>;
+using Params = testing::KernelParams;
 
 class DecodeParity : public ::testing::TestWithParam<Params> {};
 
@@ -97,20 +83,14 @@ INSTANTIATE_TEST_SUITE_P(
     Sweep, DecodeParity,
     ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
                        ::testing::Values(64, 128), ::testing::Values(1, 4, 8), ::testing::Values(16, 64)),
-    [](const ::testing::TestParamInfo<Params>& info) {
-      return absl::StrFormat("%s_d%d_g%d_c%d", DTypeName(std::get<0>(info.param)), std::get<1>(info.param),
-                             std::get<2>(info.param), std::get<3>(info.param));
-    });
+    testing::KernelParamName);
 
 // The other chunk sizes the cache accepts, and an unusual head dim.
 INSTANTIATE_TEST_SUITE_P(
     ChunkSizes, DecodeParity,
     ::testing::Combine(::testing::Values(DType::kFloat16), ::testing::Values(32, 128),
                        ::testing::Values(4), ::testing::Values(32, 128, 256)),
-    [](const ::testing::TestParamInfo<Params>& info) {
-      return absl::StrFormat("%s_d%d_g%d_c%d", DTypeName(std::get<0>(info.param)), std::get<1>(info.param),
-                             std::get<2>(info.param), std::get<3>(info.param));
-    });
+    testing::KernelParamName);
 
 TEST(DecodeTest, BatchOfOneWithOnlyPrivateChunks) {
   TestPool kv(DType::kFloat32, 8, 1, 16, 64);

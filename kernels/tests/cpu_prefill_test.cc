@@ -8,34 +8,18 @@
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/reference.h"
+#include "kernels/tests/attention_test_util.h"
 #include "kernels/tests/random_forest.h"
 
 namespace chunkattn::cpu {
 namespace {
 
+using testing::Isas;
+using testing::MaxDiff;
 using testing::RandomVector;
 using testing::TestPool;
 
 constexpr double kTol = 3e-5;
-
-double MaxDiff(const std::vector<float>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(a[i] - b[i]);
-    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
-  }
-  return worst;
-}
-
-double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  return MaxDiff(a, std::vector<double>(b.begin(), b.end()));
-}
-
-std::vector<Isa> Isas() {
-  std::vector<Isa> isas = {Isa::kPortable};
-  if (IsaSupported(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  return isas;
-}
 
 // Flat slots of positions [begin, end) of a sequence on `chunks`.
 std::vector<int64_t> Slots(const std::vector<int32_t>& chunks, int c, int64_t begin, int64_t end) {
@@ -55,7 +39,7 @@ Tokens RandomTokens(std::mt19937& rng, int len, const AttentionShape& s, float q
           RandomVector(rng, int64_t{len} * s.num_kv_heads * s.head_dim, 1.0f)};
 }
 
-using Params = std::tuple<DType, int, int, int>;  // dtype, head_dim, group, chunk
+using Params = testing::KernelParams;
 class PrefillParity : public ::testing::TestWithParam<Params> {};
 
 // A batch of sequences with random matched prefixes and new-token counts.
@@ -104,10 +88,7 @@ INSTANTIATE_TEST_SUITE_P(
     Sweep, PrefillParity,
     ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
                        ::testing::Values(64, 128), ::testing::Values(1, 4, 8), ::testing::Values(16, 64)),
-    [](const ::testing::TestParamInfo<Params>& info) {
-      return absl::StrFormat("%s_d%d_g%d_c%d", DTypeName(std::get<0>(info.param)), std::get<1>(info.param),
-                             std::get<2>(info.param), std::get<3>(info.param));
-    });
+    testing::KernelParamName);
 
 // The same tokens through (a) one prefill, (b) a prefill of the first part
 // then a prefill that skips it as a matched prefix, (c) token-by-token decode
