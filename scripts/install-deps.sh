@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libgloo-dev python3-numpy
 )
 
 missing=()

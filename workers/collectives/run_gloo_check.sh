@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs WORLD ranks of chunkattn-gloo-check as separate processes on 127.0.0.1
+# with a fresh FileStore directory; fails if any rank fails or all have not
+# finished within 60 s.
+#   run_gloo_check.sh BINARY WORLD
+set -u
+bin=$1
+world=$2
+store=$(mktemp -d "${TMPDIR:-/tmp}/chunkattn-gloo.XXXXXX") || exit 1
+trap 'rm -rf "$store"' EXIT
+pids=""
+r=0
+while [ "$r" -lt "$world" ]; do
+  timeout -k 5 60 "$bin" --rank "$r" --world "$world" --store "$store" --timeout_s 20 &
+  pids="$pids $!"
+  r=$((r + 1))
+done
+rc=0
+for p in $pids; do
+  wait "$p" || rc=1
+done
+exit $rc

@@ -1,0 +1,73 @@
+#include "workers/model/kv_pool.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace chunkattn {
+
+absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& s, int64_t num_chunks) {
+  if (s.num_layers < 1 || s.num_kv_heads < 1 || s.head_dim < 1 || num_chunks < 1 ||
+      num_chunks > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV pool: layers %d, kv heads %d, head dim %d and chunks %d must all be positive",
+        s.num_layers, s.num_kv_heads, s.head_dim, num_chunks));
+  }
+  if (s.chunk_size < 16 || s.chunk_size > 256 || (s.chunk_size & (s.chunk_size - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV pool: chunk size %d must be a power of two in [16, 256]", s.chunk_size));
+  }
+  std::unique_ptr<KvPool> pool(new KvPool(s, num_chunks));
+  pool->layer_bytes_ = num_chunks * s.num_kv_heads * s.chunk_size * s.head_dim * DTypeBytes(s.dtype);
+  const int64_t total = pool->layer_bytes_ * 2 * s.num_layers;
+  // 64-byte aligned for the vector loads of the kernels.
+  void* p = std::aligned_alloc(64, static_cast<size_t>((total + 63) / 64 * 64));
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("KV pool: cannot allocate %d bytes for %d chunks", total, num_chunks));
+  }
+  // Zeroed so a kernel bug that reads an unwritten slot is at least repeatable.
+  std::memset(p, 0, static_cast<size_t>(total));
+  pool->data_.reset(static_cast<uint8_t*>(p));
+  return pool;
+}
+
+KvPoolView KvPool::Layer(int layer) const {
+  KvPoolView v;
+  v.k = data_.get() + (2 * int64_t{layer}) * layer_bytes_;
+  v.v = data_.get() + (2 * int64_t{layer} + 1) * layer_bytes_;
+  v.dtype = shape_.dtype;
+  v.num_chunks = num_chunks_;
+  v.num_kv_heads = shape_.num_kv_heads;
+  v.chunk_size = shape_.chunk_size;
+  v.head_dim = shape_.head_dim;
+  return v;
+}
+
+absl::Status KvPool::Copy(absl::Span<const KvCopy> copies) {
+  for (const KvCopy& c : copies) {
+    if (c.src_chunk < 0 || c.src_chunk >= num_chunks_ || c.dst_chunk < 0 ||
+        c.dst_chunk >= num_chunks_ || c.num_tokens < 0 || c.num_tokens > shape_.chunk_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "KV copy %d -> %d of %d tokens is outside the pool (%d chunks of %d tokens)", c.src_chunk,
+          c.dst_chunk, c.num_tokens, num_chunks_, shape_.chunk_size));
+    }
+  }
+  const int64_t row = int64_t{shape_.head_dim} * DTypeBytes(shape_.dtype);
+  const int64_t head = row * shape_.chunk_size;
+  const int64_t chunk = head * shape_.num_kv_heads;
+  for (const KvCopy& c : copies) {
+    if (c.src_chunk == c.dst_chunk) continue;
+    for (int64_t buf = 0; buf < 2 * shape_.num_layers; ++buf) {
+      uint8_t* base = data_.get() + buf * layer_bytes_;
+      for (int h = 0; h < shape_.num_kv_heads; ++h) {
+        std::memcpy(base + c.dst_chunk * chunk + h * head, base + c.src_chunk * chunk + h * head,
+                    static_cast<size_t>(c.num_tokens * row));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace chunkattn

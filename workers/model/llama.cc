@@ -1,0 +1,315 @@
+#include "workers/model/llama.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "kernels/api/status_macros.h"
+#include "workers/collectives/communicator.h"
+
+namespace chunkattn {
+namespace {
+
+// c (m, n) = a (m, k) * w^T, with w (n, k) row-major: a PyTorch Linear.
+void Linear(const float* a, int64_t m, int64_t k, const std::vector<float>& w, int64_t n,
+            std::vector<float>& c) {
+  c.resize(static_cast<size_t>(m * n));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, a, static_cast<int>(k), w.data(), static_cast<int>(k),
+              0.0f, c.data(), static_cast<int>(n));
+}
+
+// out (rows, n) = x / rms(x) * weight, per row, as Hugging Face's LlamaRMSNorm.
+void RmsNorm(const float* x, int64_t rows, int64_t n, const std::vector<float>& weight, double eps,
+             std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + static_cast<float>(eps));
+    float* o = out.data() + r * n;
+    for (int64_t i = 0; i < n; ++i) o[i] = weight[i] * (xr[i] * inv);
+  }
+}
+
+// Rotates each head of `x` (rows, heads, d) by its row's angles, in the
+// "rotate_half" convention of Hugging Face Llama: dimension i pairs with
+// i + d/2.
+void ApplyRope(float* x, int64_t rows, int heads, int d, const std::vector<float>& cos,
+               const std::vector<float>& sin) {
+  const int half = d / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* c = cos.data() + r * half;
+    const float* s = sin.data() + r * half;
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + (r * heads + h) * d;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) {
+    // Transformers computes the base frequencies in fp32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv[i] = 1.0f / static_cast<float>(std::pow(c.rope_theta, static_cast<double>(exponent)));
+  }
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.kind == RopeScalingKind::kLinear) {
+    for (float& f : inv) f = static_cast<float>(f / rs.factor);
+  } else if (rs.kind == RopeScalingKind::kLlama3) {
+    const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / rs.low_freq_factor;
+    const double high_wavelen = old_ctx / rs.high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2 * M_PI / f;
+      if (wavelen < high_wavelen) continue;  // high frequencies stay
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / rs.factor);
+      } else {
+        const double smooth = (old_ctx / wavelen - rs.low_freq_factor) /
+                              (rs.high_freq_factor - rs.low_freq_factor);
+        f = static_cast<float>((1 - smooth) * f / rs.factor + smooth * f);
+      }
+    }
+  }
+  return inv;
+}
+
+LlamaModel::LlamaModel(const ModelConfig& config, ModelWeights weights,
+                       const ModelOptions& options, Communicator* comm, cpu::ThreadPool* pool)
+    : config_(config),
+      weights_(std::move(weights)),
+      options_(options),
+      comm_(comm),
+      attention_(pool),
+      inv_freq_(RopeInverseFrequencies(config)) {}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& config,
+                                                               ModelWeights weights,
+                                                               const ModelOptions& options,
+                                                               Communicator* comm,
+                                                               cpu::ThreadPool* pool) {
+  if (config.head_dim % 16 != 0 || config.head_dim > kMaxHeadDim) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "head_dim %d: the attention kernels need a multiple of 16 up to %d", config.head_dim,
+        kMaxHeadDim));
+  }
+  const ShardLayout& l = weights.layout;
+  const int world = comm == nullptr ? 1 : comm->world_size();
+  if (world != l.world_size || (comm != nullptr && comm->rank() != l.rank)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "weights are shard %d of %d but the communicator is rank %d of %d", l.rank, l.world_size,
+        comm == nullptr ? 0 : comm->rank(), world));
+  }
+  const int64_t hidden = config.hidden_size, d = config.head_dim;
+  const int64_t width = int64_t{l.num_heads + 2 * l.num_kv_heads} * d;
+  if (static_cast<int>(weights.layers.size()) != config.num_layers ||
+      static_cast<int64_t>(weights.embed.size()) != int64_t{config.vocab_size} * hidden ||
+      static_cast<int64_t>(weights.output_embedding().size()) != int64_t{config.vocab_size} * hidden ||
+      static_cast<int64_t>(weights.layers[0].qkv.size()) != width * hidden) {
+    return absl::InvalidArgumentError("weights do not match the config");
+  }
+  KvPoolShape kv_shape;
+  kv_shape.num_layers = config.num_layers;
+  kv_shape.num_kv_heads = l.num_kv_heads;
+  kv_shape.head_dim = config.head_dim;
+  kv_shape.chunk_size = options.chunk_size;
+  kv_shape.dtype = options.kv_dtype;
+  ASSIGN_OR_RETURN(auto kv, KvPool::Create(kv_shape, options.num_kv_chunks));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(weights), options, comm, pool));
+  model->kv_ = std::move(kv);
+  return model;
+}
+
+absl::Status LlamaModel::PlanStep(const ForwardBatch& batch) {
+  const int c = options_.chunk_size;
+  const int64_t num_chunks = kv_->num_chunks();
+  const PrefillBatch& pre = batch.prefill;
+  const int64_t prefill_rows = pre.num_seqs() > 0 ? pre.num_tokens() : 0;
+  if (pre.num_seqs() > 0) RETURN_IF_ERROR(ValidatePrefillBatch(pre, c, num_chunks));
+  const ChunkContext* ctx = batch.decode;
+  const int decode_rows = ctx == nullptr ? 0 : ctx->num_seqs();
+  const int64_t rows = static_cast<int64_t>(batch.tokens.size());
+  if (rows == 0 || rows != prefill_rows + decode_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "batch has %d tokens but %d prefill and %d decode rows", rows, prefill_rows, decode_rows));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    if (batch.tokens[r] < 0 || batch.tokens[r] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d at row %d is outside the vocabulary of %d", batch.tokens[r], r,
+          config_.vocab_size));
+    }
+  }
+  for (int32_t r : batch.logits_rows) {
+    if (r < 0 || r >= rows) {
+      return absl::InvalidArgumentError(absl::StrFormat("logits row %d is not a row of the batch", r));
+    }
+  }
+  positions_.resize(rows);
+  slots_.resize(rows);
+  for (int s = 0; s < pre.num_seqs(); ++s) {
+    for (int64_t r = pre.q_begin[s]; r < pre.q_begin[s + 1]; ++r) {
+      const int64_t pos = pre.prefix_len[s] + (r - pre.q_begin[s]);
+      positions_[r] = static_cast<int32_t>(pos);
+      slots_[r] = int64_t{pre.chunk_ids[pre.chunk_begin[s] + pos / c]} * c + pos % c;
+    }
+  }
+  if (ctx != nullptr) {
+    if (ctx->chunk_size != c) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "decode context has chunk size %d, the pool %d", ctx->chunk_size, c));
+    }
+    if (!have_plan_ || plan_.version != ctx->version) {
+      have_plan_ = false;
+      RETURN_IF_ERROR(ValidateChunkContext(*ctx, num_chunks));
+      ASSIGN_OR_RETURN(plan_, cpu::PlanDecode(*ctx, num_chunks));
+      have_plan_ = true;
+    }
+    // The new token is the last one of its sequence: its slot is in the last
+    // chunk of the path (private if it has any, else its deepest shared one).
+    std::vector<int32_t> num_shared(decode_rows, 0), last_shared(decode_rows, -1);
+    for (int k = 0; k < ctx->num_shared(); ++k) {
+      for (int s = ctx->shared_begin[k]; s < ctx->shared_end[k]; ++s) {
+        ++num_shared[s];
+        last_shared[s] = ctx->shared_chunk[k];
+      }
+    }
+    for (int s = 0; s < decode_rows; ++s) {
+      const int64_t pos = int64_t{ctx->seq_len[s]} - 1;
+      const int num_private = ctx->private_end[s] - ctx->private_begin[s];
+      if (pos < 0 || pos / c != num_shared[s] + num_private - 1) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "decode sequence %d: seq_len %d does not end in its last chunk (%d shared, %d private)",
+            s, ctx->seq_len[s], num_shared[s], num_private));
+      }
+      const int32_t chunk =
+          num_private > 0 ? ctx->private_chunk[ctx->private_end[s] - 1] : last_shared[s];
+      positions_[prefill_rows + s] = static_cast<int32_t>(pos);
+      slots_[prefill_rows + s] = int64_t{chunk} * c + pos % c;
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    if (positions_[r] >= config_.max_context) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "position %d at row %d is past the model's context of %d tokens", positions_[r], r,
+          config_.max_context));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::AllReduce(std::vector<float>& x) {
+  if (comm_ == nullptr || comm_->world_size() == 1) return absl::OkStatus();
+  return comm_->AllReduceSum(x.data(), static_cast<int64_t>(x.size()));
+}
+
+absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>& logits) {
+  RETURN_IF_ERROR(PlanStep(batch));
+  RETURN_IF_ERROR(kv_->Copy(batch.copies));
+
+  const ShardLayout& l = weights_.layout;
+  const int64_t rows = static_cast<int64_t>(batch.tokens.size());
+  const int64_t hidden = config_.hidden_size;
+  const int d = config_.head_dim, half = d / 2;
+  const int64_t q_width = int64_t{l.num_heads} * d, kv_width = int64_t{l.num_kv_heads} * d;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+  const int64_t inter = l.intermediate;
+  const int64_t prefill_rows = batch.prefill.num_seqs() > 0 ? batch.prefill.num_tokens() : 0;
+
+  x_.resize(static_cast<size_t>(rows * hidden));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(weights_.embed.data() + int64_t{batch.tokens[r]} * hidden, hidden,
+                x_.data() + r * hidden);
+  }
+  cos_.resize(static_cast<size_t>(rows * half));
+  sin_.resize(static_cast<size_t>(rows * half));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int i = 0; i < half; ++i) {
+      // The angle is an fp32 product, as in transformers; its cos/sin exact.
+      const float angle = static_cast<float>(positions_[r]) * inv_freq_[i];
+      cos_[r * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_[r * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+  AttentionShape shape;
+  shape.num_heads = l.num_heads;
+  shape.num_kv_heads = l.num_kv_heads;
+  shape.head_dim = d;
+  q_.resize(static_cast<size_t>(rows * q_width));
+  k_.resize(static_cast<size_t>(rows * kv_width));
+  v_.resize(static_cast<size_t>(rows * kv_width));
+  attn_.resize(static_cast<size_t>(rows * q_width));
+  act_.resize(static_cast<size_t>(rows * inter));
+
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    RmsNorm(x_.data(), rows, hidden, w.input_norm, config_.rms_norm_eps, h_);
+    Linear(h_.data(), rows, hidden, w.qkv, qkv_width, qkv_);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = qkv_.data() + r * qkv_width;
+      if (!w.qkv_bias.empty()) {
+        for (int64_t i = 0; i < qkv_width; ++i) row[i] += w.qkv_bias[i];
+      }
+      std::copy_n(row, q_width, q_.data() + r * q_width);
+      std::copy_n(row + q_width, kv_width, k_.data() + r * kv_width);
+      std::copy_n(row + q_width + kv_width, kv_width, v_.data() + r * kv_width);
+    }
+    ApplyRope(q_.data(), rows, l.num_heads, d, cos_, sin_);
+    ApplyRope(k_.data(), rows, l.num_kv_heads, d, cos_, sin_);
+    const KvPoolView view = kv_->Layer(layer);
+    RETURN_IF_ERROR(cpu::AppendKv(view, k_.data(), v_.data(), slots_));
+    if (prefill_rows > 0) {
+      RETURN_IF_ERROR(attention_.Prefill(batch.prefill, view, shape, q_.data(), attn_.data()));
+    }
+    if (batch.decode != nullptr) {
+      RETURN_IF_ERROR(attention_.Decode(options_.decode_impl, plan_, *batch.decode, view, shape,
+                                        q_.data() + prefill_rows * q_width,
+                                        attn_.data() + prefill_rows * q_width));
+    }
+    Linear(attn_.data(), rows, q_width, w.o, hidden, out_);
+    RETURN_IF_ERROR(AllReduce(out_));
+    for (int64_t i = 0; i < rows * hidden; ++i) x_[i] += out_[i];
+
+    RmsNorm(x_.data(), rows, hidden, w.post_norm, config_.rms_norm_eps, h_);
+    Linear(h_.data(), rows, hidden, w.gate_up, 2 * inter, gate_up_);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = gate_up_.data() + r * 2 * inter;
+      const float* u = g + inter;
+      float* a = act_.data() + r * inter;
+      for (int64_t i = 0; i < inter; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+    Linear(act_.data(), rows, inter, w.down, hidden, out_);
+    RETURN_IF_ERROR(AllReduce(out_));
+    for (int64_t i = 0; i < rows * hidden; ++i) x_[i] += out_[i];
+  }
+
+  const int64_t num_out = static_cast<int64_t>(batch.logits_rows.size());
+  rows_.resize(static_cast<size_t>(num_out * hidden));
+  for (int64_t i = 0; i < num_out; ++i) {
+    std::copy_n(x_.data() + int64_t{batch.logits_rows[i]} * hidden, hidden,
+                rows_.data() + i * hidden);
+  }
+  RmsNorm(rows_.data(), num_out, hidden, weights_.final_norm, config_.rms_norm_eps, h_);
+  if (num_out == 0) {
+    logits.clear();
+    return absl::OkStatus();
+  }
+  Linear(h_.data(), num_out, hidden, weights_.output_embedding(), config_.vocab_size, logits);
+  return absl::OkStatus();
+}
+
+}  // namespace chunkattn

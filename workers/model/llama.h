@@ -1,0 +1,116 @@
+// The Llama-family decoder on CPU (fp32 arithmetic): token embedding, RMSNorm,
+// rotary embedding (with linear / llama3 scaling), grouped-query attention
+// through kernels/cpu over this rank's shard of the chunked KV pool, SwiGLU
+// MLP, optional q/k/v bias, tied or untied LM head.
+//
+// One Forward() is one iteration of the coordinator's schedule: a batch of
+// prefill pieces (prefill over chunked KV: a matched prefix already in the
+// pool is attended to but never recomputed) and of decode tokens (two-phase
+// partition attention over the (C, i, j) context). Projections run over all
+// the step's tokens at once (OpenBLAS sgemm).
+//
+// Tensor parallelism: each rank runs Forward on the same batch with its own
+// weight shard and KV pool; the Communicator all-reduces after o_proj and
+// after down_proj, so every rank ends with the same hidden state and logits.
+//
+// Thread-compatible: one thread drives a model (the worker's thread); it
+// parallelizes attention internally over the borrowed ThreadPool.
+#ifndef CHUNKATTN_WORKERS_MODEL_LLAMA_H_
+#define CHUNKATTN_WORKERS_MODEL_LLAMA_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/api/attention.h"
+#include "kernels/api/chunk_context.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/thread_pool.h"
+#include "workers/model/config.h"
+#include "workers/model/kv_pool.h"
+#include "workers/model/weights.h"
+
+namespace chunkattn {
+
+class Communicator;
+
+struct ModelOptions {
+  int chunk_size = 64;             // tokens per KV chunk
+  int64_t num_kv_chunks = 0;       // KV pool capacity, chunks
+  DType kv_dtype = DType::kFloat32;
+  cpu::DecodeImpl decode_impl = cpu::DecodeImpl::kTpp;
+};
+
+// One iteration's work. Rows of the step, in order: the prefill tokens,
+// sequence by sequence as in `prefill`, then one decode token per sequence of
+// `decode` in context order.
+struct ForwardBatch {
+  std::vector<int32_t> tokens;  // (num_rows) input token ids
+  // Prefill pieces: sequence s feeds tokens at positions prefix_len[s] ...;
+  // its chunk list must hold room for them. May be empty.
+  PrefillBatch prefill;
+  // Decode: sequence s feeds one token at position seq_len[s] - 1 (seq_len
+  // counts it). Null when the step has no decode tokens.
+  const ChunkContext* decode = nullptr;
+  std::vector<KvCopy> copies;        // applied before any KV write
+  std::vector<int32_t> logits_rows;  // rows whose next-token logits are wanted
+};
+
+class LlamaModel {
+ public:
+  // `comm` (null for a single rank) and `pool` (null for single-threaded
+  // attention) are borrowed and must outlive the model; comm's world size
+  // must match the weights' layout.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const ModelConfig& config,
+                                                            ModelWeights weights,
+                                                            const ModelOptions& options,
+                                                            Communicator* comm,
+                                                            cpu::ThreadPool* pool);
+
+  const ModelConfig& config() const { return config_; }
+  const ShardLayout& layout() const { return weights_.layout; }
+  const ModelOptions& options() const { return options_; }
+  KvPool& kv_pool() { return *kv_; }
+
+  // Runs one step and writes (batch.logits_rows.size(), vocab) fp32 logits.
+  // INVALID_ARGUMENT for a malformed batch (token outside the vocabulary,
+  // position past the context, chunk outside the pool, inconsistent sizes),
+  // checked before anything is written; the KV of the step's tokens is in the
+  // pool afterwards.
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits);
+
+ private:
+  LlamaModel(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,
+             Communicator* comm, cpu::ThreadPool* pool);
+
+  // Positions and KV slots of every row; validates the batch.
+  absl::Status PlanStep(const ForwardBatch& batch);
+  absl::Status AllReduce(std::vector<float>& x);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  ModelOptions options_;
+  Communicator* comm_;
+  std::unique_ptr<KvPool> kv_;
+  cpu::CpuAttention attention_;
+  std::vector<float> inv_freq_;  // (head_dim / 2) rotary frequencies after scaling
+
+  // The decode plan of the last context version seen.
+  bool have_plan_ = false;
+  cpu::DecodePlan plan_;
+
+  // Per-step scratch, reused.
+  std::vector<int32_t> positions_;
+  std::vector<int64_t> slots_;
+  std::vector<float> cos_, sin_;  // (rows, head_dim / 2)
+  std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, out_, gate_up_, act_, rows_;
+};
+
+// Rotary frequencies after rope_scaling, as Hugging Face computes them:
+// (head_dim / 2) values theta^(-2i/d), adjusted by the scaling kind.
+std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_WORKERS_MODEL_LLAMA_H_

@@ -1,0 +1,122 @@
+// Token sampling from the model's last-position logits, with Hugging Face /
+// vLLM semantics: repetition penalty, then greedy or temperature, top-k, top-p
+// and min-p, then one random draw.
+//
+// Reproducibility: a sequence's draw depends only on its own logits row,
+// params, history, seed and step (a counter-based hash, no hidden RNG state),
+// so the same seed gives the same tokens whatever else is in the batch, in
+// whatever order, on whichever thread, and after a worker restart.
+//
+// Thread-compatible: a Sampler only keeps scratch buffers reused across calls,
+// so use one Sampler per thread (or serialize calls on one).
+#ifndef CHUNKATTN_WORKERS_SAMPLER_SAMPLER_H_
+#define CHUNKATTN_WORKERS_SAMPLER_SAMPLER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace chunkattn {
+
+struct SamplingParams {
+  float temperature = 1.0f;        // 0 = greedy (argmax); else logits are divided by it
+  int32_t top_k = 0;               // keep the k most likely tokens; 0 = off
+  float top_p = 1.0f;              // nucleus mass in (0, 1]; 1 = off
+  float min_p = 0.0f;              // drop tokens with prob < min_p * max prob; in [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; 1 = off (HF/CTRL style, see Sampler)
+  // With the step index, fixes the random draw. The sampler gives no default
+  // randomness: requests without a seed must be given a fresh one upstream.
+  uint64_t seed = 0;
+  // For the front end: whether to return SampleResult::logprob to the client.
+  // The sampler fills logprob always (it costs nothing extra).
+  bool return_logprobs = false;
+};
+
+// INVALID_ARGUMENT naming the offending field when a value is out of its range
+// above or not finite.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+// One sequence of a Sample() batch. Borrowed for the duration of the call.
+struct SampleInput {
+  const SamplingParams* params = nullptr;
+  // Tokens seen so far (prompt + generated), for the repetition penalty; read
+  // only when params->repetition_penalty != 1. Duplicates count once.
+  absl::Span<const int32_t> history;
+  // Index of the token being generated (0 for the first). Must differ between
+  // steps of one sequence: (seed, step) names the draw.
+  uint64_t step = 0;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  // Log-softmax of the raw logits (before penalty, temperature and filters)
+  // at `token`, in nats: what an OpenAI-style "logprobs" reports.
+  float logprob = 0;
+};
+
+// The uniform draw in [0, 1) (53 random bits) for step `step` of a sequence
+// seeded `seed`: a SplitMix64-style hash of both, so any step is reachable
+// without running the earlier ones. Exposed for tests and for other draws
+// that must stay in lockstep with the sampler.
+double UniformForStep(uint64_t seed, uint64_t step);
+
+class Sampler {
+ public:
+  Sampler() = default;
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  // Picks one token per sequence.
+  //   logits: (inputs.size(), vocab) fp32, row s for inputs[s]
+  //   out:    (inputs.size())
+  // Per sequence, in this order:
+  //  1. NaN logits count as -inf. A +inf logit, or a row with no finite
+  //     logit, is INVALID_ARGUMENT.
+  //  2. Repetition penalty p over the distinct tokens of history:
+  //     logit > 0 -> logit / p, else logit * p.
+  //  3. temperature == 0 or top_k == 1: argmax, ties to the lowest token id;
+  //     top_p and min_p are ignored. One pass over the row.
+  //  4. Otherwise logits / temperature, then top-k (ties at the cut go to the
+  //     lower id), then top-p (the smallest set of most likely tokens whose
+  //     probability, renormalized after top-k, sums to >= top_p), then min-p
+  //     (relative to the most likely token, which always survives), then one
+  //     draw by inverse CDF with UniformForStep(seed, step) over the kept
+  //     tokens in token-id order.
+  // Cost: one streaming pass over the row (vectorized exp) for greedy; for
+  // sampling a few more passes, a one-scan heap for top-k <= 1024 and a radix
+  // select for top-p: O(vocab), never a full sort. No allocation once the
+  // scratch has grown to vocab.
+  absl::Status Sample(absl::Span<const float> logits, int vocab,
+                      absl::Span<const SampleInput> inputs, absl::Span<SampleResult> out);
+
+ private:
+  struct Candidate {
+    float w;     // unnormalized probability in [0, 1]; the most likely token has 1
+    int32_t id;  // token id
+  };
+  absl::Status SampleOne(const float* row, int vocab, const SampleInput& input, int seq,
+                         SampleResult* result);
+  // The k best of w[0, n) (0 < k < n) into *top, in no particular order.
+  void TopK(const float* w, int n, int k, std::vector<Candidate>* top);
+  // Leaves in kept_ (token-id order) the nucleus of w[0, vocab) if `dense`,
+  // else of kept_.
+  void TopP(const float* w, int vocab, bool dense, float top_p);
+  // The last candidate, in rank order, of the smallest head of sel_ whose
+  // weight sums to >= target; reorders sel_.
+  Candidate WeightedCut(double target);
+
+  // Scratch, grown to vocab and then reused.
+  std::vector<float> weights_;    // (vocab) the current row's sanitized logits, then weights
+  std::vector<Candidate> kept_;   // survivors of the cuts, token-id order
+  std::vector<Candidate> sel_;    // selection workspace
+  std::vector<double> bucket_mass_;  // top-p weight histogram
+  // (vocab) 1 for the current sequence's history tokens, else 0; all 0
+  // between calls, so only history entries are touched per sequence.
+  std::vector<uint8_t> marks_;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_WORKERS_SAMPLER_SAMPLER_H_

@@ -1,0 +1,127 @@
+// The offline engine: a batch whose prompts share prefixes generates exactly
+// what each prompt generates alone, while computing the shared chunks once.
+#include "gtest/gtest.h"
+#include "workers/engine/offline_engine.h"
+#include "workers/tests/model_test_util.h"
+
+namespace chunkattn {
+namespace {
+
+ModelOptions Options(int64_t chunks = 128) {
+  ModelOptions o;
+  o.chunk_size = 16;
+  o.num_kv_chunks = chunks;
+  return o;
+}
+
+std::vector<GenerationRequest> SharedPrefixRequests(const std::vector<int32_t>& base,
+                                                    const SamplingParams& sampling) {
+  // Prompts 0, 1, 3 share 40 tokens (2 full chunks of 16); 4 repeats 1.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int variant : {0, 1, -1, 2, 1}) {
+    std::vector<int32_t> p;
+    if (variant < 0) {
+      p.assign(base.rbegin(), base.rbegin() + 30);  // unrelated
+    } else {
+      p.assign(base.begin(), base.begin() + 40);
+      for (int i = 0; i < 3 + 4 * variant; ++i) p.push_back((base[i] + 11 * (variant + 1)) % 256);
+    }
+    prompts.push_back(p);
+  }
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.sampling = sampling;
+    r.sampling.seed = 100 + i;
+    r.max_new_tokens = 10 + static_cast<int>(i);
+    r.ignore_eos = true;
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+TEST(OfflineEngineTest, BatchWithSharedPrefixesMatchesEachPromptAlone) {
+  const auto& ref = testing::References()[1];
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  sampled.top_p = 0.9f;
+  sampled.top_k = 50;
+  for (const SamplingParams& sampling : {greedy, sampled}) {
+    const auto requests = SharedPrefixRequests(ref.prompts.back(), sampling);
+    auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
+    OfflineEngine engine(model.get());
+    GenerationStats stats;
+    auto batch = engine.Generate(requests, &stats);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    // Sorted by prompt, 0/1/4/3 are adjacent: three followers skip 2 chunks,
+    // and 4 (identical to 1) skips its 2 full chunks too.
+    EXPECT_EQ(stats.cached_prompt_tokens, 4 * 32 - 32);
+    EXPECT_LT(stats.peak_chunks, stats.peak_logical_chunks);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto solo_model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
+      OfflineEngine solo(solo_model.get());
+      auto alone = solo.Generate({requests[i]});
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      EXPECT_EQ((*batch)[i].tokens, (*alone)[0].tokens) << "request " << i;
+      EXPECT_EQ((*batch)[i].finish_reason, "length");
+      ASSERT_EQ((*batch)[i].logprobs.size(), (*alone)[0].logprobs.size());
+      for (size_t t = 0; t < (*alone)[0].logprobs.size(); ++t) {
+        EXPECT_NEAR((*batch)[i].logprobs[t], (*alone)[0].logprobs[t], 1e-4);
+        EXPECT_LE((*batch)[i].logprobs[t], 0.0f);
+      }
+    }
+  }
+}
+
+TEST(OfflineEngineTest, StopsOnStopTokensAndEos) {
+  const auto& ref = testing::References()[0];
+  auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
+  OfflineEngine engine(model.get());
+  GenerationRequest r;
+  r.prompt = ref.prompts[2];
+  r.sampling.temperature = 0;
+  r.max_new_tokens = 8;
+  auto free_run = engine.Generate({r});
+  ASSERT_TRUE(free_run.ok());
+  EXPECT_EQ((*free_run)[0].tokens, ref.greedy[2]);
+  r.stop_token_ids = {ref.greedy[2][3]};
+  auto stopped = engine.Generate({r});
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ((*stopped)[0].finish_reason, "stop");
+  const auto& g = ref.greedy[2];
+  const size_t first = std::find(g.begin(), g.end(), g[3]) - g.begin();
+  EXPECT_EQ((*stopped)[0].tokens, std::vector<int32_t>(g.begin(), g.begin() + first + 1));
+}
+
+TEST(OfflineEngineTest, RejectsBadRequests) {
+  const auto& ref = testing::References()[0];
+  auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options(8));
+  OfflineEngine engine(model.get());
+  GenerationRequest good;
+  good.prompt = {5, 6, 7};
+  good.max_new_tokens = 4;
+  ASSERT_TRUE(engine.Generate({good}).ok());
+  auto code = [&](GenerationRequest r) { return engine.Generate({good, r}).status().code(); };
+  GenerationRequest r = good;
+  r.prompt.clear();
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.prompt[1] = 999;
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.max_new_tokens = 300;  // past the 256-token context
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.sampling.top_p = 0;
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  r = good;
+  r.prompt.assign(100, 9);  // 7 chunks plus good's 1: over the pool of 8
+  r.max_new_tokens = 20;
+  EXPECT_EQ(code(r), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace chunkattn

@@ -1,0 +1,138 @@
+// Shared by the model tests: reference fixtures (NumPy, or transformers when
+// committed under tests/fixtures/transformers) and small drivers that manage
+// KV chunks by hand.
+#ifndef CHUNKATTN_WORKERS_TESTS_MODEL_TEST_UTIL_H_
+#define CHUNKATTN_WORKERS_TESTS_MODEL_TEST_UTIL_H_
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "workers/model/context_builder.h"
+#include "workers/model/llama.h"
+#include "workers/model/safetensors.h"
+
+namespace chunkattn::testing {
+
+struct Reference {
+  std::string dir;
+  std::string name;  // e.g. "numpy/llama3_gqa"
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> greedy;
+  std::vector<std::vector<float>> logits;  // per prompt: (len, vocab)
+};
+
+// Generates the NumPy fixtures once per test binary (a few seconds) and adds
+// the committed transformers fixtures when they exist.
+inline const std::vector<Reference>& References() {
+  static const std::vector<Reference>* refs = [] {
+    auto* out = new std::vector<Reference>();
+    char tmpl[] = "/tmp/chunkattn-ref-XXXXXX";
+    const std::string tmp = mkdtemp(tmpl);
+    const std::string cmd = std::string("/usr/bin/python3 " CHUNKATTN_SOURCE_DIR
+                                        "/tests/tools/make_reference.py --backend numpy --out ") +
+                            tmp + " > " + tmp + "/log.txt 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      ADD_FAILURE() << "make_reference.py failed: see " << tmp << "/log.txt";
+      return out;
+    }
+    std::vector<std::pair<std::string, std::string>> roots = {
+        {"numpy", tmp}, {"transformers", CHUNKATTN_SOURCE_DIR "/tests/fixtures/transformers"}};
+    for (const auto& [backend, root] : roots) {
+      for (const char* model : {"llama_mha", "llama3_gqa", "qwen2_tied"}) {
+        Reference r;
+        r.dir = root + "/" + model;
+        r.name = backend + "/" + model;
+        std::ifstream in(r.dir + "/reference.json");
+        if (!in) continue;
+        std::stringstream text;
+        text << in.rdbuf();
+        auto j = nlohmann::json::parse(text.str());
+        r.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
+        r.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
+        auto file = SafetensorsFile::Open(r.dir + "/reference.safetensors");
+        if (!file.ok()) {
+          ADD_FAILURE() << file.status();
+          continue;
+        }
+        for (size_t p = 0; p < r.prompts.size(); ++p) {
+          auto t = (*file)->Get("logits." + std::to_string(p));
+          EXPECT_TRUE(t.ok()) << t.status();
+          std::vector<float> v(t->num_elements());
+          ToFloat(*t, 0, t->num_elements(), v.data());
+          r.logits.push_back(std::move(v));
+        }
+        out->push_back(std::move(r));
+      }
+    }
+    return out;
+  }();
+  return *refs;
+}
+
+// max |a - b| / max |b|: the relative error of a logits block.
+inline double RelError(const float* a, const float* b, size_t n) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::abs(double{a[i]} - double{b[i]}));
+    scale = std::max(scale, std::abs(double{b[i]}));
+  }
+  return diff / scale;
+}
+
+inline std::unique_ptr<LlamaModel> LoadModelOrDie(const std::string& dir, ShardSpec shard = {},
+                                                  Communicator* comm = nullptr,
+                                                  ModelOptions options = {},
+                                                  cpu::ThreadPool* pool = nullptr) {
+  auto config = LoadModelConfig(dir);
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto weights = LoadWeights(dir, *config, shard);
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  if (options.num_kv_chunks == 0) options.num_kv_chunks = 64;
+  auto model = LlamaModel::Create(*config, std::move(*weights), options, comm, pool);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+// One sequence's prefill piece: `tokens` at positions prefix_len..., chunks
+// `chunks` (enough for prefix_len + tokens). Returns logits of every row.
+inline std::vector<float> PrefillPiece(LlamaModel& model, const std::vector<int32_t>& tokens,
+                                       int prefix_len, const std::vector<int32_t>& chunks,
+                                       std::vector<KvCopy> copies = {}) {
+  ForwardBatch b;
+  b.tokens = tokens;
+  b.prefill.prefix_len = {prefix_len};
+  b.prefill.q_begin = {0, static_cast<int32_t>(tokens.size())};
+  b.prefill.chunk_begin = {0, static_cast<int32_t>(chunks.size())};
+  b.prefill.chunk_ids = chunks;
+  b.copies = std::move(copies);
+  for (size_t r = 0; r < tokens.size(); ++r) b.logits_rows.push_back(static_cast<int32_t>(r));
+  std::vector<float> logits;
+  const absl::Status st = model.Forward(b, logits);
+  EXPECT_TRUE(st.ok()) << st;
+  return logits;
+}
+
+inline int32_t Argmax(const float* x, int n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+// Chunk ids [first, first + n).
+inline std::vector<int32_t> Chunks(int32_t first, int n) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) v[i] = first + i;
+  return v;
+}
+
+}  // namespace chunkattn::testing
+
+#endif  // CHUNKATTN_WORKERS_TESTS_MODEL_TEST_UTIL_H_
