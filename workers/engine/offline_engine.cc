@@ -51,7 +51,7 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
   for (int i = 0; i < n; ++i) {
     const auto& prompt = requests[order[i]].prompt;
     const int full = static_cast<int>(prompt.size()) / c;
-    if (i > 0) {
+    if (i > 0 && share_prefixes_) {
       const auto& prev = requests[order[i - 1]].prompt;
       const int prev_full = static_cast<int>(prev.size()) / c;
       int k = 0;

@@ -54,7 +54,10 @@ struct GenerationStats {
 
 class OfflineEngine {
  public:
-  explicit OfflineEngine(LlamaModel* model) : model_(model) {}
+  // `share_prefixes` false gives every sequence its own chunks (the
+  // baseline that sharing is measured against).
+  explicit OfflineEngine(LlamaModel* model, bool share_prefixes = true)
+      : model_(model), share_prefixes_(share_prefixes) {}
 
   // Called after each step with its logits: (rows, vocab), one row per
   // sequence still running, in request order.
@@ -70,6 +73,7 @@ class OfflineEngine {
 
  private:
   LlamaModel* model_;
+  bool share_prefixes_;
   Sampler sampler_;
 };
 

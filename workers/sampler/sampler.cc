@@ -342,7 +342,7 @@ absl::Status Sampler::SampleOne(const float* row, int vocab, const SampleInput& 
 
   // Inverse CDF in token-id order: the draw depends on the kept distribution
   // alone, not on how the cuts happened to leave their arrays.
-  const double u = UniformForStep(params.seed + seq, input.step);
+  const double u = UniformForStep(params.seed, input.step);
   int32_t token = -1;
   if (dense) {
     const double target = u * SumAtLeast(w, vocab, min_w);

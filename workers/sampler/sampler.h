@@ -21,10 +21,10 @@
 namespace chunkattn {
 
 struct SamplingParams {
-  float temperature = 1.0f;        // 0 = greedy (argmax); else logits are divided by it
-  int32_t top_k = 0;               // keep the k most likely tokens; 0 = off
-  float top_p = 1.0f;              // nucleus mass in (0, 1]; 1 = off
-  float min_p = 0.0f;              // drop tokens with prob < min_p * max prob; in [0, 1]
+  float temperature = 1.0f;         // 0 = greedy (argmax); else logits are divided by it
+  int32_t top_k = 0;                // keep the k most likely tokens; 0 = off
+  float top_p = 1.0f;               // nucleus mass in (0, 1]; 1 = off
+  float min_p = 0.0f;               // drop tokens with prob < min_p * max prob; in [0, 1]
   float repetition_penalty = 1.0f;  // > 0; 1 = off (HF/CTRL style, see Sampler)
   // With the step index, fixes the random draw. The sampler gives no default
   // randomness: requests without a seed must be given a fresh one upstream.
@@ -88,6 +88,10 @@ class Sampler {
   // sampling a few more passes, a one-scan heap for top-k <= 1024 and a radix
   // select for top-p: O(vocab), never a full sort. No allocation once the
   // scratch has grown to vocab.
+  // Errors (INVALID_ARGUMENT; per-sequence ones name the sequence): vocab <= 0,
+  // logits.size() != inputs.size() * vocab, out.size() != inputs.size(), a
+  // null or invalid params, a history token outside [0, vocab) while the
+  // penalty is on, or a bad row as in 1. On error `out` is partly written.
   absl::Status Sample(absl::Span<const float> logits, int vocab,
                       absl::Span<const SampleInput> inputs, absl::Span<SampleResult> out);
 
@@ -96,6 +100,7 @@ class Sampler {
     float w;     // unnormalized probability in [0, 1]; the most likely token has 1
     int32_t id;  // token id
   };
+
   absl::Status SampleOne(const float* row, int vocab, const SampleInput& input, int seq,
                          SampleResult* result);
   // The k best of w[0, n) (0 < k < n) into *top, in no particular order.
@@ -108,9 +113,9 @@ class Sampler {
   Candidate WeightedCut(double target);
 
   // Scratch, grown to vocab and then reused.
-  std::vector<float> weights_;    // (vocab) the current row's sanitized logits, then weights
-  std::vector<Candidate> kept_;   // survivors of the cuts, token-id order
-  std::vector<Candidate> sel_;    // selection workspace
+  std::vector<float> weights_;       // (vocab) the row's sanitized logits, then weights
+  std::vector<Candidate> kept_;      // survivors of the cuts, token-id order
+  std::vector<Candidate> sel_;       // selection workspace
   std::vector<double> bucket_mass_;  // top-p weight histogram
   // (vocab) 1 for the current sequence's history tokens, else 0; all 0
   // between calls, so only history entries are touched per sequence.

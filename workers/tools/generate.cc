@@ -34,6 +34,10 @@ ABSL_FLAG(std::string, prompts_file, "", "one prompt per line");
 ABSL_FLAG(std::string, system_prompt, "", "text put before every prompt (shared prefix)");
 ABSL_FLAG(std::vector<std::string>, prompt_ids, {},
           "the prompt as comma-separated token ids (for models without a tokenizer)");
+ABSL_FLAG(int, random_prompts, 0,
+          "add N random token-id prompts (for benchmarks on dummy weights, no tokenizer needed)");
+ABSL_FLAG(int, prompt_len, 512, "tokens per random prompt");
+ABSL_FLAG(int, shared_len, 0, "leading tokens every random prompt has in common");
 ABSL_FLAG(int, max_new_tokens, 32, "tokens to generate per prompt");
 ABSL_FLAG(double, temperature, 0.0, "0 = greedy");
 ABSL_FLAG(int, top_k, 0, "0 = off");
@@ -43,7 +47,8 @@ ABSL_FLAG(double, repetition_penalty, 1.0, "> 0; 1 = off");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed (request i uses seed + i)");
 ABSL_FLAG(bool, ignore_eos, false, "keep going past the end-of-sequence token");
 ABSL_FLAG(int, chunk_size, 64, "tokens per KV chunk");
-ABSL_FLAG(int, kv_chunks, 4096, "KV pool capacity in chunks");
+ABSL_FLAG(int, kv_chunks, 0, "KV pool capacity in chunks; 0 = enough for the batch unshared");
+ABSL_FLAG(bool, prefix_sharing, true, "share the KV chunks of common prompt prefixes");
 ABSL_FLAG(std::string, decode_impl, "tpp", "tpp | seq (decode attention)");
 ABSL_FLAG(int, threads, 0, "attention threads (0 = one per core)");
 ABSL_FLAG(int, tp_size, 1, "tensor-parallel world size");
@@ -91,13 +96,6 @@ absl::Status Run() {
   }
   ModelOptions options;
   options.chunk_size = absl::GetFlag(FLAGS_chunk_size);
-  options.num_kv_chunks = absl::GetFlag(FLAGS_kv_chunks);
-  const std::string impl = absl::GetFlag(FLAGS_decode_impl);
-  if (impl != "tpp" && impl != "seq") return absl::InvalidArgumentError("--decode_impl: tpp or seq");
-  options.decode_impl = impl == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
-  cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
-  ASSIGN_OR_RETURN(auto model, LlamaModel::Create(config, std::move(weights), options, comm.get(), &pool));
-
   // Prompts: ids, or text through the folder's tokenizer.
   std::unique_ptr<Tokenizer> tokenizer;
   auto loaded = LoadTokenizer(dir);
@@ -130,6 +128,28 @@ absl::Status Run() {
     requests.push_back(r);
     labels.push_back(text);
   }
+  if (absl::GetFlag(FLAGS_random_prompts) > 0) {
+    const int len = absl::GetFlag(FLAGS_prompt_len), shared = absl::GetFlag(FLAGS_shared_len);
+    if (len < 1 || shared < 0 || shared > len) {
+      return absl::InvalidArgumentError("--prompt_len must be >= 1 and --shared_len in [0, prompt_len]");
+    }
+    uint64_t state = absl::GetFlag(FLAGS_seed) * 0x9e3779b97f4a7c15ull + 1;
+    auto next = [&] {  // xorshift: any tokens will do, they only need to differ
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      return static_cast<int32_t>(state % static_cast<uint64_t>(config.vocab_size));
+    };
+    std::vector<int32_t> prefix(shared);
+    for (int32_t& t : prefix) t = next();
+    for (int i = 0; i < absl::GetFlag(FLAGS_random_prompts); ++i) {
+      GenerationRequest r;
+      r.prompt = prefix;
+      while (static_cast<int>(r.prompt.size()) < len) r.prompt.push_back(next());
+      requests.push_back(r);
+      labels.push_back(absl::StrFormat("(random, %d tokens, %d shared)", len, shared));
+    }
+  }
   if (requests.empty()) return absl::InvalidArgumentError("give --prompt, --prompts_file or --prompt_ids");
   for (size_t i = 0; i < requests.size(); ++i) {
     GenerationRequest& r = requests[i];
@@ -143,12 +163,26 @@ absl::Status Run() {
     r.sampling.seed = absl::GetFlag(FLAGS_seed) + i;
   }
 
+  options.num_kv_chunks = absl::GetFlag(FLAGS_kv_chunks);
+  if (options.num_kv_chunks == 0) {
+    for (const GenerationRequest& r : requests) {
+      options.num_kv_chunks +=
+          (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + options.chunk_size - 1) /
+          options.chunk_size;
+    }
+  }
+  const std::string impl = absl::GetFlag(FLAGS_decode_impl);
+  if (impl != "tpp" && impl != "seq") return absl::InvalidArgumentError("--decode_impl: tpp or seq");
+  options.decode_impl = impl == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+  cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Create(config, std::move(weights), options, comm.get(), &pool));
+
   std::ofstream logits_out;
   if (!absl::GetFlag(FLAGS_logits_out).empty()) {
     logits_out.open(absl::GetFlag(FLAGS_logits_out), std::ios::binary | std::ios::trunc);
     if (!logits_out) return absl::PermissionDeniedError("--logits_out: cannot create the file");
   }
-  OfflineEngine engine(model.get());
+  OfflineEngine engine(model.get(), absl::GetFlag(FLAGS_prefix_sharing));
   GenerationStats stats;
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(auto results, engine.Generate(requests, &stats,
@@ -162,7 +196,7 @@ absl::Status Run() {
                                                  }));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (rank != 0) return absl::OkStatus();
-  for (size_t i = 0; i < results.size(); ++i) {
+  for (size_t i = 0; i < results.size() && i < 16; ++i) {
     const GenerationResult& r = results[i];
     std::string text;
     if (tokenizer != nullptr) {
