@@ -181,23 +181,24 @@ absl::Status LlamaModel::PlanStep(const ForwardBatch& batch) {
     }
     // The new token is the last one of its sequence: its slot is in the last
     // chunk of the path (private if it has any, else its deepest shared one).
-    std::vector<int32_t> num_shared(decode_rows, 0), last_shared(decode_rows, -1);
-    for (int k = 0; k < ctx->num_shared(); ++k) {
-      for (int s = ctx->shared_begin[k]; s < ctx->shared_end[k]; ++s) {
-        ++num_shared[s];
-        last_shared[s] = ctx->shared_chunk[k];
-      }
-    }
+    // The plan's runs covering s, in table order, give its shared chunks.
     for (int s = 0; s < decode_rows; ++s) {
+      int num_shared = 0;
+      int32_t last_shared = -1;
+      for (int32_t i = plan_.seq_run_begin[s]; i < plan_.seq_run_begin[s + 1]; ++i) {
+        const cpu::DecodePlan::Run& run = plan_.runs[plan_.seq_runs[i]];
+        num_shared += run.last - run.first;
+        last_shared = ctx->shared_chunk[run.last - 1];
+      }
       const int64_t pos = int64_t{ctx->seq_len[s]} - 1;
       const int num_private = ctx->private_end[s] - ctx->private_begin[s];
-      if (pos < 0 || pos / c != num_shared[s] + num_private - 1) {
+      if (pos < 0 || pos / c != num_shared + num_private - 1) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "decode sequence %d: seq_len %d does not end in its last chunk (%d shared, %d private)",
-            s, ctx->seq_len[s], num_shared[s], num_private));
+            s, ctx->seq_len[s], num_shared, num_private));
       }
       const int32_t chunk =
-          num_private > 0 ? ctx->private_chunk[ctx->private_end[s] - 1] : last_shared[s];
+          num_private > 0 ? ctx->private_chunk[ctx->private_end[s] - 1] : last_shared;
       positions_[prefill_rows + s] = static_cast<int32_t>(pos);
       slots_[prefill_rows + s] = int64_t{chunk} * c + pos % c;
     }
@@ -298,16 +299,16 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>& 
   }
 
   const int64_t num_out = static_cast<int64_t>(batch.logits_rows.size());
+  if (num_out == 0) {
+    logits.clear();
+    return absl::OkStatus();
+  }
   rows_.resize(static_cast<size_t>(num_out * hidden));
   for (int64_t i = 0; i < num_out; ++i) {
     std::copy_n(x_.data() + int64_t{batch.logits_rows[i]} * hidden, hidden,
                 rows_.data() + i * hidden);
   }
   RmsNorm(rows_.data(), num_out, hidden, weights_.final_norm, config_.rms_norm_eps, h_);
-  if (num_out == 0) {
-    logits.clear();
-    return absl::OkStatus();
-  }
   Linear(h_.data(), num_out, hidden, weights_.output_embedding(), config_.vocab_size, logits);
   return absl::OkStatus();
 }

@@ -25,12 +25,16 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "workers/collectives/communicator.h"
+#include "workers/collectives/tests/test_util.h"
 #include "workers/collectives/in_process_group.h"
 
 extern char** environ;
 
 namespace chunkattn {
 namespace {
+
+using testing::RandomInput;
+using testing::RunRanks;
 
 // A fresh directory for one group's FileStore, removed afterwards.
 class TempDir {
@@ -80,21 +84,6 @@ std::vector<std::unique_ptr<Communicator>> ConnectOnThreads(
   return comms;
 }
 
-void RunRanks(const std::vector<std::unique_ptr<Communicator>>& comms,
-              const std::function<void(Communicator&)>& fn) {
-  std::vector<std::thread> threads;
-  for (const auto& comm : comms) threads.emplace_back([&fn, &comm] { fn(*comm); });
-  for (auto& t : threads) t.join();
-}
-
-std::vector<float> RandomInput(int r, int step, int64_t n) {
-  std::mt19937 rng(static_cast<uint32_t>(step * 7919 + r));
-  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
-
 TEST(GlooCommunicatorTest, RejectsBadOptions) {
   TempDir dir;
   GlooOptions bad = Options(0, 2, dir.path());
@@ -141,7 +130,7 @@ TEST(GlooCommunicatorTest, TwoThreadsMatchInProcessGroup) {
   for (int step = 0; step < static_cast<int>(sizes.size()); ++step) {
     const int64_t n = sizes[step];
     std::vector<std::vector<float>> via_gloo(2), via_oracle(2);
-    for (int r = 0; r < 2; ++r) via_gloo[r] = via_oracle[r] = RandomInput(r, step, n);
+    for (int r = 0; r < 2; ++r) via_gloo[r] = via_oracle[r] = RandomInput(r, step, n, 100.0f);
     RunRanks(gloo, [&](Communicator& c) {
       const absl::Status s = c.AllReduceSum(via_gloo[c.rank()].data(), n);
       EXPECT_TRUE(s.ok()) << "rank " << c.rank() << ": " << s;

@@ -13,26 +13,13 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "workers/collectives/communicator.h"
+#include "workers/collectives/tests/test_util.h"
 
 namespace chunkattn {
 namespace {
 
-// Calls fn(rank's communicator) on one thread per rank and joins them.
-void RunRanks(const std::vector<std::unique_ptr<Communicator>>& comms,
-              const std::function<void(Communicator&)>& fn) {
-  std::vector<std::thread> threads;
-  for (const auto& comm : comms) threads.emplace_back([&fn, &comm] { fn(*comm); });
-  for (auto& t : threads) t.join();
-}
-
-// Rank r's input for step `step`: the same on whichever thread makes it.
-std::vector<float> RandomInput(int r, int step, int64_t n) {
-  std::mt19937 rng(static_cast<uint32_t>(step * 1009 + r));
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using testing::RandomInput;
+using testing::RunRanks;
 
 // The contract's sum: ((x0 + x1) + x2) + ... per element.
 std::vector<float> RankOrderSum(int world, int step, int64_t n) {
