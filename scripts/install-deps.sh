@@ -8,6 +8,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libgloo-dev python3-numpy
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcivetweb-dev
+  prometheus python3-grpcio python3-grpc-tools python3-prometheus-client
 )
 
 missing=()

@@ -17,11 +17,23 @@ constexpr int kInternal = 13;
 
 }  // namespace
 
-Model::Model() : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
-Model::~Model() = default;
+class ModelImpl final : public Model {
+ public:
+  ModelImpl() : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+  Error Encode(std::string_view text, std::vector<int>* ids) const override;
+  Error Decode(const std::vector<int>& ids, std::string* text) const override;
+  int piece_size() const override;
+  int bos_id() const override;
+  int eos_id() const override;
+  const std::string& IdToPiece(int id) const override;
+  PieceKind Kind(int id) const override;
 
-std::unique_ptr<Model> Model::Load(const std::string& path, Error* error) {
-  std::unique_ptr<Model> model(new Model());
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+};
+
+extern "C" Model* chunkattn_spm_bridge_load(const std::string* path_ptr, Error* error) {
+  const std::string& path = *path_ptr;
+  std::unique_ptr<ModelImpl> model(new ModelImpl());
   try {
     *error = FromStatus(model->processor_->Load(path));
   } catch (const std::exception& e) {
@@ -30,10 +42,10 @@ std::unique_ptr<Model> Model::Load(const std::string& path, Error* error) {
     *error = Error{kInternal, e.what()};
   }
   if (!error->ok()) return nullptr;
-  return model;
+  return model.release();
 }
 
-Error Model::Encode(std::string_view text, std::vector<int>* ids) const {
+Error ModelImpl::Encode(std::string_view text, std::vector<int>* ids) const {
   try {
     return FromStatus(processor_->Encode(text, ids));
   } catch (const std::exception& e) {
@@ -41,7 +53,7 @@ Error Model::Encode(std::string_view text, std::vector<int>* ids) const {
   }
 }
 
-Error Model::Decode(const std::vector<int>& ids, std::string* text) const {
+Error ModelImpl::Decode(const std::vector<int>& ids, std::string* text) const {
   try {
     return FromStatus(processor_->Decode(ids, text));
   } catch (const std::exception& e) {
@@ -49,12 +61,12 @@ Error Model::Decode(const std::vector<int>& ids, std::string* text) const {
   }
 }
 
-int Model::piece_size() const { return processor_->GetPieceSize(); }
-int Model::bos_id() const { return processor_->bos_id(); }
-int Model::eos_id() const { return processor_->eos_id(); }
-const std::string& Model::IdToPiece(int id) const { return processor_->IdToPiece(id); }
+int ModelImpl::piece_size() const { return processor_->GetPieceSize(); }
+int ModelImpl::bos_id() const { return processor_->bos_id(); }
+int ModelImpl::eos_id() const { return processor_->eos_id(); }
+const std::string& ModelImpl::IdToPiece(int id) const { return processor_->IdToPiece(id); }
 
-PieceKind Model::Kind(int id) const {
+PieceKind ModelImpl::Kind(int id) const {
   if (processor_->IsControl(id)) return PieceKind::kControl;
   if (processor_->IsUnknown(id)) return PieceKind::kUnknown;
   if (processor_->IsByte(id)) return PieceKind::kByte;

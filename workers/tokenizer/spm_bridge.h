@@ -16,9 +16,6 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}  // namespace sentencepiece
 
 namespace chunkattn::spm_bridge {
 
@@ -40,26 +37,30 @@ class Model {
  public:
   // Loads a serialized ModelProto from `path`. REQUIRES: `path` names a regular
   // file (SentencePiece throws std::ios_failure on a directory). Never throws.
+  //
+  // SentencePiece 0.1.97 embeds its own protobuf-lite and exports its
+  // symbols, which clash with libprotobuf in the gRPC binaries (libprotobuf's
+  // static initializers resolve into SentencePiece's copy and crash). So the
+  // implementation lives in a module (libchunkattn_spm.so) loaded with
+  // RTLD_LOCAL | RTLD_DEEPBIND: each side keeps its own protobuf. Found at
+  // $CHUNKATTN_SPM_MODULE, else next to the executable's ../lib, else the
+  // build tree's path.
   static std::unique_ptr<Model> Load(const std::string& path, Error* error);
-  ~Model();
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
+  virtual ~Model() = default;
 
-  Error Encode(std::string_view text, std::vector<int>* ids) const;
+  virtual Error Encode(std::string_view text, std::vector<int>* ids) const = 0;
   // REQUIRES: every id in [0, piece_size()).
-  Error Decode(const std::vector<int>& ids, std::string* text) const;
-
-  int piece_size() const;
-  int bos_id() const;  // -1 when the model has none
-  int eos_id() const;  // -1 when the model has none
+  virtual Error Decode(const std::vector<int>& ids, std::string* text) const = 0;
+  virtual int piece_size() const = 0;
+  virtual int bos_id() const = 0;  // -1 when the model has none
+  virtual int eos_id() const = 0;  // -1 when the model has none
   // REQUIRES: 0 <= id < piece_size().
-  const std::string& IdToPiece(int id) const;
-  PieceKind Kind(int id) const;
-
- private:
-  Model();
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  virtual const std::string& IdToPiece(int id) const = 0;
+  virtual PieceKind Kind(int id) const = 0;
 };
+
+// The module's entry point: a new Model, or null with *error set.
+extern "C" Model* chunkattn_spm_bridge_load(const std::string* path, Error* error);
 
 // Runs SentencePieceTrainer::Train with `options` (flag name -> value, as
 // spm_train takes them), after fixing the library's global random seed to

@@ -1,0 +1,176 @@
+// chunkattn-coordinator: the cache coordinator. Serves chunkattn.v1.Generation
+// (plus grpc.health.v1.Health and server reflection), owns the prefix forest
+// and the scheduler, drives the tensor-parallel workers given by --workers,
+// and exports Prometheus metrics on --metrics_port.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "kernels/api/dtype.h"
+#include "services/coordinator/engine.h"
+#include "services/coordinator/generation_service.h"
+#include "services/metrics/http_server.h"
+#include "services/metrics/metrics.h"
+#include "workers/common/flags.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port of the public gRPC API");
+ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port; 0 = off");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "address the metrics server binds");
+ABSL_FLAG(std::string, workers, "", "the compute workers, host:port,... in rank order (required)");
+ABSL_FLAG(std::string, model, "", "Hugging Face model folder the workers load (required)");
+ABSL_FLAG(std::string, load_format, "auto", "auto (safetensors) | dummy (seeded random weights)");
+ABSL_FLAG(uint64_t, dummy_seed, 0, "seed of --load_format dummy weights");
+ABSL_FLAG(int, chunk_size, 64, "tokens per KV chunk: a power of two in [16, 256]");
+ABSL_FLAG(std::string, kv_dtype, "float32", "KV cache dtype: float32 | float16 | bfloat16");
+ABSL_FLAG(std::string, decode_impl, "tpp", "decode attention: tpp | seq");
+ABSL_FLAG(int, max_batch_size, 256, "most sequences in one iteration");
+ABSL_FLAG(int, max_tokens_per_step, 2048, "most input tokens in one iteration (prefill is chunked to fit)");
+ABSL_FLAG(int64_t, max_kv_chunks, 0, "caps the KV pool, chunks; 0 = the smallest worker capacity");
+ABSL_FLAG(bool, prefix_sharing, true, "share KV chunks of common prompt prefixes across requests");
+ABSL_FLAG(int, join_timeout_s, 120, "bound on a worker join (weights loading included), seconds");
+ABSL_FLAG(int, collective_timeout_s, 30, "bound on the workers' rendezvous and each collective, seconds");
+
+namespace {
+
+absl::Notification g_stop;
+
+void OnSignal(int) { g_stop.Notify(); }
+
+bool ParseHostPort(const std::string& s) {
+  const std::vector<std::string> hp = absl::StrSplit(s, absl::MaxSplits(':', 1));
+  int port = 0;
+  return hp.size() == 2 && !hp[0].empty() && absl::SimpleAtoi(hp[1], &port) && port > 0 && port <= 65535;
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace chunkattn;
+  NormalizeFlagDashes(argc, argv);
+  absl::SetProgramUsageMessage(
+      "chunkattn cache coordinator: --workers HOST:PORT,... --model DIR [--listen HOST:PORT] [--metrics_port N]");
+  absl::ParseCommandLine(argc, argv);
+
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::vector<std::string> hp = absl::StrSplit(listen, absl::MaxSplits(':', 1));
+  int listen_port = -1;
+  if (hp.size() != 2 || hp[0].empty() || !absl::SimpleAtoi(hp[1], &listen_port) || listen_port < 0 ||
+      listen_port > 65535) {
+    return Fail("--listen must be HOST:PORT, got \"" + listen + "\"");
+  }
+  std::vector<std::string> workers = absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty());
+  if (workers.empty()) return Fail("--workers is required (host:port,...)");
+  for (const std::string& w : workers) {
+    if (!ParseHostPort(w)) return Fail("--workers: \"" + w + "\" is not host:port");
+  }
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model.empty()) return Fail("--model is required");
+  const std::string format = absl::GetFlag(FLAGS_load_format);
+  if (format != "auto" && format != "dummy") return Fail("--load_format must be auto or dummy");
+  const int chunk = absl::GetFlag(FLAGS_chunk_size);
+  if (chunk < 16 || chunk > 256 || (chunk & (chunk - 1)) != 0) {
+    return Fail("--chunk_size must be a power of two in [16, 256]");
+  }
+  const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
+  if (!ParseDType(kv_dtype)) return Fail("--kv_dtype must be float32, float16 or bfloat16");
+  const std::string impl = absl::GetFlag(FLAGS_decode_impl);
+  if (impl != "tpp" && impl != "seq") return Fail("--decode_impl must be tpp or seq");
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < 0 || metrics_port > 65535) return Fail("--metrics_port must be in [0, 65535]");
+  if (absl::GetFlag(FLAGS_join_timeout_s) < 1 || absl::GetFlag(FLAGS_collective_timeout_s) < 1) {
+    return Fail("--join_timeout_s and --collective_timeout_s must be >= 1");
+  }
+  if (absl::GetFlag(FLAGS_max_kv_chunks) < 0) return Fail("--max_kv_chunks must be >= 0");
+
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
+  if (!config.ok()) return Fail("--model: " + config.status().ToString());
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizer(model); t.ok()) {
+    tokenizer = std::move(*t);
+  } else {
+    std::fprintf(stderr, "coordinator: no tokenizer (%s): token-id prompts only\n", t.status().ToString().c_str());
+  }
+
+  EngineOptions options;
+  options.scheduler.chunk_size = chunk;
+  options.scheduler.max_context = static_cast<int32_t>(config->max_context);
+  options.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  options.scheduler.max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step);
+  options.scheduler.prefix_sharing = absl::GetFlag(FLAGS_prefix_sharing);
+  options.scheduler.eos_token_ids = config->eos_token_ids;
+  if (options.scheduler.max_batch_size < 1 ||
+      options.scheduler.max_tokens_per_step < options.scheduler.max_batch_size) {
+    return Fail("--max_batch_size must be >= 1 and --max_tokens_per_step >= --max_batch_size");
+  }
+  options.workers.addresses = workers;
+  options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
+  options.workers.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
+  auto& join = options.workers.join;
+  join.set_model(model);
+  join.set_load_format(format);
+  join.set_dummy_seed(absl::GetFlag(FLAGS_dummy_seed));
+  join.set_chunk_size(chunk);
+  join.set_kv_dtype(kv_dtype);
+  join.set_decode_impl(impl);
+  join.set_collective_timeout_ms(static_cast<uint32_t>(absl::GetFlag(FLAGS_collective_timeout_s)) * 1000);
+
+  metrics::Registry registry;
+  Engine engine(options, &*config, tokenizer.get(), &registry);
+  ServiceInfo info;
+  info.model = format == "dummy" ? "dummy:" + model : model;
+  info.prefix_sharing = options.scheduler.prefix_sharing;
+  info.tensor_parallel_size = static_cast<int>(workers.size());
+  info.chunk_size = chunk;
+  info.kv_dtype = kv_dtype;
+  GenerationService service(&engine, &*config, tokenizer.get(), info);
+
+  std::unique_ptr<metrics::MetricsHttpServer> http;
+  if (metrics_port > 0) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started = metrics::MetricsHttpServer::Start(
+        absl::GetFlag(FLAGS_metrics_host), metrics_port, [&registry] { return registry.Serialize(); });
+    if (!started.ok()) return Fail("--metrics_port: " + started.status().ToString());
+    http = std::move(*started);
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound == 0) return Fail("cannot listen on " + listen);
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);
+  engine.SetReadyCallback([health](bool ready) { health->SetServingStatus(ready); });
+  engine.Start();
+  std::fprintf(stderr, "chunkattn-coordinator listening on %s (metrics %s), %zu worker(s), model %s\n",
+               listen.c_str(), metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off",
+               workers.size(), model.c_str());
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  g_stop.WaitForNotification();
+  std::fprintf(stderr, "coordinator: shutting down\n");
+  health->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}

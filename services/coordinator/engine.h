@@ -1,0 +1,168 @@
+// The cache coordinator's engine: one loop thread owns the scheduler (and
+// through it the prefix forest and chunk allocator) and the worker pool. RPC
+// handlers post requests and cancellations to its inbox and never block; the
+// loop turns sampled tokens into responses (detokenized, stop strings
+// applied) and hands them to each request's sink.
+//
+// Worker failure: the step fails with UNAVAILABLE, every request in flight
+// ends with UNAVAILABLE, the engine reports not ready (health NOT_SERVING)
+// and keeps re-joining the workers; once they are back it starts over with
+// an empty cache (their KV pools are new).
+//
+// Thread-safe: Submit, Cancel, ready, Snapshot may be called from any thread.
+#ifndef CHUNKATTN_SERVICES_COORDINATOR_ENGINE_H_
+#define CHUNKATTN_SERVICES_COORDINATOR_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chunkattn/v1/generation.pb.h"
+#include "services/coordinator/worker_pool.h"
+#include "services/metrics/metrics.h"
+#include "services/scheduler/scheduler.h"
+#include "workers/model/config.h"
+#include "workers/tokenizer/tokenizer.h"
+
+namespace chunkattn {
+
+// Where a request's responses go. Called on the loop thread only; must not
+// block. Finish is the last call.
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  virtual void Send(v1::GenerateResponse response) = 0;
+  virtual void Finish(absl::Status status) = 0;
+};
+
+// A request as the engine runs it (the API front has validated and
+// tokenized it).
+struct EngineRequest {
+  std::string request_id;  // the client's, echoed
+  RequestSpec spec;
+  std::vector<std::string> stop_strings;
+  bool return_logprobs = false;
+};
+
+struct EngineOptions {
+  SchedulerOptions scheduler;  // num_chunks is taken from the workers
+  WorkerPoolOptions workers;
+  absl::Duration reconnect_interval = absl::Milliseconds(500);
+};
+
+class Engine {
+ public:
+  // `config` and `tokenizer` (may be null: token ids only) are borrowed;
+  // `metrics` too, and must outlive the engine.
+  Engine(EngineOptions options, const ModelConfig* config, const Tokenizer* tokenizer,
+         metrics::Registry* metrics);
+  ~Engine();  // stops the loop; requests in flight end with UNAVAILABLE
+
+  void Start();
+
+  // Returns the engine's id for the request (for Cancel). The sink gets the
+  // responses, or one Finish with the error (INVALID_ARGUMENT, or
+  // RESOURCE_EXHAUSTED for a request that can never fit the pool).
+  int64_t Submit(EngineRequest request, std::shared_ptr<ResponseSink> sink);
+  // Stops a request (client cancel, deadline): its chunks are released and
+  // its sink finishes with CANCELLED. Unknown ids are ignored.
+  void Cancel(int64_t id);
+
+  // Whether the workers are joined and requests are served.
+  bool ready() const { return ready_.load(); }
+  // Called (from the loop thread) whenever ready() changes.
+  void SetReadyCallback(std::function<void(bool)> callback);
+
+  struct Snapshot {
+    int64_t num_chunks = 0;
+    int64_t chunk_bytes_total = 0;
+    std::string dtype;
+    std::string device;
+    CacheStats cache;
+    SchedulerStats scheduler;
+    int64_t prompt_tokens_total = 0;
+    int64_t cached_prompt_tokens_total = 0;
+    int64_t generation_tokens_total = 0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  struct Live;
+  struct Command {
+    enum Kind { kSubmit, kCancel } kind;
+    int64_t id = 0;
+    EngineRequest request;
+    std::shared_ptr<ResponseSink> sink;
+  };
+
+  void Loop();
+  bool Connect();
+  void DrainInbox(bool serving);
+  void Step();
+  void HandleEvent(const SampleEvent& e, absl::Time now);
+  void EndRequest(int64_t id, const absl::Status& status, const std::string& reason);
+  void FailAll(const absl::Status& status);
+  void UpdateGauges();
+
+  EngineOptions options_;
+  const ModelConfig* config_;
+  const Tokenizer* tokenizer_;
+  metrics::Registry* metrics_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> ready_{false};
+  std::atomic<int64_t> next_id_{1};
+
+  absl::Mutex inbox_mu_;
+  absl::CondVar inbox_cv_;
+  std::deque<Command> inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  std::function<void(bool)> ready_callback_ ABSL_GUARDED_BY(inbox_mu_);
+
+  mutable absl::Mutex snapshot_mu_;
+  Snapshot snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+
+  // Loop thread only.
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<int64_t, std::unique_ptr<Live>> live_;
+  int64_t prompt_tokens_total_ = 0;
+  int64_t cached_prompt_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
+  int64_t evictions_seen_ = 0;
+  int64_t preemptions_seen_ = 0;
+
+  // Metric series (owned by the registry).
+  metrics::Counter* m_prompt_tokens_;
+  metrics::Counter* m_prompt_cached_;
+  metrics::Counter* m_generation_tokens_;
+  metrics::Gauge* m_chunks_used_;
+  metrics::Gauge* m_chunks_cached_;
+  metrics::Gauge* m_chunks_free_;
+  metrics::Gauge* m_chunk_bytes_;
+  metrics::Gauge* m_shared_chunks_;
+  metrics::Gauge* m_logical_tokens_;
+  metrics::Gauge* m_physical_tokens_;
+  metrics::Counter* m_evicted_;
+  metrics::Gauge* m_running_;
+  metrics::Gauge* m_waiting_;
+  metrics::Counter* m_preemptions_;
+  metrics::Gauge* m_workers_ready_;
+  metrics::Histogram* m_ttft_;
+  metrics::Histogram* m_itl_;
+  metrics::Histogram* m_duration_;
+  metrics::Histogram* m_step_;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_SERVICES_COORDINATOR_ENGINE_H_

@@ -1,0 +1,335 @@
+#include "services/coordinator/generation_service.h"
+
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+
+namespace chunkattn {
+
+namespace {
+
+constexpr int kMaxSamples = 64;
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+constexpr size_t kMaxIdBytes = 256;
+constexpr size_t kMaxTextBytes = 4 << 20;
+constexpr int kDefaultMaxNewTokens = 16;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// The write side of one Generate call, shared by the reactor (gRPC threads)
+// and the engine's loop (Send/Finish). One write in flight at a time; Finish
+// goes out after the queued writes.
+class GenerateReactor;
+
+class Stream : public ResponseSink {
+ public:
+  explicit Stream(GenerateReactor* reactor) : reactor_(reactor) {}
+
+  void Send(v1::GenerateResponse response) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (reactor_ == nullptr || finish_pending_) return;
+      queue_.push_back(std::move(response));
+    }
+    Pump();
+  }
+
+  void Finish(absl::Status status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (reactor_ == nullptr || finish_pending_) return;
+      finish_pending_ = true;
+      final_ = ToGrpc(status);
+    }
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) {
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.pop_front();
+      writing_ = false;
+      if (!ok) queue_.clear();  // the call is broken; only Finish is left
+    }
+    Pump();
+  }
+
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  void Pump();
+
+  absl::Mutex mu_;
+  GenerateReactor* reactor_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);  // front is in flight while writing_
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
+};
+
+class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit GenerateReactor(Engine* engine) : engine_(engine), stream_(std::make_shared<Stream>(this)) {}
+
+  void Reject(const absl::Status& status) { stream_->Finish(status); }
+  void Submit(EngineRequest request) { id_ = engine_->Submit(std::move(request), stream_); }
+
+  void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
+  void OnCancel() override {
+    if (id_ != 0) engine_->Cancel(id_);
+  }
+  void OnDone() override {
+    stream_->Detach();
+    delete this;
+  }
+
+ private:
+  Engine* engine_;
+  std::shared_ptr<Stream> stream_;
+  int64_t id_ = 0;
+};
+
+void Stream::Pump() {
+  const v1::GenerateResponse* message = nullptr;
+  grpc::Status status;
+  GenerateReactor* reactor;
+  {
+    absl::MutexLock lock(&mu_);
+    reactor = reactor_;
+    if (reactor == nullptr || writing_ || finished_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      message = &queue_.front();
+    } else if (finish_pending_) {
+      finished_ = true;
+      status = final_;
+    } else {
+      return;
+    }
+  }
+  // Outside the lock: a reaction may run on this thread.
+  if (message != nullptr) {
+    reactor->StartWrite(message);
+  } else {
+    reactor->Finish(status);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                                      const ModelConfig& config,
+                                                      const Tokenizer* tokenizer, uint64_t seed) {
+  EngineRequest out;
+  if (request.request_id().size() > kMaxIdBytes) {
+    return Invalid(absl::StrFormat("request_id is longer than %d bytes", kMaxIdBytes));
+  }
+  out.request_id = request.request_id();
+  if (request.cache_namespace().size() > kMaxIdBytes) {
+    return Invalid(absl::StrFormat("cache_namespace is longer than %d bytes", kMaxIdBytes));
+  }
+  RequestSpec& spec = out.spec;
+  spec.cache_namespace = request.cache_namespace();
+  const int vocab = config.vocab_size;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (request.text().empty()) return Invalid("prompt.text is empty");
+      if (request.text().size() > kMaxTextBytes) {
+        return Invalid(absl::StrFormat("prompt.text is longer than %d bytes", kMaxTextBytes));
+      }
+      if (tokenizer == nullptr) {
+        return Invalid("prompt.text: the model has no tokenizer; send prompt.token_ids");
+      }
+      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.text(), tokenizer->bos_id() >= 0);
+      if (!ids.ok()) return Invalid(absl::StrCat("prompt.text: ", ids.status().message()));
+      spec.prompt = std::move(*ids);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const auto& ids = request.token_ids().ids();
+      if (ids.empty()) return Invalid("prompt.token_ids is empty");
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= vocab) {
+          return Invalid(absl::StrFormat("prompt.token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
+                                         ids[i], vocab));
+        }
+      }
+      spec.prompt.assign(ids.begin(), ids.end());
+      break;
+    }
+    default:
+      return Invalid("prompt is empty: set prompt.text or prompt.token_ids");
+  }
+  if (spec.prompt.empty()) return Invalid("prompt is empty after tokenization");
+
+  const v1::SamplingParams& s = request.sampling();
+  spec.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+  if (!(spec.sampling.temperature >= 0) || !std::isfinite(spec.sampling.temperature)) {
+    return Invalid(absl::StrFormat("sampling.temperature must be >= 0, got %g", s.temperature()));
+  }
+  spec.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
+  if (spec.sampling.top_k < 0) return Invalid(absl::StrFormat("sampling.top_k must be >= 0, got %d", s.top_k()));
+  spec.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+  if (!(spec.sampling.top_p > 0 && spec.sampling.top_p <= 1)) {
+    return Invalid(absl::StrFormat("sampling.top_p must be in (0, 1], got %g", s.top_p()));
+  }
+  spec.sampling.min_p = s.has_min_p() ? s.min_p() : 0.0f;
+  if (!(spec.sampling.min_p >= 0 && spec.sampling.min_p <= 1)) {
+    return Invalid(absl::StrFormat("sampling.min_p must be in [0, 1], got %g", s.min_p()));
+  }
+  spec.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  if (!(spec.sampling.repetition_penalty > 0) || !std::isfinite(spec.sampling.repetition_penalty)) {
+    return Invalid(
+        absl::StrFormat("sampling.repetition_penalty must be > 0, got %g", s.repetition_penalty()));
+  }
+  spec.sampling.seed = s.has_seed() ? s.seed() : seed;
+
+  const v1::StoppingCriteria& stop = request.stopping();
+  const int64_t max_new = stop.has_max_new_tokens() ? stop.max_new_tokens() : kDefaultMaxNewTokens;
+  if (max_new < 1) return Invalid("stopping.max_new_tokens must be >= 1");
+  if (static_cast<int64_t>(spec.prompt.size()) + max_new > config.max_context) {
+    return Invalid(absl::StrFormat(
+        "stopping.max_new_tokens: %d prompt tokens + %d new tokens exceed the context of %d tokens",
+        spec.prompt.size(), max_new, config.max_context));
+  }
+  spec.max_new_tokens = static_cast<int32_t>(max_new);
+  for (int i = 0; i < stop.stop_token_ids_size(); ++i) {
+    const int32_t t = stop.stop_token_ids(i);
+    if (t < 0 || t >= vocab) {
+      return Invalid(absl::StrFormat("stopping.stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
+                                     t, vocab));
+    }
+    spec.stop_token_ids.push_back(t);
+  }
+  if (stop.stop_size() > kMaxStopStrings) {
+    return Invalid(absl::StrFormat("stopping.stop has %d strings; at most %d", stop.stop_size(), kMaxStopStrings));
+  }
+  for (int i = 0; i < stop.stop_size(); ++i) {
+    if (stop.stop(i).empty() || stop.stop(i).size() > kMaxStopBytes) {
+      return Invalid(absl::StrFormat("stopping.stop[%d] must have 1 to %d bytes", i, kMaxStopBytes));
+    }
+    out.stop_strings.push_back(stop.stop(i));
+  }
+  if (!out.stop_strings.empty() && tokenizer == nullptr) {
+    return Invalid("stopping.stop: the model has no tokenizer to produce text");
+  }
+  spec.ignore_eos = stop.ignore_eos();
+  spec.n = request.n() == 0 ? 1 : static_cast<int32_t>(std::min<uint32_t>(request.n(), kMaxSamples + 1));
+  if (spec.n > kMaxSamples) {
+    return Invalid(absl::StrFormat("n must be in [1, %d], got %d", kMaxSamples, request.n()));
+  }
+  out.return_logprobs = request.return_logprobs();
+  return out;
+}
+
+GenerationService::GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer,
+                                     ServiceInfo info)
+    : engine_(engine), config_(config), tokenizer_(tokenizer), info_(std::move(info)) {}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext*,
+                                                                            const v1::GenerateRequest* request) {
+  auto* reactor = new GenerateReactor(engine_);
+  if (!engine_->ready()) {
+    reactor->Reject(absl::UnavailableError("the workers are not ready; retry later"));
+    return reactor;
+  }
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  const uint64_t seed = counter.fetch_add(0x9E3779B97F4A7C15ull);
+  absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(*request, *config_, tokenizer_, seed);
+  if (!validated.ok()) {
+    reactor->Reject(validated.status());
+    return reactor;
+  }
+  reactor->Submit(std::move(*validated));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                      const v1::TokenizeRequest* request,
+                                                      v1::TokenizeResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (tokenizer_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer"));
+    return reactor;
+  }
+  if (request->text().size() > kMaxTextBytes) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is longer than 4 MiB"));
+    return reactor;
+  }
+  const bool add_bos = (request->has_add_bos() ? request->add_bos() : true) && tokenizer_->bos_id() >= 0;
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request->text(), add_bos);
+  if (!ids.ok()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("text: ", ids.status().message())));
+    return reactor;
+  }
+  for (int32_t id : *ids) {
+    response->add_token_ids(id);
+    absl::StatusOr<std::string> piece = tokenizer_->IdToPiece(id);
+    response->add_pieces(piece.ok() ? *piece : "");
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                          const v1::GetModelInfoRequest*, v1::ModelInfo* info) {
+  const Engine::Snapshot snap = engine_->snapshot();
+  info->set_model(info_.model);
+  info->set_architecture(config_->architecture);
+  info->set_dtype(snap.dtype);
+  info->set_kv_dtype(info_.kv_dtype);
+  info->set_chunk_size(static_cast<uint32_t>(info_.chunk_size));
+  info->set_max_context(static_cast<uint32_t>(config_->max_context));
+  info->set_tensor_parallel_size(static_cast<uint32_t>(info_.tensor_parallel_size));
+  info->set_kv_capacity_chunks(static_cast<uint64_t>(snap.num_chunks));
+  info->set_kv_capacity_tokens(static_cast<uint64_t>(snap.num_chunks) * info_.chunk_size);
+  info->set_kv_chunk_bytes(static_cast<uint64_t>(snap.chunk_bytes_total));
+  info->set_vocab_size(static_cast<uint32_t>(config_->vocab_size));
+  for (int32_t eos : config_->eos_token_ids) info->add_eos_token_ids(eos);
+  info->set_prefix_sharing(info_.prefix_sharing);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerContext* context,
+                                                           const v1::GetCacheStatsRequest*, v1::CacheStats* out) {
+  const Engine::Snapshot snap = engine_->snapshot();
+  const CacheStats& c = snap.cache;
+  out->set_capacity_chunks(c.capacity_chunks);
+  out->set_used_chunks(c.used_chunks);
+  out->set_cached_chunks(c.cached_chunks);
+  out->set_free_chunks(c.free_chunks);
+  out->set_shared_chunks(c.shared_chunks);
+  out->set_logical_tokens(c.logical_tokens);
+  out->set_physical_tokens(c.physical_tokens);
+  out->set_peak_used_chunks(snap.scheduler.peak_used_chunks);
+  out->set_peak_unshared_chunks(snap.scheduler.peak_unshared_chunks);
+  out->set_prompt_tokens_total(snap.prompt_tokens_total);
+  out->set_cached_prompt_tokens_total(snap.cached_prompt_tokens_total);
+  out->set_generation_tokens_total(snap.generation_tokens_total);
+  out->set_evicted_chunks_total(c.total_evictions);
+  out->set_running_requests(snap.scheduler.running_requests);
+  out->set_waiting_requests(snap.scheduler.waiting_requests);
+  out->set_preemptions_total(snap.scheduler.preemptions_total);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace chunkattn

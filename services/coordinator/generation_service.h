@@ -1,0 +1,58 @@
+// The public API (chunkattn.v1.Generation) on gRPC's callback server: every
+// handler validates its request (INVALID_ARGUMENT naming the field), and
+// Generate posts to the Engine and streams what the engine's loop sends back.
+// No handler blocks: one small reactor per Generate call owns the write
+// queue, and a client cancel or deadline becomes Engine::Cancel.
+//
+// Thread-safe (gRPC calls it from its own threads).
+#ifndef CHUNKATTN_SERVICES_COORDINATOR_GENERATION_SERVICE_H_
+#define CHUNKATTN_SERVICES_COORDINATOR_GENERATION_SERVICE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "chunkattn/v1/generation.grpc.pb.h"
+#include "services/coordinator/engine.h"
+
+namespace chunkattn {
+
+struct ServiceInfo {
+  std::string model;         // as given on the command line
+  bool prefix_sharing = true;
+  int tensor_parallel_size = 1;
+  int chunk_size = 64;
+  std::string kv_dtype;
+};
+
+// The checked, tokenized form of a GenerateRequest. `seed` fills an unset
+// sampling seed.
+absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                                      const ModelConfig& config,
+                                                      const Tokenizer* tokenizer, uint64_t seed);
+
+class GenerationService final : public v1::Generation::CallbackService {
+ public:
+  // Everything is borrowed; tokenizer may be null (token-id prompts only).
+  GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer, ServiceInfo info);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                           const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetCacheStats(grpc::CallbackServerContext* context,
+                                          const v1::GetCacheStatsRequest* request,
+                                          v1::CacheStats* response) override;
+
+ private:
+  Engine* engine_;
+  const ModelConfig* config_;
+  const Tokenizer* tokenizer_;
+  ServiceInfo info_;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_SERVICES_COORDINATOR_GENERATION_SERVICE_H_

@@ -1,0 +1,174 @@
+#include "services/coordinator/worker_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "grpcpp/create_channel.h"
+
+namespace chunkattn {
+
+using internal::v1::StepPlan;
+using internal::v1::StepResult;
+
+struct WorkerPool::Rank {
+  std::string address;
+  std::unique_ptr<internal::v1::Worker::Stub> stub;
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReaderWriter<StepPlan, StepResult>> stream;
+  StepResult result;
+  absl::Status status;
+};
+
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(what, ": ", s.error_message()));
+}
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  // Notice a silent peer (a node gone without closing its sockets).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Reconnect quickly once a restarted worker is back.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  for (const std::string& address : options_.addresses) {
+    auto rank = std::make_unique<Rank>();
+    rank->address = address;
+    rank->stub = internal::v1::Worker::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    ranks_.push_back(std::move(rank));
+  }
+}
+
+WorkerPool::~WorkerPool() { Disconnect(); }
+
+void WorkerPool::Disconnect() {
+  for (auto& rank : ranks_) {
+    if (rank->context != nullptr) rank->context->TryCancel();
+    if (rank->stream != nullptr) (void)rank->stream->Finish();
+    rank->stream.reset();
+    rank->context.reset();
+  }
+  connected_ = false;
+}
+
+absl::Status WorkerPool::Connect() {
+  Disconnect();
+  // A cheap probe first: joining blocks in the collective rendezvous until
+  // every rank is there, so do not start unless all of them answer.
+  for (auto& rank : ranks_) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(absl::Seconds(2)));
+    internal::v1::StoreGetRequest req;
+    internal::v1::StoreGetResponse resp;
+    grpc::Status s = rank->stub->StoreGet(&ctx, req, &resp);
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("worker ", rank->address, " is unreachable: ", s.error_message()));
+    }
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string session = absl::StrFormat("s%016x-%d", rng(), ++sessions_);
+  const int n = world_size();
+  std::vector<internal::v1::JoinResponse> responses(n);
+  std::vector<absl::Status> statuses(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      internal::v1::JoinRequest req = options_.join;
+      req.set_session(session);
+      req.set_rank(r);
+      req.set_world_size(n);
+      req.set_rendezvous(options_.addresses[0]);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(options_.join_timeout));
+      grpc::Status s = ranks_[r]->stub->Join(&ctx, req, &responses[r]);
+      if (!s.ok()) statuses[r] = FromGrpc(s, absl::StrCat("join worker ", ranks_[r]->address));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  int64_t capacity = responses[0].kv_capacity_chunks();
+  int64_t bytes = 0;
+  for (const auto& resp : responses) {
+    capacity = std::min(capacity, resp.kv_capacity_chunks());
+    bytes += resp.kv_chunk_bytes();
+  }
+  if (options_.max_kv_chunks > 0) capacity = std::min(capacity, options_.max_kv_chunks);
+  num_chunks_ = capacity;
+  chunk_bytes_total_ = bytes;
+  dtype_ = responses[0].dtype();
+  device_ = responses[0].device();
+  for (auto& rank : ranks_) {
+    rank->context = std::make_unique<grpc::ClientContext>();
+    rank->stream = rank->stub->Execute(rank->context.get());
+  }
+  connected_ = true;
+  sized_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> WorkerPool::Step(StepPlan& plan) {
+  if (!connected_) return absl::UnavailableError("the workers are not connected");
+  if (!sized_) {
+    plan.set_num_kv_chunks(num_chunks_);
+    sized_ = true;
+  } else {
+    plan.clear_num_kv_chunks();
+  }
+  // A failed rank cancels every stream, so ranks blocked in a collective
+  // with the dead one (or on us) return at once.
+  auto cancel_all = [this] {
+    for (auto& rank : ranks_) rank->context->TryCancel();
+  };
+  auto run = [&plan, &cancel_all](Rank* rank) {
+    rank->status = absl::OkStatus();
+    if (!rank->stream->Write(plan) || !rank->stream->Read(&rank->result)) {
+      rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
+      cancel_all();
+    }
+  };
+  if (ranks_.size() == 1) {
+    run(ranks_[0].get());
+  } else {
+    // One thread per rank: the first to fail cancels the rest.
+    std::vector<std::thread> threads;
+    for (auto& rank : ranks_) threads.emplace_back(run, rank.get());
+    for (auto& t : threads) t.join();
+  }
+  absl::Status failure;
+  for (auto& rank : ranks_) {
+    if (rank->status.ok()) continue;
+    // The worker's own status says why (a step error, a lost connection).
+    grpc::Status s = rank->stream->Finish();
+    rank->stream.reset();
+    if (failure.ok()) {
+      failure = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed: ",
+                                                    s.ok() ? "stream closed" : s.error_message()));
+    }
+  }
+  if (!failure.ok()) {
+    Disconnect();
+    return failure;
+  }
+  return ranks_[0]->result;
+}
+
+}  // namespace chunkattn

@@ -1,0 +1,80 @@
+// The coordinator's side of the tensor-parallel workers: joins them into a
+// session (rank, world size, model, chunk size, rendezvous), sizes the KV
+// pool from the smallest capacity they report, and runs one plan per
+// iteration on all of them (each rank computes its shard; rank 0 returns the
+// sampled tokens).
+//
+// Failure: any worker that fails or disappears fails the step with
+// UNAVAILABLE; every stream is then cancelled (so no rank stays blocked on
+// the coordinator) and the pool must be Connect()ed again.
+//
+// Thread-compatible: driven by the coordinator's loop thread. Step() reads
+// the ranks' results on one thread each, so a rank blocked in a collective
+// with a dead peer cannot delay noticing the dead one.
+#ifndef CHUNKATTN_SERVICES_COORDINATOR_WORKER_POOL_H_
+#define CHUNKATTN_SERVICES_COORDINATOR_WORKER_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chunkattn/internal/v1/worker.grpc.pb.h"
+
+namespace chunkattn {
+
+struct WorkerPoolOptions {
+  std::vector<std::string> addresses;  // host:port, rank order
+  // Model, chunk size, dtypes, decode impl; rank, world size, session and
+  // rendezvous are filled per worker.
+  internal::v1::JoinRequest join;
+  int64_t max_kv_chunks = 0;  // caps the pool; 0 = what the workers hold
+  absl::Duration join_timeout = absl::Seconds(120);  // loading weights included
+};
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(WorkerPoolOptions options);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Probes every worker, then joins them all into a fresh session and opens
+  // their plan streams. UNAVAILABLE while some worker is unreachable; the
+  // worker's own status when a Join fails (a bad model path, say).
+  absl::Status Connect();
+  // Cancels the streams; Connect() starts over.
+  void Disconnect();
+  bool connected() const { return connected_; }
+
+  // Runs one plan on every rank and returns rank 0's result. The first plan
+  // after Connect() carries the pool size. UNAVAILABLE (with the worker and
+  // its error) when any rank fails; the pool is then disconnected.
+  absl::StatusOr<internal::v1::StepResult> Step(internal::v1::StepPlan& plan);
+
+  int world_size() const { return static_cast<int>(options_.addresses.size()); }
+  int64_t num_chunks() const { return num_chunks_; }
+  int64_t chunk_bytes_total() const { return chunk_bytes_total_; }  // one chunk over all ranks
+  const std::string& dtype() const { return dtype_; }
+  const std::string& device() const { return device_; }
+
+ private:
+  struct Rank;
+
+  WorkerPoolOptions options_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  bool connected_ = false;
+  bool sized_ = false;
+  uint64_t sessions_ = 0;
+  int64_t num_chunks_ = 0;
+  int64_t chunk_bytes_total_ = 0;
+  std::string dtype_;
+  std::string device_;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_SERVICES_COORDINATOR_WORKER_POOL_H_

@@ -1,0 +1,676 @@
+#include "services/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/api/status_macros.h"
+
+namespace chunkattn {
+
+using internal::v1::StepPlan;
+using internal::v1::StepResult;
+
+namespace {
+
+constexpr int kMaxSamples = 64;
+// Waiting requests looked at per admission round: bounds the in-batch sharing
+// scan when the queue is long.
+constexpr int kAdmissionScan = 64;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Sample i's seed: the request's seed for sample 0, a mix of it for the rest,
+// so samples differ but the whole request is reproducible from one seed.
+uint64_t SampleSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+struct Scheduler::Seq {
+  SeqId id = 0;
+  Request* request = nullptr;
+  // Sample indices this sequence produces: one, or every unfinished sample
+  // of a fresh request until its first token (then it forks).
+  std::vector<int32_t> samples;
+  std::vector<TokenId> tokens;  // as in the forest
+  int32_t computed = 0;         // leading tokens with KV in the pool
+  TokenId pending = -1;         // sampled, to be appended and fed next step
+};
+
+struct Scheduler::Request {
+  RequestId id = 0;
+  RequestSpec spec;
+  int64_t arrival = 0;
+  bool running = false;
+  int32_t cached_prompt_tokens = -1;  // of the first admission
+  struct Sample {
+    std::vector<TokenId> generated;
+    bool finished = false;
+    int64_t sampler_key = 0;  // 0: no sampler state on the workers
+  };
+  std::vector<Sample> samples;
+  std::vector<std::unique_ptr<Seq>> seqs;
+};
+
+void SubsetContext(const ChunkContext& full, const std::vector<bool>& keep, uint64_t version,
+                   ChunkContext* out) {
+  const int n = full.num_seqs();
+  std::vector<int32_t> index(n + 1, 0);  // kept sequences before s
+  for (int s = 0; s < n; ++s) index[s + 1] = index[s] + (keep[s] ? 1 : 0);
+  const int m = index[n];
+  out->chunk_size = full.chunk_size;
+  out->version = version;
+  out->seq_ids.clear();
+  out->seq_len.clear();
+  for (int s = 0; s < n; ++s) {
+    if (!keep[s]) continue;
+    out->seq_ids.push_back(full.seq_ids[s]);
+    out->seq_len.push_back(full.seq_len[s]);
+  }
+  out->shared_chunk.clear();
+  out->shared_begin.clear();
+  out->shared_end.clear();
+  out->shared_tokens.clear();
+  // Demoted entries per kept reader, in table order (= position order).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> demoted(m);
+  for (int k = 0; k < full.num_shared(); ++k) {
+    const int32_t i = index[full.shared_begin[k]];
+    const int32_t j = index[full.shared_end[k]];
+    if (j - i >= 2) {
+      out->shared_chunk.push_back(full.shared_chunk[k]);
+      out->shared_begin.push_back(i);
+      out->shared_end.push_back(j);
+      out->shared_tokens.push_back(full.shared_tokens[k]);
+    } else if (j - i == 1) {
+      demoted[i].emplace_back(full.shared_chunk[k], full.shared_tokens[k]);
+    }
+  }
+  out->private_begin.assign(m, 0);
+  out->private_end.assign(m, 0);
+  out->private_chunk.clear();
+  out->private_tokens.clear();
+  for (int s = 0, t = 0; s < n; ++s) {
+    if (!keep[s]) continue;
+    out->private_begin[t] = static_cast<int32_t>(out->private_chunk.size());
+    for (const auto& [chunk, tokens] : demoted[t]) {
+      out->private_chunk.push_back(chunk);
+      out->private_tokens.push_back(tokens);
+    }
+    for (int32_t e = full.private_begin[s]; e < full.private_end[s]; ++e) {
+      out->private_chunk.push_back(full.private_chunk[e]);
+      out->private_tokens.push_back(full.private_tokens[e]);
+    }
+    out->private_end[t] = static_cast<int32_t>(out->private_chunk.size());
+    ++t;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options) {
+  if (options.max_batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_batch_size must be >= 1, got %d", options.max_batch_size));
+  }
+  if (options.max_tokens_per_step < options.max_batch_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_tokens_per_step (%d) must be >= max_batch_size (%d): a full decode step feeds one "
+        "token per sequence",
+        options.max_tokens_per_step, options.max_batch_size));
+  }
+  if (options.max_context < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_context must be >= 2, got %d", options.max_context));
+  }
+  PrefixForestOptions fo;
+  fo.chunk_size = options.chunk_size;
+  fo.num_chunks = options.num_chunks;
+  fo.max_seq_len = options.max_context;
+  ASSIGN_OR_RETURN(std::unique_ptr<PrefixForest> forest, PrefixForest::Create(fo));
+  return std::unique_ptr<Scheduler>(new Scheduler(options, std::move(forest)));
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixForest> forest)
+    : options_(options), forest_(std::move(forest)) {}
+
+Scheduler::~Scheduler() = default;
+
+absl::Status Scheduler::Add(RequestId id, RequestSpec spec) {
+  if (requests_.count(id) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("request %d is already in flight", id));
+  }
+  if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (spec.n < 1 || spec.n > kMaxSamples) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("n must be in [1, %d], got %d", kMaxSamples, spec.n));
+  }
+  const int64_t len = static_cast<int64_t>(spec.prompt.size());
+  if (spec.max_new_tokens < 1 || len + spec.max_new_tokens > options_.max_context) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_new_tokens (%d) must be >= 1 and fit the context of %d tokens with the %d prompt "
+        "tokens",
+        spec.max_new_tokens, options_.max_context, len));
+  }
+  const int c = options_.chunk_size;
+  const int64_t needed = CeilDiv(len + spec.max_new_tokens, c) +
+                         int64_t{spec.n - 1} * (CeilDiv(spec.max_new_tokens, c) + 1);
+  if (needed > options_.num_chunks) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the request needs up to %d KV chunks (%d prompt tokens, max_new_tokens %d, n %d) and the "
+        "pool holds %d",
+        needed, len, spec.max_new_tokens, spec.n, options_.num_chunks));
+  }
+  auto r = std::make_unique<Request>();
+  r->id = id;
+  r->arrival = next_arrival_++;
+  r->samples.resize(spec.n);
+  r->spec = std::move(spec);
+  waiting_.push_back(r.get());
+  requests_.emplace(id, std::move(r));
+  return absl::OkStatus();
+}
+
+std::string Scheduler::Namespace(const Request& r) const {
+  // Without sharing every request is its own tenant (a name no client can
+  // send: it starts with a NUL byte).
+  if (!options_.prefix_sharing) return absl::StrCat(std::string(1, '\0'), r.id);
+  return r.spec.cache_namespace;
+}
+
+void Scheduler::EndSampler(int64_t key) {
+  if (key != 0) pending_sampler_ends_.push_back(key);
+}
+
+void Scheduler::ReleaseSeqs(Request* r) {
+  for (auto& seq : r->seqs) {
+    (void)forest_->Remove(seq->id);  // known to the forest by construction
+    seqs_.erase(seq->id);
+  }
+  r->seqs.clear();
+}
+
+void Scheduler::Preempt(Request* r) {
+  ReleaseSeqs(r);
+  for (auto& s : r->samples) {
+    EndSampler(s.sampler_key);
+    s.sampler_key = 0;
+  }
+  r->running = false;
+  auto it = std::lower_bound(waiting_.begin(), waiting_.end(), r,
+                             [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+  waiting_.insert(it, r);
+  ++preemptions_;
+}
+
+Scheduler::Request* Scheduler::NewestRunning() {
+  Request* newest = nullptr;
+  for (auto& [id, r] : requests_) {
+    if (r->running && (newest == nullptr || r->arrival > newest->arrival)) newest = r.get();
+  }
+  return newest;
+}
+
+void Scheduler::EraseRequest(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request* r = it->second.get();
+  ReleaseSeqs(r);
+  for (auto& s : r->samples) EndSampler(s.sampler_key);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+  requests_.erase(it);
+}
+
+void Scheduler::Abort(RequestId id) { EraseRequest(id); }
+
+bool Scheduler::FinishSample(RequestId id, int32_t index) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  Request* r = it->second.get();
+  if (index < 0 || index >= static_cast<int32_t>(r->samples.size())) return false;
+  auto& sample = r->samples[index];
+  if (sample.finished) return false;
+  sample.finished = true;
+  EndSampler(sample.sampler_key);
+  sample.sampler_key = 0;
+  for (size_t k = 0; k < r->seqs.size(); ++k) {
+    Seq* seq = r->seqs[k].get();
+    auto pos = std::find(seq->samples.begin(), seq->samples.end(), index);
+    if (pos == seq->samples.end()) continue;
+    seq->samples.erase(pos);
+    if (seq->samples.empty()) {
+      (void)forest_->Remove(seq->id);
+      seqs_.erase(seq->id);
+      r->seqs.erase(r->seqs.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    break;
+  }
+  const bool done = std::all_of(r->samples.begin(), r->samples.end(),
+                                [](const Request::Sample& s) { return s.finished; });
+  if (done) EraseRequest(id);
+  return done;
+}
+
+bool Scheduler::ShouldDefer(const Request& r) const {
+  if (!options_.prefix_sharing) return false;
+  const auto& prompt = r.spec.prompt;
+  for (const auto& [id, seq] : seqs_) {
+    if (seq->computed + 1 >= static_cast<int32_t>(seq->tokens.size())) continue;  // not mid-prefill
+    if (seq->request->spec.cache_namespace != r.spec.cache_namespace) continue;
+    const size_t limit = std::min(prompt.size(), seq->tokens.size());
+    size_t lcp = 0;
+    while (lcp < limit && prompt[lcp] == seq->tokens[lcp]) ++lcp;
+    if (static_cast<int64_t>(lcp) >= int64_t{seq->computed} + options_.chunk_size) return true;
+  }
+  return false;
+}
+
+absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
+  const std::string ns = Namespace(*r);
+  const bool fresh = std::all_of(r->samples.begin(), r->samples.end(),
+                                 [](const Request::Sample& s) { return s.generated.empty(); });
+  // (tokens, samples) of each sequence to insert.
+  std::vector<std::pair<std::vector<TokenId>, std::vector<int32_t>>> plan;
+  if (fresh) {
+    std::vector<int32_t> all;
+    for (int32_t i = 0; i < static_cast<int32_t>(r->samples.size()); ++i) {
+      if (!r->samples[i].finished) all.push_back(i);
+    }
+    plan.emplace_back(r->spec.prompt, std::move(all));
+  } else {
+    for (int32_t i = 0; i < static_cast<int32_t>(r->samples.size()); ++i) {
+      const auto& s = r->samples[i];
+      if (s.finished) continue;
+      std::vector<TokenId> tokens = r->spec.prompt;
+      tokens.insert(tokens.end(), s.generated.begin(), s.generated.end());
+      plan.emplace_back(std::move(tokens), std::vector<int32_t>{i});
+    }
+  }
+  for (auto& [tokens, samples] : plan) {
+    absl::StatusOr<InsertResult> inserted = forest_->Insert(tokens, ns);
+    if (!inserted.ok()) {
+      // Copies already listed stay: a copy-on-write target may now be a
+      // cached chunk that claims the copied KV.
+      ReleaseSeqs(r);
+      return inserted.status();
+    }
+    copies->insert(copies->end(), inserted->copies.begin(), inserted->copies.end());
+    auto seq = std::make_unique<Seq>();
+    seq->id = inserted->seq_id;
+    seq->request = r;
+    seq->samples = std::move(samples);
+    const int32_t len = static_cast<int32_t>(tokens.size());
+    seq->computed = std::min(inserted->matched_tokens, len - 1);
+    seq->tokens = std::move(tokens);
+    if (fresh && r->cached_prompt_tokens < 0) r->cached_prompt_tokens = seq->computed;
+    seqs_[seq->id] = seq.get();
+    r->seqs.push_back(std::move(seq));
+  }
+  if (r->cached_prompt_tokens < 0) r->cached_prompt_tokens = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(r->samples.size()); ++i) {
+    auto& s = r->samples[i];
+    if (s.finished) continue;
+    s.sampler_key = next_sampler_key_++;
+    internal::v1::SamplerStart start;
+    start.set_key(s.sampler_key);
+    auto* p = start.mutable_params();
+    p->set_temperature(r->spec.sampling.temperature);
+    p->set_top_k(r->spec.sampling.top_k);
+    p->set_top_p(r->spec.sampling.top_p);
+    p->set_min_p(r->spec.sampling.min_p);
+    p->set_repetition_penalty(r->spec.sampling.repetition_penalty);
+    p->set_seed(SampleSeed(r->spec.sampling.seed, i));
+    if (r->spec.sampling.repetition_penalty != 1.0f) {
+      start.mutable_history()->Add(r->spec.prompt.begin(), r->spec.prompt.end());
+      start.mutable_history()->Add(s.generated.begin(), s.generated.end());
+    }
+    pending_starts_.push_back(std::move(start));
+  }
+  r->running = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
+  if (in_step_) return absl::InternalError("Schedule called before Complete");
+  plan->Clear();
+  std::vector<KvCopy> copies;
+  const int c = options_.chunk_size;
+
+  std::vector<Request*> running;
+  for (auto& [id, r] : requests_) {
+    if (r->running) running.push_back(r.get());
+  }
+  std::sort(running.begin(), running.end(),
+            [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+
+  // 1. Feed back last step's tokens, oldest first; preempt the newest when
+  //    no chunk is left.
+  for (Request* r : running) {
+    if (!r->running) continue;  // preempted for an older request
+    for (size_t k = 0; k < r->seqs.size() && r->running; ++k) {
+      Seq* seq = r->seqs[k].get();
+      if (seq->pending < 0) continue;
+      while (true) {
+        absl::StatusOr<AppendResult> appended = forest_->Append(seq->id, absl::Span<const TokenId>(&seq->pending, 1));
+        if (appended.ok()) {
+          copies.insert(copies.end(), appended->copies.begin(), appended->copies.end());
+          seq->tokens.push_back(seq->pending);
+          seq->pending = -1;
+          break;
+        }
+        if (!absl::IsResourceExhausted(appended.status())) {
+          return absl::InternalError(absl::StrCat("append: ", appended.status().ToString()));
+        }
+        Request* victim = NewestRunning();
+        Preempt(victim);
+        if (victim == r) break;
+      }
+    }
+  }
+  running.erase(std::remove_if(running.begin(), running.end(), [](Request* r) { return !r->running; }),
+                running.end());
+
+  // 2. Admission: FCFS, bounded by the batch size and the free chunks.
+  int64_t batch_seqs = 0;
+  for (Request* r : running) batch_seqs += static_cast<int64_t>(r->seqs.size());
+  int scanned = 0;
+  for (auto it = waiting_.begin(); it != waiting_.end() && scanned < kAdmissionScan; ++scanned) {
+    Request* r = *it;
+    int64_t live_samples = 0;
+    for (const auto& s : r->samples) live_samples += s.finished ? 0 : 1;
+    if (batch_seqs + live_samples > options_.max_batch_size) break;
+    if (ShouldDefer(*r)) {
+      ++it;
+      continue;
+    }
+    // Room for the whole prompt (ignoring what the cache may match) plus one
+    // chunk of growth per running sequence, so admission does not just cause
+    // preemption.
+    const CacheStats cs = forest_->stats();
+    int64_t prompt_len = static_cast<int64_t>(r->spec.prompt.size());
+    for (const auto& s : r->samples) {
+      prompt_len = std::max<int64_t>(prompt_len, r->spec.prompt.size() + s.generated.size());
+    }
+    const int64_t need = CeilDiv(prompt_len, c) * live_samples + batch_seqs;
+    if (need > int64_t{cs.free_chunks} + cs.cached_chunks && !running.empty()) break;
+    absl::Status admitted = Admit(r, &copies);
+    if (absl::IsResourceExhausted(admitted)) break;
+    if (!admitted.ok()) return absl::InternalError(absl::StrCat("admit: ", admitted.ToString()));
+    it = waiting_.erase(it);
+    running.push_back(r);
+    batch_seqs += static_cast<int64_t>(r->seqs.size());
+  }
+
+  // 3. Rows: every decode row first, then prefill pieces in arrival order
+  //    within the token budget.
+  struct Work {
+    Seq* seq;
+    int32_t begin;   // first row's position
+    int32_t end;     // one past the last prefill row
+    bool decode;     // plus the decode row at tokens.size() - 1
+  };
+  std::vector<Work> work;
+  int64_t rows = 0;
+  for (Request* r : running) {
+    for (auto& seq : r->seqs) {
+      if (static_cast<int32_t>(seq->tokens.size()) - seq->computed == 1) ++rows;
+    }
+  }
+  for (Request* r : running) {
+    for (auto& seq_ptr : r->seqs) {
+      Seq* seq = seq_ptr.get();
+      const int32_t len = static_cast<int32_t>(seq->tokens.size());
+      const int32_t todo = len - seq->computed;
+      if (todo <= 0) continue;
+      if (todo == 1) {
+        work.push_back({seq, seq->computed, seq->computed, true});
+        continue;
+      }
+      const int64_t room = options_.max_tokens_per_step - rows;
+      if (room <= 0) continue;
+      if (todo <= room) {
+        work.push_back({seq, seq->computed, len - 1, true});
+        rows += todo;
+      } else {
+        work.push_back({seq, seq->computed, seq->computed + static_cast<int32_t>(room), false});
+        rows += room;
+      }
+    }
+  }
+
+  for (const KvCopy& copy : copies) {
+    auto* kc = plan->add_copies();
+    kc->set_src_chunk(copy.src_chunk);
+    kc->set_dst_chunk(copy.dst_chunk);
+    kc->set_num_tokens(copy.num_tokens);
+  }
+  for (auto& start : pending_starts_) *plan->add_sampler_starts() = std::move(start);
+  pending_starts_.clear();
+  UpdatePeaks();
+  if (work.empty()) {
+    // Nothing to compute; keep the sampler ends and copies for the next plan.
+    if (!copies.empty() || plan->sampler_starts_size() > 0) {
+      // Copies must still reach the workers before any later write: send a
+      // rowless plan.
+      for (int64_t key : pending_sampler_ends_) plan->add_sampler_ends(key);
+      pending_sampler_ends_.clear();
+      plan->set_step(++step_);
+      step_seqs_.clear();
+      step_samples_.clear();
+      in_step_ = true;
+      return true;
+    }
+    plan->Clear();
+    return false;
+  }
+  for (int64_t key : pending_sampler_ends_) plan->add_sampler_ends(key);
+  pending_sampler_ends_.clear();
+
+  // Prefill pieces.
+  step_seqs_.clear();
+  step_samples_.clear();
+  plan->add_prefill_q_begin(0);
+  plan->add_prefill_chunk_begin(0);
+  for (const Work& w : work) {
+    if (w.end <= w.begin) continue;
+    plan->mutable_tokens()->Add(w.seq->tokens.begin() + w.begin, w.seq->tokens.begin() + w.end);
+    plan->add_prefill_prefix_len(w.begin);
+    plan->add_prefill_q_begin(plan->tokens_size());
+    ASSIGN_OR_RETURN(std::vector<ChunkId> chunks, forest_->Chunks(w.seq->id));
+    plan->mutable_prefill_chunk_ids()->Add(chunks.begin(), chunks.end());
+    plan->add_prefill_chunk_begin(plan->prefill_chunk_ids_size());
+  }
+  if (plan->prefill_prefix_len_size() == 0) {
+    plan->clear_prefill_q_begin();
+    plan->clear_prefill_chunk_begin();
+  }
+  const int32_t prefill_rows = plan->tokens_size();
+
+  // Decode rows over the subset of the forest's context.
+  const ChunkContext& full = forest_->Context();
+  std::vector<bool> keep(full.num_seqs(), false);
+  bool any_decode = false;
+  for (const Work& w : work) {
+    if (w.decode) {
+      const int32_t idx = forest_->ContextIndex(w.seq->id);
+      if (idx < 0) return absl::InternalError("a decoding sequence is not in the context");
+      keep[idx] = true;
+      any_decode = true;
+    }
+    step_seqs_.push_back({w.seq->id, w.decode ? static_cast<int32_t>(w.seq->tokens.size()) : w.end});
+  }
+  if (any_decode) {
+    std::vector<SeqId> set;
+    for (int s = 0; s < full.num_seqs(); ++s) {
+      if (keep[s]) set.push_back(full.seq_ids[s]);
+    }
+    if (full.version != forest_version_ || set != decode_set_ || !context_sent_) {
+      SubsetContext(full, keep, ++decode_version_, &decode_ctx_);
+      forest_version_ = full.version;
+      decode_set_ = std::move(set);
+      context_sent_ = true;
+      auto* dc = plan->mutable_context();
+      dc->set_version(decode_ctx_.version);
+      dc->mutable_seq_ids()->Add(decode_ctx_.seq_ids.begin(), decode_ctx_.seq_ids.end());
+      dc->mutable_shared_chunk()->Add(decode_ctx_.shared_chunk.begin(), decode_ctx_.shared_chunk.end());
+      dc->mutable_shared_begin()->Add(decode_ctx_.shared_begin.begin(), decode_ctx_.shared_begin.end());
+      dc->mutable_shared_end()->Add(decode_ctx_.shared_end.begin(), decode_ctx_.shared_end.end());
+      dc->mutable_shared_tokens()->Add(decode_ctx_.shared_tokens.begin(), decode_ctx_.shared_tokens.end());
+      dc->mutable_private_begin()->Add(decode_ctx_.private_begin.begin(), decode_ctx_.private_begin.end());
+      dc->mutable_private_end()->Add(decode_ctx_.private_end.begin(), decode_ctx_.private_end.end());
+      dc->mutable_private_chunk()->Add(decode_ctx_.private_chunk.begin(), decode_ctx_.private_chunk.end());
+      dc->mutable_private_tokens()->Add(decode_ctx_.private_tokens.begin(), decode_ctx_.private_tokens.end());
+    }
+    plan->set_has_decode(true);
+    for (size_t s = 0; s < decode_set_.size(); ++s) {
+      Seq* seq = seqs_.at(decode_set_[s]);
+      plan->add_seq_len(static_cast<int32_t>(seq->tokens.size()));
+      plan->add_tokens(seq->tokens.back());
+      plan->add_logits_rows(prefill_rows + static_cast<int32_t>(s));
+      Request* r = seq->request;
+      for (int32_t index : seq->samples) {
+        auto* row = plan->add_samples();
+        row->set_row(static_cast<int32_t>(s));
+        row->set_key(r->samples[index].sampler_key);
+        row->set_step(r->samples[index].generated.size());
+        step_samples_.push_back({r->id, index});
+      }
+    }
+  }
+  plan->set_step(++step_);
+  in_step_ = true;
+  return true;
+}
+
+absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEvent>* events) {
+  if (!in_step_) return absl::InternalError("Complete without a scheduled step");
+  in_step_ = false;
+  if (result.tokens_size() != static_cast<int>(step_samples_.size()) ||
+      result.logprobs_size() != result.tokens_size()) {
+    return absl::InternalError(absl::StrFormat("step %d: %d sampled tokens for %d samples", result.step(),
+                                               result.tokens_size(), step_samples_.size()));
+  }
+  for (const StepSeq& s : step_seqs_) {
+    auto it = seqs_.find(s.seq);
+    if (it == seqs_.end()) continue;
+    RETURN_IF_ERROR(forest_->MarkComputed(s.seq, s.computed_after));
+    it->second->computed = s.computed_after;
+  }
+  std::vector<Seq*> sampled_seqs;
+  for (size_t k = 0; k < step_samples_.size(); ++k) {
+    auto rit = requests_.find(step_samples_[k].request);
+    if (rit == requests_.end()) continue;
+    Request* r = rit->second.get();
+    auto& sample = r->samples[step_samples_[k].index];
+    const TokenId token = result.tokens(static_cast<int>(k));
+    sample.generated.push_back(token);
+    SampleEvent e;
+    e.request = r->id;
+    e.index = step_samples_[k].index;
+    e.token = token;
+    e.logprob = result.logprobs(static_cast<int>(k));
+    e.prompt_tokens = static_cast<int32_t>(r->spec.prompt.size());
+    e.cached_prompt_tokens = std::max(r->cached_prompt_tokens, 0);
+    e.completion_tokens = static_cast<int32_t>(sample.generated.size());
+    const auto& eos = options_.eos_token_ids;
+    const auto& stops = r->spec.stop_token_ids;
+    if ((!r->spec.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+        std::find(stops.begin(), stops.end(), token) != stops.end()) {
+      e.finish = FinishReason::kStopToken;
+    } else if (static_cast<int32_t>(sample.generated.size()) >= r->spec.max_new_tokens) {
+      e.finish = FinishReason::kLength;
+    }
+    if (e.finish != FinishReason::kNone) {
+      sample.finished = true;
+      EndSampler(sample.sampler_key);
+      sample.sampler_key = 0;
+    }
+    events->push_back(e);
+  }
+  // Sequences: feed each unfinished sample's token back; fork a fan-out.
+  for (auto& [id, r] : requests_) {
+    for (size_t k = 0; k < r->seqs.size();) {
+      Seq* seq = r->seqs[k].get();
+      if (static_cast<int32_t>(seq->tokens.size()) != seq->computed || seq->pending >= 0) {
+        ++k;
+        continue;  // mid-prefill, or not sampled this step
+      }
+      std::vector<int32_t> live;
+      for (int32_t index : seq->samples) {
+        if (!r->samples[index].finished) live.push_back(index);
+      }
+      if (live.empty()) {
+        (void)forest_->Remove(seq->id);
+        seqs_.erase(seq->id);
+        r->seqs.erase(r->seqs.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      seq->samples = {live[0]};
+      seq->pending = r->samples[live[0]].generated.back();
+      if (live.size() > 1) {
+        ASSIGN_OR_RETURN(std::vector<SeqId> forks,
+                         forest_->Fork(seq->id, static_cast<int>(live.size()) - 1));
+        for (size_t f = 0; f < forks.size(); ++f) {
+          auto child = std::make_unique<Seq>();
+          child->id = forks[f];
+          child->request = r.get();
+          child->samples = {live[f + 1]};
+          child->tokens = seq->tokens;
+          child->computed = seq->computed;
+          child->pending = r->samples[live[f + 1]].generated.back();
+          seqs_[child->id] = child.get();
+          r->seqs.push_back(std::move(child));
+        }
+      }
+      ++k;
+    }
+  }
+  // Requests whose every sample finished leave; their last event says so.
+  for (auto it = events->rbegin(); it != events->rend(); ++it) {
+    auto rit = requests_.find(it->request);
+    if (rit == requests_.end()) continue;
+    const auto& samples = rit->second->samples;
+    if (std::all_of(samples.begin(), samples.end(), [](const Request::Sample& s) { return s.finished; })) {
+      it->request_done = true;
+      EraseRequest(it->request);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Scheduler::UpdatePeaks() {
+  int64_t unshared = 0;
+  for (const auto& [id, seq] : seqs_) unshared += CeilDiv(static_cast<int64_t>(seq->tokens.size()), options_.chunk_size);
+  unshared_now_ = unshared;
+  const int64_t used = forest_->stats().used_chunks;
+  if (used > peak_used_) {
+    peak_used_ = used;
+    peak_unshared_ = unshared;
+  }
+}
+
+std::vector<RequestId> Scheduler::RequestIds() const {
+  std::vector<const Request*> all;
+  for (const auto& [id, r] : requests_) all.push_back(r.get());
+  std::sort(all.begin(), all.end(), [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+  std::vector<RequestId> ids;
+  for (const Request* r : all) ids.push_back(r->id);
+  return ids;
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  for (const auto& [id, r] : requests_) s.running_requests += r->running ? 1 : 0;
+  s.waiting_requests = static_cast<int64_t>(waiting_.size());
+  s.preemptions_total = preemptions_;
+  s.unshared_chunks = unshared_now_;
+  s.peak_used_chunks = peak_used_;
+  s.peak_unshared_chunks = peak_unshared_;
+  return s;
+}
+
+}  // namespace chunkattn

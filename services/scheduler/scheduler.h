@@ -1,0 +1,215 @@
+// The iteration-level scheduler of the cache coordinator: it owns the prefix
+// forest (and so the chunk allocator) and turns the requests in flight into
+// one StepPlan per iteration for the tensor-parallel workers (section 4.6 of
+// the vLLM paper: one scheduler and one KV manager, SPMD workers that receive
+// every memory decision with the step).
+//
+// A request's life:
+//  - Add(): checked against the pool (RESOURCE_EXHAUSTED if it could never
+//    fit alone), queued FCFS.
+//  - Admission (in Schedule): its prompt is inserted into the forest, which
+//    finds the longest cached prefix; the rest is prefilled, possibly over
+//    several steps when the per-step token budget is short (chunked prefill).
+//    A request whose prompt shares at least one more chunk with a prompt
+//    still being prefilled waits a step, so it reuses that KV instead of
+//    computing a second copy (in-batch prefix sharing).
+//  - The last prompt token always runs as a decode row over the (C, i, j)
+//    context (its logits give the first token), so every row that is
+//    sampled is a decode row and prefill never needs logits. A fully cached
+//    prompt therefore still recomputes its last token.
+//  - Each sampled token is appended (a new chunk when the tail is full,
+//    copy-on-write when the tail is shared) and fed back the next step.
+//    n > 1 samples all come from the prompt's last row, then fork and share
+//    every prompt chunk.
+//  - When an Append finds no chunk, the newest running request is preempted:
+//    its sequences leave the forest (their computed KV stays cached) and it
+//    goes back to the queue, to be recomputed from prompt + generated tokens
+//    (mostly a cache hit) when memory allows.
+//
+// The decode context sent to workers holds only the sequences with a decode
+// row in the step (the forest's context also holds sequences mid-prefill):
+// SubsetContext() drops the others. It is resent only when its version
+// changes (the forest's structure or the decode set changed); otherwise a
+// plan carries only the new lengths.
+//
+// Not thread-safe: owned by the coordinator's loop thread.
+#ifndef CHUNKATTN_SERVICES_SCHEDULER_SCHEDULER_H_
+#define CHUNKATTN_SERVICES_SCHEDULER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "chunkattn/internal/v1/worker.pb.h"
+#include "kernels/api/chunk_context.h"
+#include "services/cache/prefix_forest.h"
+
+namespace chunkattn {
+
+using RequestId = int64_t;
+
+enum class FinishReason { kNone, kLength, kStopToken, kStopString, kCancelled };
+
+struct SamplingSpec {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+};
+
+// A validated request (the API front checks every field).
+struct RequestSpec {
+  std::vector<TokenId> prompt;
+  std::string cache_namespace;
+  SamplingSpec sampling;
+  int32_t max_new_tokens = 16;
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t n = 1;
+};
+
+struct SchedulerOptions {
+  int chunk_size = kDefaultChunkSize;
+  int32_t num_chunks = 0;            // the KV pool, chunks
+  int32_t max_context = 4096;        // tokens
+  int32_t max_batch_size = 256;      // sequences with rows in one step
+  int32_t max_tokens_per_step = 2048;  // input rows in one step
+  bool prefix_sharing = true;        // false: no cross-request sharing (the baseline)
+  std::vector<TokenId> eos_token_ids;
+};
+
+// One sampled token of one sample, in the order they were produced.
+struct SampleEvent {
+  RequestId request = 0;
+  int32_t index = 0;  // sample index
+  TokenId token = 0;
+  float logprob = 0;
+  FinishReason finish = FinishReason::kNone;  // set when this token ends the sample
+  bool request_done = false;                  // every sample of the request has finished
+  int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // of the first admission
+  int32_t completion_tokens = 0;     // of this sample, so far
+};
+
+struct SchedulerStats {
+  int64_t running_requests = 0;
+  int64_t waiting_requests = 0;
+  int64_t preemptions_total = 0;
+  int64_t unshared_chunks = 0;       // chunks the live sequences would need without sharing
+  int64_t peak_used_chunks = 0;
+  int64_t peak_unshared_chunks = 0;  // at the step of peak_used_chunks
+};
+
+// The decode context of the sequences of `full` with keep[s] (context
+// order preserved). A shared entry left with one kept reader becomes that
+// reader's private chunk; since a chunk's readers are a subset of its
+// parent's, such chunks are always at the end of the reader's shared part,
+// so they go before its private chunks. O(num_shared + table size).
+// REQUIRES: keep.size() == full.num_seqs().
+void SubsetContext(const ChunkContext& full, const std::vector<bool>& keep, uint64_t version,
+                   ChunkContext* out);
+
+class Scheduler {
+ public:
+  // INVALID_ARGUMENT for a bad chunk size, pool or budget.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. INVALID_ARGUMENT: duplicate id, empty prompt, n < 1,
+  // max_new_tokens < 1, prompt + max_new_tokens over max_context.
+  // RESOURCE_EXHAUSTED: its n sequences at full length need more chunks than
+  // the pool holds, so it could never run.
+  absl::Status Add(RequestId id, RequestSpec spec);
+
+  // Ends a request now (cancelled, deadline, stop string on every sample):
+  // its sequences leave the forest and their chunks are released. Unknown
+  // ids are ignored. REQUIRES: not between Schedule() and Complete().
+  void Abort(RequestId id);
+  // Ends one sample (a stop string matched). Returns true when that was the
+  // request's last running sample (the request is gone).
+  bool FinishSample(RequestId id, int32_t index);
+
+  // Fills `plan` with the next step. Returns false (and leaves the plan
+  // empty) when there is nothing to run. INTERNAL only on a broken invariant.
+  absl::StatusOr<bool> Schedule(internal::v1::StepPlan* plan);
+
+  // Applies the result of the last scheduled plan (rank 0's sampled tokens)
+  // and appends one event per sampled token.
+  absl::Status Complete(const internal::v1::StepResult& result, std::vector<SampleEvent>* events);
+
+  bool HasWork() const { return !requests_.empty(); }
+  // Ids of every request in flight (running or waiting), oldest first.
+  std::vector<RequestId> RequestIds() const;
+  SchedulerStats stats() const;
+  CacheStats cache_stats() const { return forest_->stats(); }
+  const PrefixForest& forest() const { return *forest_; }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Request;
+  struct Seq;
+
+  explicit Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixForest> forest);
+
+  std::string Namespace(const Request& r) const;
+  // Inserts the request's sequences; all or nothing.
+  absl::Status Admit(Request* r, std::vector<KvCopy>* copies);
+  // True when `r` should wait for a prompt being prefilled that it shares.
+  bool ShouldDefer(const Request& r) const;
+  void ReleaseSeqs(Request* r);   // every sequence leaves the forest
+  void Preempt(Request* r);
+  Request* NewestRunning();
+  void EndSampler(int64_t key);
+  void EraseRequest(RequestId id);
+  void UpdatePeaks();
+
+  SchedulerOptions options_;
+  std::unique_ptr<PrefixForest> forest_;
+  std::map<RequestId, std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;  // by arrival
+  int64_t next_arrival_ = 0;
+  int64_t next_sampler_key_ = 1;
+  absl::flat_hash_map<SeqId, Seq*> seqs_;
+
+  // The decode context last sent, and how to refresh it.
+  ChunkContext decode_ctx_;
+  uint64_t forest_version_ = ~uint64_t{0};
+  std::vector<SeqId> decode_set_;
+  uint64_t decode_version_ = 0;
+  bool context_sent_ = false;
+
+  // What the scheduled step does, for Complete().
+  struct StepSeq {
+    SeqId seq = 0;
+    int32_t computed_after = 0;
+  };
+  struct StepSample {
+    RequestId request = 0;
+    int32_t index = 0;
+  };
+  std::vector<StepSeq> step_seqs_;
+  std::vector<StepSample> step_samples_;
+  std::vector<internal::v1::SamplerStart> pending_starts_;
+  std::vector<int64_t> pending_sampler_ends_;
+  uint64_t step_ = 0;
+  bool in_step_ = false;
+
+  int64_t preemptions_ = 0;
+  int64_t peak_used_ = 0;
+  int64_t peak_unshared_ = 0;
+  int64_t unshared_now_ = 0;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_SERVICES_SCHEDULER_SCHEDULER_H_

@@ -1,0 +1,251 @@
+"""The public API's contract on one coordinator and one worker: cancelling,
+argument checks, parallel samples, stop strings, the metrics' format."""
+import random
+import shutil
+import subprocess
+import time
+import unittest
+import uuid
+
+import grpc
+
+import harness
+
+
+def namespace(tag):
+    return '%s-%s' % (tag, uuid.uuid4().hex)
+
+
+class CancelTest(harness.ServiceTestCase):
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('cancel', tp=1)
+
+    def test_cancel_mid_stream_releases_everything(self):
+        before = self.cluster.metrics().value('chunkattn_requests_finished_total', reason='cancelled')
+        rng = random.Random(5)
+        call = self.cluster.stub.Generate(harness.make_request(
+            prompt_ids=harness.random_ids(rng, 300), namespace=namespace('cancel'),
+            temperature=0.0, max_new_tokens=2000, ignore_eos=True), timeout=120)
+        got = 0
+        for response in call:
+            got += len(response.token_ids)
+            self.assertEqual(response.finish_reason, harness.pb.FINISH_REASON_UNSPECIFIED)
+            if got >= 3:
+                break
+        self.assertGreaterEqual(got, 3)
+        call.cancel()
+        with self.assertRaises(grpc.RpcError) as e:
+            for _ in call:
+                pass
+        self.assertEqual(e.exception.code(), grpc.StatusCode.CANCELLED)
+
+        def released():
+            m = self.cluster.metrics()
+            state = (m.get('chunkattn_kv_chunks', state='used'),
+                     m.get('chunkattn_requests', state='running'),
+                     m.value('chunkattn_requests_finished_total', reason='cancelled'))
+            return state if state[0] == 0 and state[1] == 0 and state[2] > before else None
+
+        harness.wait_for(released, timeout=30, interval=0.2,
+                         what='used chunks and running requests 0, a cancelled request counted')
+        stats = self.cluster.cache_stats()
+        self.assertEqual(stats.used_chunks, 0)
+        self.assertEqual(stats.running_requests, 0)
+
+
+class BadInputTest(harness.ServiceTestCase):
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('badinput', tp=1)
+
+    def assert_invalid(self, request, mention=None):
+        with self.assertRaises(grpc.RpcError) as e:
+            self.cluster.generate(request, timeout=30)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, e.exception.details())
+        if mention is not None:
+            self.assertIn(mention, e.exception.details().lower())
+
+    def test_bad_requests_are_invalid_argument(self):
+        ok = [5, 6, 7, 8]
+        mk = harness.make_request
+        with self.subTest('empty prompt'):
+            self.assert_invalid(mk(prompt_ids=[]), 'prompt')
+            self.assert_invalid(mk(text=''), 'prompt')
+            self.assert_invalid(harness.pb.GenerateRequest(), 'prompt')
+        with self.subTest('token id outside the vocabulary'):
+            self.assert_invalid(mk(prompt_ids=[5, 999999, 6]))
+            self.assert_invalid(mk(prompt_ids=[5, -1]))
+        with self.subTest('temperature -1'):
+            self.assert_invalid(mk(prompt_ids=ok, temperature=-1.0), 'temperature')
+        for top_p in (0.0, 1.5):
+            with self.subTest(top_p=top_p):
+                self.assert_invalid(mk(prompt_ids=ok, top_p=top_p), 'top_p')
+        with self.subTest('prompt + max_new_tokens over the context'):
+            self.assert_invalid(mk(prompt_ids=[5] * 100, max_new_tokens=4000))
+            self.assert_invalid(mk(prompt_ids=[5] * 4097, max_new_tokens=1))
+        with self.subTest('n = 1000'):
+            self.assert_invalid(mk(prompt_ids=ok, n=1000))
+
+    def test_edges_that_are_valid(self):
+        with self.subTest('n = 0 means 1'):
+            samples = self.cluster.generate(harness.make_request(
+                prompt_ids=[5, 6, 7], n=0, temperature=0.0, max_new_tokens=3))
+            self.assertEqual(list(samples), [0])
+            self.assertTrue(samples[0].finished)
+        with self.subTest('prompt + max_new_tokens == context'):
+            samples = self.cluster.generate(harness.make_request(
+                prompt_ids=[5] * 4090, temperature=0.0, max_new_tokens=6))
+            self.assertTrue(samples[0].finished)
+        with self.subTest('serves after the errors'):
+            self.assertEqual(harness.health(self.cluster.channel), harness.SERVING)
+            s = self.cluster.generate(harness.make_request(
+                prompt_ids=[5, 6, 7], temperature=0.0, max_new_tokens=4, ignore_eos=True))[0]
+            self.assertEqual(s.finish_reason, harness.pb.FINISH_REASON_LENGTH)
+            self.assertEqual(len(s.tokens), 4)
+
+    def test_tokenize_and_model_info(self):
+        info = self.cluster.model_info()
+        self.assertEqual(info.tensor_parallel_size, 1)
+        self.assertEqual(info.chunk_size, 64)
+        self.assertEqual(info.max_context, 4096)
+        self.assertEqual(info.vocab_size, 2048)
+        self.assertTrue(info.eos_token_ids)
+        self.assertGreater(info.kv_chunk_bytes, 0)
+        self.assertGreater(info.kv_capacity_chunks, 0)
+        self.assertEqual(info.kv_capacity_tokens, info.kv_capacity_chunks * info.chunk_size)
+        self.assertTrue(info.prefix_sharing)
+        tok = self.cluster.stub.Tokenize(harness.pb.TokenizeRequest(text='To be, or not to be'),
+                                         timeout=30)
+        self.assertGreater(len(tok.token_ids), 1)
+        self.assertEqual(len(tok.pieces), len(tok.token_ids))
+        self.assertTrue(all(0 <= t < info.vocab_size for t in tok.token_ids))
+        no_bos = self.cluster.stub.Tokenize(
+            harness.pb.TokenizeRequest(text='To be, or not to be', add_bos=False), timeout=30)
+        self.assertEqual(list(no_bos.token_ids), list(tok.token_ids[1:]))
+        # A text prompt is its tokenization.
+        s = self.cluster.generate(harness.make_request(text='To be, or not to be',
+                                                       temperature=0.0, max_new_tokens=2))[0]
+        self.assertEqual(s.prompt_tokens, len(tok.token_ids))
+
+    def test_health_and_reflection(self):
+        self.assertEqual(harness.health(self.cluster.channel), harness.SERVING)
+        raw = harness.reflection_list_services(self.cluster.channel)
+        self.assertIn(b'chunkattn.v1.Generation', raw)
+
+
+class ParallelSamplesTest(harness.ServiceTestCase):
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('samples', tp=1)
+
+    def test_n3_seeded(self):
+        prompt = harness.random_ids(random.Random(3), 90)
+
+        def run():
+            return self.cluster.generate(harness.make_request(
+                prompt_ids=prompt, namespace=namespace('n3'), n=3, temperature=1.0, seed=42,
+                max_new_tokens=16))
+
+        first = run()
+        self.assertEqual(sorted(first), [0, 1, 2])
+        for i, s in first.items():
+            self.assertTrue(s.finished, 'sample %d' % i)
+            self.assertIn(s.finish_reason, (harness.pb.FINISH_REASON_LENGTH,
+                                            harness.pb.FINISH_REASON_STOP_TOKEN), 'sample %d' % i)
+            self.assertEqual(s.prompt_tokens, len(prompt))
+            self.assertEqual(s.completion_tokens, len(s.tokens))
+            self.assertGreaterEqual(s.completion_tokens, 1)
+        self.assertFalse(first[0].tokens == first[1].tokens == first[2].tokens,
+                         'three samples at temperature 1 are identical')
+        second = run()
+        self.assertEqual(sorted(second), [0, 1, 2])
+        for i in range(3):
+            self.assertEqual(second[i].tokens, first[i].tokens, 'sample %d' % i)
+            self.assertEqual(second[i].text, first[i].text, 'sample %d' % i)
+
+
+class StopStringTest(harness.ServiceTestCase):
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('stop', tp=1)
+
+    def test_text_ends_before_the_stop_string(self):
+        prompt = 'To be, or not to be, that is the question:'
+        full = self.cluster.generate(harness.make_request(
+            text=prompt, temperature=0.0, max_new_tokens=40, ignore_eos=True))[0]
+        text = full.text
+        self.assertGreater(len(text.strip()), 8, repr(text))
+        k = len(text) // 2
+        stop = text[k:k + 4]
+        expected = text[:text.find(stop)]
+        got = self.cluster.generate(harness.make_request(
+            text=prompt, temperature=0.0, max_new_tokens=40, ignore_eos=True, stop=[stop]))[0]
+        self.assertEqual(got.finish_reason, harness.pb.FINISH_REASON_STOP_STRING,
+                         'stop %r in %r' % (stop, text))
+        self.assertEqual(got.text, expected, 'stop %r in %r' % (stop, text))
+        self.assertNotIn(stop, got.text)
+        self.assertLessEqual(got.completion_tokens, full.completion_tokens)
+
+
+class MetricsFormatTest(harness.ServiceTestCase):
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('metrics', tp=1)
+
+    def test_metrics_are_exported(self):
+        before = self.cluster.metrics()
+        self.cluster.generate(harness.make_request(prompt_ids=[5, 6, 7, 8], temperature=0.0,
+                                                   max_new_tokens=4, ignore_eos=True))
+        count = 'chunkattn_request_duration_seconds_count'
+        m = self.cluster.metrics_when(lambda m: m.value(count) > before.value(count),
+                                      what='the request to be counted')
+        names = m.names()
+        for name in ('chunkattn_prompt_tokens_total', 'chunkattn_prompt_tokens_cached_total',
+                     'chunkattn_generation_tokens_total', 'chunkattn_kv_chunks',
+                     'chunkattn_kv_chunk_bytes', 'chunkattn_kv_shared_chunks',
+                     'chunkattn_kv_logical_tokens', 'chunkattn_kv_physical_tokens',
+                     'chunkattn_kv_evicted_chunks_total', 'chunkattn_requests',
+                     'chunkattn_requests_finished_total', 'chunkattn_preemptions_total',
+                     'chunkattn_time_to_first_token_seconds_bucket',
+                     'chunkattn_inter_token_latency_seconds_bucket',
+                     'chunkattn_request_duration_seconds_bucket',
+                     'chunkattn_step_duration_seconds_bucket'):
+            self.assertIn(name, names)
+        for state in ('used', 'cached', 'free'):
+            self.assertIsNotNone(m.get('chunkattn_kv_chunks', state=state), state)
+        for state in ('running', 'waiting'):
+            self.assertIsNotNone(m.get('chunkattn_requests', state=state), state)
+        info = self.cluster.model_info()
+        self.assertEqual(m.get('chunkattn_kv_chunk_bytes'), info.kv_chunk_bytes)
+        self.assertEqual(sum(m.get('chunkattn_kv_chunks', state=s) for s in ('used', 'cached', 'free')),
+                         info.kv_capacity_chunks)
+
+        def delta(name, **labels):
+            return m.value(name, **labels) - before.value(name, **labels)
+
+        self.assertEqual(delta('chunkattn_prompt_tokens_total'), 4)
+        self.assertEqual(delta('chunkattn_generation_tokens_total'), 4)
+        self.assertEqual(delta('chunkattn_requests_finished_total', reason='length'), 1)
+        self.assertEqual(delta('chunkattn_request_duration_seconds_count'), 1)
+        self.assertEqual(delta('chunkattn_time_to_first_token_seconds_count'), 1)
+
+    def test_promtool_check_metrics(self):
+        promtool = shutil.which('promtool') or shutil.which('promtool', path='/usr/bin')
+        if promtool is None:
+            self.skipTest('promtool is not installed')
+        self.cluster.generate(harness.make_request(prompt_ids=[9, 10, 11], temperature=0.0,
+                                                   max_new_tokens=3))
+        text = harness.scrape_text(self.cluster.metrics_port)
+        r = subprocess.run([promtool, 'check', 'metrics'], input=text.encode(),
+                           capture_output=True, timeout=60)
+        self.assertEqual(r.returncode, 0, 'promtool: %s%s' % (r.stdout.decode(), r.stderr.decode()))
+
+
+if __name__ == '__main__':
+    harness.main()

@@ -1,0 +1,173 @@
+#include "workers/server/plan_executor.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "kernels/api/status_macros.h"
+
+namespace chunkattn {
+
+using internal::v1::StepPlan;
+using internal::v1::StepResult;
+
+absl::Status PlanExecutor::SetContext(const internal::v1::DecodeContext& dc) {
+  ChunkContext ctx;
+  ctx.chunk_size = model_->options().chunk_size;
+  ctx.version = dc.version();
+  ctx.seq_ids.assign(dc.seq_ids().begin(), dc.seq_ids().end());
+  ctx.shared_chunk.assign(dc.shared_chunk().begin(), dc.shared_chunk().end());
+  ctx.shared_begin.assign(dc.shared_begin().begin(), dc.shared_begin().end());
+  ctx.shared_end.assign(dc.shared_end().begin(), dc.shared_end().end());
+  ctx.shared_tokens.assign(dc.shared_tokens().begin(), dc.shared_tokens().end());
+  ctx.private_begin.assign(dc.private_begin().begin(), dc.private_begin().end());
+  ctx.private_end.assign(dc.private_end().begin(), dc.private_end().end());
+  ctx.private_chunk.assign(dc.private_chunk().begin(), dc.private_chunk().end());
+  ctx.private_tokens.assign(dc.private_tokens().begin(), dc.private_tokens().end());
+  const int n = ctx.num_seqs();
+  if (static_cast<int>(ctx.private_begin.size()) != n || static_cast<int>(ctx.private_end.size()) != n) {
+    return absl::InvalidArgumentError("context: private_begin/private_end must have one entry per sequence");
+  }
+  const int ns = ctx.num_shared();
+  if (static_cast<int>(ctx.shared_begin.size()) != ns || static_cast<int>(ctx.shared_end.size()) != ns ||
+      static_cast<int>(ctx.shared_tokens.size()) != ns) {
+    return absl::InvalidArgumentError("context: shared arrays differ in length");
+  }
+  path_chunks_.assign(n, 0);
+  tail_entry_.assign(n, 0);
+  for (int k = 0; k < ns; ++k) {
+    const int i = ctx.shared_begin[k], j = ctx.shared_end[k];
+    if (i < 0 || j > n || i >= j) {
+      return absl::InvalidArgumentError(absl::StrFormat("context: shared entry %d has range [%d, %d)", k, i, j));
+    }
+    for (int s = i; s < j; ++s) {
+      ++path_chunks_[s];
+      tail_entry_[s] = -1 - k;
+    }
+  }
+  for (int s = 0; s < n; ++s) {
+    const int count = ctx.private_end[s] - ctx.private_begin[s];
+    if (count < 0) return absl::InvalidArgumentError("context: a private range ends before it begins");
+    path_chunks_[s] += count;
+    if (count > 0) tail_entry_[s] = ctx.private_end[s] - 1;
+    if (path_chunks_[s] == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("context: sequence %d has no chunks", s));
+    }
+  }
+  // seq_len arrives with the step; ValidateChunkContext runs in the model
+  // once the lengths are in.
+  ctx.seq_len.assign(n, 0);
+  ctx_ = std::move(ctx);
+  have_context_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::UpdateLengths(const StepPlan& plan) {
+  if (!have_context_) return absl::InvalidArgumentError("a decode step before any context");
+  const int n = ctx_.num_seqs();
+  if (plan.seq_len_size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("seq_len has %d entries for a context of %d sequences", plan.seq_len_size(), n));
+  }
+  const int c = ctx_.chunk_size;
+  for (int s = 0; s < n; ++s) {
+    const int32_t len = plan.seq_len(s);
+    const int64_t in_tail = int64_t{len} - int64_t{path_chunks_[s] - 1} * c;
+    if (in_tail < 1 || in_tail > c) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "seq_len[%d] = %d does not fit its %d chunks: the context is stale", s, len, path_chunks_[s]));
+    }
+    const int e = tail_entry_[s];
+    if (e >= 0) {
+      ctx_.private_tokens[e] = static_cast<int32_t>(in_tail);
+    } else if (ctx_.shared_tokens[-1 - e] != in_tail) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "seq_len[%d] = %d grows a shared chunk without a new context", s, len));
+    }
+    ctx_.seq_len[s] = len;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
+  const absl::Time start = absl::Now();
+  result->Clear();
+  result->set_step(plan.step());
+  if (samples_) {
+    for (const auto& s : plan.sampler_starts()) {
+      SamplerState state;
+      state.params.temperature = s.params().temperature();
+      state.params.top_k = s.params().top_k();
+      state.params.top_p = s.params().top_p();
+      state.params.min_p = s.params().min_p();
+      state.params.repetition_penalty = s.params().repetition_penalty();
+      state.params.seed = s.params().seed();
+      RETURN_IF_ERROR(ValidateSamplingParams(state.params));
+      state.history.assign(s.history().begin(), s.history().end());
+      samplers_[s.key()] = std::move(state);
+    }
+  }
+
+  ForwardBatch batch;
+  batch.tokens.assign(plan.tokens().begin(), plan.tokens().end());
+  batch.prefill.prefix_len.assign(plan.prefill_prefix_len().begin(), plan.prefill_prefix_len().end());
+  batch.prefill.q_begin.assign(plan.prefill_q_begin().begin(), plan.prefill_q_begin().end());
+  batch.prefill.chunk_begin.assign(plan.prefill_chunk_begin().begin(), plan.prefill_chunk_begin().end());
+  batch.prefill.chunk_ids.assign(plan.prefill_chunk_ids().begin(), plan.prefill_chunk_ids().end());
+  for (const auto& c : plan.copies()) batch.copies.push_back({c.src_chunk(), c.dst_chunk(), c.num_tokens()});
+  batch.logits_rows.assign(plan.logits_rows().begin(), plan.logits_rows().end());
+  if (plan.has_context()) RETURN_IF_ERROR(SetContext(plan.context()));
+  if (plan.has_decode()) {
+    RETURN_IF_ERROR(UpdateLengths(plan));
+    batch.decode = &ctx_;
+  }
+  if (batch.tokens.empty()) {
+    if (!batch.logits_rows.empty() || plan.samples_size() > 0) {
+      return absl::InvalidArgumentError("a plan without rows asks for logits");
+    }
+    RETURN_IF_ERROR(model_->kv_pool().Copy(batch.copies));
+  } else {
+    RETURN_IF_ERROR(model_->Forward(batch, logits_));
+  }
+  if (samples_) RETURN_IF_ERROR(Sample(plan, result));
+  for (int64_t key : plan.sampler_ends()) samplers_.erase(key);
+  result->set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::Sample(const StepPlan& plan, StepResult* result) {
+  const int vocab = model_->config().vocab_size;
+  const int rows = plan.logits_rows_size();
+  const int n = plan.samples_size();
+  if (n == 0) return absl::OkStatus();
+  sample_logits_.resize(static_cast<size_t>(n) * vocab);
+  std::vector<SampleInput> inputs(n);
+  std::vector<SamplerState*> states(n);
+  for (int k = 0; k < n; ++k) {
+    const auto& row = plan.samples(k);
+    if (row.row() < 0 || row.row() >= rows) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sample %d names logits row %d of %d", k, row.row(), rows));
+    }
+    auto it = samplers_.find(row.key());
+    if (it == samplers_.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat("sample %d: unknown sampler key %d", k, row.key()));
+    }
+    states[k] = &it->second;
+    std::copy_n(logits_.begin() + static_cast<ptrdiff_t>(row.row()) * vocab, vocab,
+                sample_logits_.begin() + static_cast<ptrdiff_t>(k) * vocab);
+    inputs[k].params = &it->second.params;
+    inputs[k].history = it->second.history;
+    inputs[k].step = row.step();
+  }
+  std::vector<SampleResult> out(n);
+  RETURN_IF_ERROR(sampler_.Sample(sample_logits_, vocab, inputs, absl::MakeSpan(out)));
+  for (int k = 0; k < n; ++k) {
+    result->add_tokens(out[k].token);
+    result->add_logprobs(out[k].logprob);
+    if (states[k]->params.repetition_penalty != 1.0f) states[k]->history.push_back(out[k].token);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace chunkattn

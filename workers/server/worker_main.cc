@@ -1,0 +1,94 @@
+// chunkattn-worker: one tensor-parallel rank of the model. It waits for the
+// cache coordinator to Join it (rank, world size, model, chunk size,
+// rendezvous), then runs the plan stream the coordinator sends.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "workers/common/flags.h"
+#include "workers/server/worker_service.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50061", "host:port of the worker's gRPC server");
+ABSL_FLAG(std::string, device, "cpu", "cpu (cuda:N arrives with the GPU executor)");
+ABSL_FLAG(int, threads, 0, "attention threads; 0 = one per core");
+ABSL_FLAG(int64_t, kv_cache_mib, 1024, "KV pool budget of this rank, MiB");
+ABSL_FLAG(std::string, collective_host, "",
+          "address peers reach this rank's collectives at (default: the --listen host, or "
+          "127.0.0.1 when that is 0.0.0.0)");
+
+namespace {
+
+std::unique_ptr<grpc::Server> g_server;
+
+void OnSignal(int) {
+  // Shutdown from a separate thread: it blocks until handlers return.
+  std::thread([] {
+    if (g_server) g_server->Shutdown();
+  }).detach();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  chunkattn::NormalizeFlagDashes(argc, argv);
+  absl::SetProgramUsageMessage("chunkattn compute worker: --listen HOST:PORT --device cpu");
+  absl::ParseCommandLine(argc, argv);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::vector<std::string> hp = absl::StrSplit(listen, absl::MaxSplits(':', 1));
+  int port = 0;
+  if (hp.size() != 2 || hp[0].empty() || !absl::SimpleAtoi(hp[1], &port) || port < 0 || port > 65535) {
+    std::fprintf(stderr, "error: --listen must be HOST:PORT, got \"%s\"\n", listen.c_str());
+    return 2;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu") {
+    std::fprintf(stderr, "error: --device %s: this build runs on cpu only\n", device.c_str());
+    return 2;
+  }
+  const int64_t mib = absl::GetFlag(FLAGS_kv_cache_mib);
+  if (mib < 1) {
+    std::fprintf(stderr, "error: --kv_cache_mib must be >= 1\n");
+    return 2;
+  }
+  chunkattn::WorkerOptions options;
+  options.device = device;
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.kv_cache_bytes = mib << 20;
+  options.collective_host = absl::GetFlag(FLAGS_collective_host);
+  if (options.collective_host.empty()) {
+    options.collective_host = (hp[0] == "0.0.0.0" || hp[0] == "[::]") ? "127.0.0.1" : hp[0];
+  }
+
+  chunkattn::WorkerService service(options);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  builder.RegisterService(&service);
+  g_server = builder.BuildAndStart();
+  if (g_server == nullptr || bound == 0) {
+    std::fprintf(stderr, "error: cannot listen on %s\n", listen.c_str());
+    return 1;
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::fprintf(stderr, "chunkattn-worker listening on %s (device %s, KV budget %lld MiB)\n",
+               listen.c_str(), device.c_str(), static_cast<long long>(mib));
+  g_server->Wait();
+  return 0;
+}

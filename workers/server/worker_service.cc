@@ -1,0 +1,279 @@
+#include "workers/server/worker_service.h"
+
+#include <chrono>
+#include <stdexcept>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "gloo/rendezvous/store.h"
+#include "grpcpp/create_channel.h"
+#include "kernels/api/dtype.h"
+#include "kernels/api/status_macros.h"
+#include "workers/collectives/gloo_communicator.h"
+#include "workers/model/config.h"
+#include "workers/model/llama.h"
+#include "workers/model/weights.h"
+#include "workers/server/plan_executor.h"
+
+namespace chunkattn {
+
+using internal::v1::JoinRequest;
+using internal::v1::JoinResponse;
+using internal::v1::StepPlan;
+using internal::v1::StepResult;
+
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// A gloo rendezvous store backed by a worker's StoreSet/StoreGet RPCs. Gloo's
+// Store interface reports errors by throwing; ConnectGloo catches them.
+class GrpcStore : public gloo::rendezvous::Store {
+ public:
+  GrpcStore(const std::string& address, std::string prefix, std::chrono::milliseconds timeout)
+      : stub_(internal::v1::Worker::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        prefix_(std::move(prefix)),
+        timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    internal::v1::StoreSetRequest req;
+    req.set_key(prefix_ + key);
+    req.set_value(std::string(data.begin(), data.end()));
+    internal::v1::StoreSetResponse resp;
+    // Rank 0 may still be starting: wait for it to be ready, within the timeout.
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout_);
+    grpc::Status s = stub_->StoreSet(&ctx, req, &resp);
+    if (!s.ok()) throw std::runtime_error("rendezvous set " + key + ": " + s.error_message());
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    const auto values = Get({key}, timeout_);
+    return std::vector<char>(values[0].begin(), values[0].end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { Get(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    Get(keys, timeout);
+  }
+
+ private:
+  std::vector<std::string> Get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+    internal::v1::StoreGetRequest req;
+    for (const auto& k : keys) req.add_keys(prefix_ + k);
+    req.set_timeout_ms(static_cast<uint32_t>(timeout.count()));
+    internal::v1::StoreGetResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(5));
+    grpc::Status s = stub_->StoreGet(&ctx, req, &resp);
+    if (!s.ok()) throw std::runtime_error("rendezvous get: " + s.error_message());
+    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+  }
+
+  std::unique_ptr<internal::v1::Worker::Stub> stub_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+struct WorkerService::Session {
+  std::string id;
+  int rank = 0;
+  int world_size = 1;
+  ModelConfig config;
+  ModelWeights weights;  // moved into the model at the first Execute
+  ModelOptions model_options;
+  std::unique_ptr<Communicator> comm;
+  int64_t capacity_chunks = 0;
+
+  absl::Mutex mu;  // serializes Execute streams on this session
+  std::unique_ptr<LlamaModel> model ABSL_GUARDED_BY(mu);
+  std::unique_ptr<PlanExecutor> executor ABSL_GUARDED_BY(mu);
+  bool broken ABSL_GUARDED_BY(mu) = false;
+};
+
+WorkerService::WorkerService(const WorkerOptions& options) : options_(options), pool_(options.threads) {}
+
+WorkerService::~WorkerService() = default;
+
+grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, JoinResponse* resp) {
+  auto fail = [](const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); };
+  if (req->session().empty()) return fail("session is empty");
+  if (req->world_size() < 1 || req->world_size() > 1024) return fail("world_size must be in [1, 1024]");
+  if (req->rank() < 0 || req->rank() >= req->world_size()) {
+    return fail(absl::StrFormat("rank %d is outside [0, %d)", req->rank(), req->world_size()));
+  }
+  const int c = req->chunk_size();
+  if (c < 16 || c > 256 || (c & (c - 1)) != 0) {
+    return fail(absl::StrFormat("chunk_size must be a power of two in [16, 256], got %d", c));
+  }
+  if (req->model().empty()) return fail("model is empty");
+  std::optional<DType> kv_dtype = ParseDType(req->kv_dtype().empty() ? "float32" : req->kv_dtype());
+  if (!kv_dtype) return fail("kv_dtype must be float32, float16 or bfloat16, got " + req->kv_dtype());
+  const std::string impl = req->decode_impl().empty() ? "tpp" : req->decode_impl();
+  if (impl != "tpp" && impl != "seq") return fail("decode_impl must be tpp or seq, got " + impl);
+  const std::string format = req->load_format().empty() ? "auto" : req->load_format();
+  if (format != "auto" && format != "safetensors" && format != "dummy") {
+    return fail("load_format must be auto or dummy, got " + format);
+  }
+  if (req->world_size() > 1 && req->rendezvous().empty()) return fail("rendezvous is empty");
+
+  // A new session ends the old one: drop it first so its memory goes back.
+  {
+    absl::MutexLock lock(&mu_);
+    if (session_ != nullptr) {
+      absl::MutexLock slock(&session_->mu);
+      session_->broken = true;
+    }
+    session_.reset();
+  }
+  if (req->rank() == 0) {
+    absl::MutexLock lock(&store_mu_);
+    const std::string prefix = req->session() + "/";
+    for (auto it = store_.begin(); it != store_.end();) {
+      it = absl::StartsWith(it->first, prefix) ? std::next(it) : store_.erase(it);
+    }
+  }
+
+  auto session = std::make_shared<Session>();
+  session->id = req->session();
+  session->rank = req->rank();
+  session->world_size = req->world_size();
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(req->model());
+  if (!config.ok()) return ToGrpc(config.status());
+  session->config = *config;
+  const ShardSpec shard{req->rank(), req->world_size()};
+  absl::StatusOr<ModelWeights> weights = format == "dummy"
+                                             ? DummyWeights(session->config, shard, req->dummy_seed())
+                                             : LoadWeights(req->model(), session->config, shard);
+  if (!weights.ok()) return ToGrpc(weights.status());
+  session->weights = std::move(*weights);
+  session->model_options.chunk_size = c;
+  session->model_options.kv_dtype = *kv_dtype;
+  session->model_options.decode_impl = impl == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+
+  KvPoolShape shape;
+  shape.num_layers = session->config.num_layers;
+  shape.num_kv_heads = session->weights.layout.num_kv_heads;
+  shape.head_dim = session->config.head_dim;
+  shape.chunk_size = c;
+  shape.dtype = *kv_dtype;
+  const int64_t chunk_bytes = shape.ChunkBytes();
+  session->capacity_chunks = std::min<int64_t>(options_.kv_cache_bytes / chunk_bytes, int64_t{1} << 30);
+  if (session->capacity_chunks < 1) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrFormat("the KV budget of %d bytes holds no %d-byte chunk",
+                                        options_.kv_cache_bytes, chunk_bytes));
+  }
+
+  if (req->world_size() > 1) {
+    GlooOptions g;
+    g.rank = req->rank();
+    g.world_size = req->world_size();
+    g.prefix = "gloo";
+    g.interface_host = options_.collective_host;
+    const uint32_t timeout_ms = req->collective_timeout_ms() > 0 ? req->collective_timeout_ms() : 30000;
+    g.timeout = absl::Milliseconds(timeout_ms);
+    auto store = std::make_shared<GrpcStore>(req->rendezvous(), req->session() + "/",
+                                             std::chrono::milliseconds(timeout_ms));
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = ConnectGloo(g, store);
+    if (!comm.ok()) return ToGrpc(comm.status());
+    session->comm = std::move(*comm);
+  }
+  resp->set_kv_capacity_chunks(session->capacity_chunks);
+  resp->set_kv_chunk_bytes(chunk_bytes);
+  resp->set_device(options_.device);
+  resp->set_dtype(DTypeName(session->config.dtype));
+  absl::MutexLock lock(&mu_);
+  session_ = std::move(session);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Execute(grpc::ServerContext*,
+                                    grpc::ServerReaderWriter<StepResult, StepPlan>* stream) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    session = session_;
+  }
+  if (session == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no session: Join first");
+  }
+  absl::MutexLock lock(&session->mu);
+  if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
+  StepPlan plan;
+  StepResult result;
+  while (stream->Read(&plan)) {
+    if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
+    if (session->model == nullptr) {
+      const int64_t chunks = plan.num_kv_chunks();
+      if (chunks < 1 || chunks > session->capacity_chunks) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrFormat("the first plan must size the pool: num_kv_chunks %d is "
+                                            "outside [1, %d]",
+                                            chunks, session->capacity_chunks));
+      }
+      session->model_options.num_kv_chunks = chunks;
+      absl::StatusOr<std::unique_ptr<LlamaModel>> model =
+          LlamaModel::Create(session->config, std::move(session->weights), session->model_options,
+                             session->comm.get(), &pool_);
+      if (!model.ok()) {
+        session->broken = true;
+        return ToGrpc(model.status());
+      }
+      session->model = std::move(*model);
+      session->executor = std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0);
+    }
+    absl::Status status = session->executor->Execute(plan, &result);
+    if (!status.ok()) {
+      // The pool and the sampler state may now be behind the coordinator's.
+      session->broken = true;
+      return ToGrpc(status);
+    }
+    if (!stream->Write(result)) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::StoreSet(grpc::ServerContext*, const internal::v1::StoreSetRequest* req,
+                                     internal::v1::StoreSetResponse*) {
+  absl::MutexLock lock(&store_mu_);
+  store_[req->key()] = req->value();
+  store_cv_.SignalAll();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::StoreGet(grpc::ServerContext* context, const internal::v1::StoreGetRequest* req,
+                                     internal::v1::StoreGetResponse* resp) {
+  const absl::Duration timeout = absl::Milliseconds(std::min<uint32_t>(req->timeout_ms(), 600000));
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&store_mu_);
+  auto all_present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_) {
+    for (const auto& k : req->keys()) {
+      if (store_.count(k) == 0) return false;
+    }
+    return true;
+  };
+  // Poll in short waits so a cancelled call does not hold a thread.
+  while (!all_present()) {
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    if (absl::Now() >= deadline) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "rendezvous keys did not appear in time");
+    }
+    store_cv_.WaitWithTimeout(&store_mu_, absl::Milliseconds(100));
+  }
+  for (const auto& k : req->keys()) resp->add_values(store_.at(k));
+  return grpc::Status::OK;
+}
+
+}  // namespace chunkattn
