@@ -171,6 +171,9 @@ int main(int argc, char** argv) {
   g_stop.WaitForNotification();
   std::fprintf(stderr, "coordinator: shutting down\n");
   health->Shutdown();
+  // The engine first: it ends every stream (so the server's shutdown does not
+  // wait on them) and makes its last ready callback while `health` lives.
+  engine.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;
 }

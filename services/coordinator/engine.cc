@@ -111,7 +111,9 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   pool_ = std::make_unique<WorkerPool>(options_.workers);
 }
 
-Engine::~Engine() {
+Engine::~Engine() { Stop(); }
+
+void Engine::Stop() {
   stop_ = true;
   {
     absl::MutexLock lock(&inbox_mu_);

@@ -68,6 +68,9 @@ class Engine {
   ~Engine();  // stops the loop; requests in flight end with UNAVAILABLE
 
   void Start();
+  // Ends the loop: requests in flight and queued end with UNAVAILABLE, and
+  // the ready callback is called for the last time. Idempotent.
+  void Stop();
 
   // Returns the engine's id for the request (for Cancel). The sink gets the
   // responses, or one Finish with the error (INVALID_ARGUMENT, or

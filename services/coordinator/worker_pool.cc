@@ -1,6 +1,7 @@
 #include "services/coordinator/worker_pool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -138,10 +139,13 @@ absl::StatusOr<StepResult> WorkerPool::Step(StepPlan& plan) {
   auto cancel_all = [this] {
     for (auto& rank : ranks_) rank->context->TryCancel();
   };
-  auto run = [&plan, &cancel_all](Rank* rank) {
+  std::atomic<Rank*> first_failed{nullptr};
+  auto run = [&plan, &cancel_all, &first_failed](Rank* rank) {
     rank->status = absl::OkStatus();
     if (!rank->stream->Write(plan) || !rank->stream->Read(&rank->result)) {
       rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
+      Rank* none = nullptr;
+      first_failed.compare_exchange_strong(none, rank);
       cancel_all();
     }
   };
@@ -156,17 +160,19 @@ absl::StatusOr<StepResult> WorkerPool::Step(StepPlan& plan) {
   absl::Status failure;
   for (auto& rank : ranks_) {
     if (rank->status.ok()) continue;
-    // The worker's own status says why (a step error, a lost connection).
+    // The worker's own status says why (a step error, a lost connection);
+    // report the rank that failed first, not those cancelled after it.
     grpc::Status s = rank->stream->Finish();
     rank->stream.reset();
-    if (failure.ok()) {
+    if (failure.ok() && rank.get() == first_failed.load()) {
       failure = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed: ",
                                                     s.ok() ? "stream closed" : s.error_message()));
     }
   }
-  if (!failure.ok()) {
+  const bool any_failed = first_failed.load() != nullptr;
+  if (any_failed || !failure.ok()) {
     Disconnect();
-    return failure;
+    return failure.ok() ? absl::UnavailableError("a worker failed") : failure;
   }
   return ranks_[0]->result;
 }

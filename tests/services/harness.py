@@ -36,6 +36,7 @@ pb = None        # chunkattn.v1.generation_pb2
 pb_grpc = None   # chunkattn.v1.generation_pb2_grpc
 
 _live_processes = []
+_temp_dirs = []  # removed at exit, also on SIGTERM
 _live_lock = threading.Lock()
 _log_dir = None
 
@@ -77,6 +78,7 @@ def generate_stubs(source):
     """Compiles generation.proto into a temporary folder put on sys.path."""
     global pb, pb_grpc
     out = tempfile.mkdtemp(prefix='chunkattn-stubs-')
+    _temp_dirs.append(out)
     atexit.register(shutil.rmtree, out, True)
     proto_dir = os.path.join(source, 'proto')
     target = os.path.join(proto_dir, 'chunkattn/v1/generation.proto')
@@ -191,6 +193,8 @@ def _on_sigterm(signum, frame):
     # Not sys.exit(): unittest would record SystemExit as a test error and
     # carry on with the next test.
     _kill_all()
+    for d in _temp_dirs:
+        shutil.rmtree(d, ignore_errors=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(128 + signum)
