@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "workers/common/address.h"
 
 namespace chunkattn::client {
 
@@ -24,26 +25,7 @@ absl::Status ValidateServer(const std::string& server) {
       return absl::OkStatus();
     }
   }
-  const size_t colon = server.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError("--server \"" + server + "\" is not HOST:PORT (no port)");
-  }
-  std::string host = server.substr(0, colon);
-  const std::string port = server.substr(colon + 1);
-  if (!host.empty() && host.front() == '[') {
-    if (host.back() != ']' || host.size() < 3) {
-      return absl::InvalidArgumentError("--server \"" + server + "\": bad [IPv6] host");
-    }
-  } else if (host.empty() || host.find(':') != std::string::npos) {
-    return absl::InvalidArgumentError("--server \"" + server +
-                                      "\" is not HOST:PORT (IPv6 hosts go in brackets)");
-  }
-  int p = 0;
-  if (!absl::SimpleAtoi(port, &p) || p < 1 || p > 65535) {
-    return absl::InvalidArgumentError("--server \"" + server + "\": port \"" + port +
-                                      "\" is not in 1..65535");
-  }
-  return absl::OkStatus();
+  return ParseHostPort("--server", server).status();
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& csv) {
@@ -80,29 +62,6 @@ absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
   return lines;
 }
 
-const char* StatusCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    default: return "UNKNOWN";
-  }
-}
-
 std::string FinishReasonName(v1::FinishReason reason) {
   switch (reason) {
     case v1::FINISH_REASON_LENGTH: return "length";
@@ -114,7 +73,8 @@ std::string FinishReasonName(v1::FinishReason reason) {
 }
 
 void PrintRpcError(const grpc::Status& status) {
-  std::fprintf(stderr, "error: %s: %s\n", StatusCodeName(status.error_code()),
+  std::fprintf(stderr, "error: %s: %s\n",
+               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())).c_str(),
                status.error_message().c_str());
 }
 

@@ -28,8 +28,6 @@ absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& csv);
 absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path);
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
-// "INVALID_ARGUMENT" for grpc::StatusCode::INVALID_ARGUMENT, and so on.
-const char* StatusCodeName(grpc::StatusCode code);
 // "length" for FINISH_REASON_LENGTH, and so on.
 std::string FinishReasonName(v1::FinishReason reason);
 

@@ -12,7 +12,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -24,6 +23,7 @@
 #include "services/coordinator/generation_service.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
+#include "workers/common/address.h"
 #include "workers/common/flags.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port of the public gRPC API");
@@ -49,12 +49,6 @@ absl::Notification g_stop;
 
 void OnSignal(int) { g_stop.Notify(); }
 
-bool ParseHostPort(const std::string& s) {
-  const std::vector<std::string> hp = absl::StrSplit(s, absl::MaxSplits(':', 1));
-  int port = 0;
-  return hp.size() == 2 && !hp[0].empty() && absl::SimpleAtoi(hp[1], &port) && port > 0 && port <= 65535;
-}
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 2;
@@ -70,16 +64,13 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  const std::vector<std::string> hp = absl::StrSplit(listen, absl::MaxSplits(':', 1));
-  int listen_port = -1;
-  if (hp.size() != 2 || hp[0].empty() || !absl::SimpleAtoi(hp[1], &listen_port) || listen_port < 0 ||
-      listen_port > 65535) {
-    return Fail("--listen must be HOST:PORT, got \"" + listen + "\"");
+  if (absl::Status s = ParseHostPort("--listen", listen, 0).status(); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
   std::vector<std::string> workers = absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty());
   if (workers.empty()) return Fail("--workers is required (host:port,...)");
   for (const std::string& w : workers) {
-    if (!ParseHostPort(w)) return Fail("--workers: \"" + w + "\" is not host:port");
+    if (absl::Status s = ParseHostPort("--workers", w).status(); !s.ok()) return Fail(std::string(s.message()));
   }
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) return Fail("--model is required");

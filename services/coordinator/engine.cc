@@ -98,7 +98,7 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   m_waiting_ = &m.GetGauge("chunkattn_requests", req_help, {{"state", "waiting"}});
   const std::string fin_help = "Finished requests by reason.";
   for (const char* reason : {"length", "stop_token", "stop_string", "cancelled", "error"}) {
-    m.GetCounter("chunkattn_requests_finished_total", fin_help, {{"reason", reason}});
+    m_finished_[reason] = &m.GetCounter("chunkattn_requests_finished_total", fin_help, {{"reason", reason}});
   }
   m_preemptions_ = &m.GetCounter("chunkattn_preemptions_total", "Requests preempted for memory (recomputed later).");
   m_workers_ready_ = &m.GetGauge("chunkattn_workers_ready", "1 when every worker is joined and serving.");
@@ -210,7 +210,6 @@ void Engine::DrainInbox(bool serving) {
     if (c.kind == Command::kCancel) {
       if (live_.count(c.id) == 0) continue;
       if (scheduler_ != nullptr) scheduler_->Abort(c.id);
-      live_[c.id]->last_reason = FinishReason::kCancelled;
       EndRequest(c.id, absl::CancelledError("cancelled by the client"), "cancelled");
       continue;
     }
@@ -219,6 +218,7 @@ void Engine::DrainInbox(bool serving) {
       continue;
     }
     const int n = c.request.spec.n;
+    const bool return_logprobs = c.request.spec.sampling.return_logprobs;
     std::vector<int32_t> prompt = c.request.spec.prompt;
     absl::Status added = scheduler_->Add(c.id, std::move(c.request.spec));
     if (!added.ok()) {
@@ -230,7 +230,7 @@ void Engine::DrainInbox(bool serving) {
     live->request_id = std::move(c.request.request_id);
     live->sink = std::move(c.sink);
     live->stops = std::move(c.request.stop_strings);
-    live->return_logprobs = c.request.return_logprobs;
+    live->return_logprobs = return_logprobs;
     live->arrival = absl::Now();
     live->samples.resize(n);
     if (tokenizer_ != nullptr) {
@@ -296,15 +296,12 @@ void Engine::HandleEvent(const SampleEvent& e, absl::Time now) {
   if (!live.first_token) {
     live.first_token = true;
     m_ttft_->Observe(absl::ToDoubleSeconds(now - live.arrival));
-    prompt_tokens_total_ += e.prompt_tokens;
-    cached_prompt_tokens_total_ += e.cached_prompt_tokens;
     m_prompt_tokens_->Increment(e.prompt_tokens);
     m_prompt_cached_->Increment(e.cached_prompt_tokens);
   }
   if (sample.has_token) m_itl_->Observe(absl::ToDoubleSeconds(now - sample.last_token));
   sample.has_token = true;
   sample.last_token = now;
-  ++generation_tokens_total_;
   m_generation_tokens_->Increment();
 
   if (sample.detok != nullptr) {
@@ -367,8 +364,7 @@ void Engine::HandleEvent(const SampleEvent& e, absl::Time now) {
 void Engine::EndRequest(int64_t id, const absl::Status& status, const std::string& reason) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
-  metrics_->GetCounter("chunkattn_requests_finished_total", "Finished requests by reason.", {{"reason", reason}})
-      .Increment();
+  m_finished_.at(reason)->Increment();
   m_duration_->Observe(absl::ToDoubleSeconds(absl::Now() - it->second->arrival));
   it->second->sink->Finish(status);
   live_.erase(it);
@@ -419,9 +415,10 @@ void Engine::UpdateGauges() {
   snapshot_.device = pool_->device();
   snapshot_.cache = cs;
   snapshot_.scheduler = ss;
-  snapshot_.prompt_tokens_total = prompt_tokens_total_;
-  snapshot_.cached_prompt_tokens_total = cached_prompt_tokens_total_;
-  snapshot_.generation_tokens_total = generation_tokens_total_;
+  // Counters hold integers well below 2^53: exact as doubles.
+  snapshot_.prompt_tokens_total = static_cast<int64_t>(m_prompt_tokens_->value());
+  snapshot_.cached_prompt_tokens_total = static_cast<int64_t>(m_prompt_cached_->value());
+  snapshot_.generation_tokens_total = static_cast<int64_t>(m_generation_tokens_->value());
 }
 
 }  // namespace chunkattn

@@ -50,7 +50,6 @@ struct EngineRequest {
   std::string request_id;  // the client's, echoed
   RequestSpec spec;
   std::vector<std::string> stop_strings;
-  bool return_logprobs = false;
 };
 
 struct EngineOptions {
@@ -138,9 +137,6 @@ class Engine {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<int64_t, std::unique_ptr<Live>> live_;
-  int64_t prompt_tokens_total_ = 0;
-  int64_t cached_prompt_tokens_total_ = 0;
-  int64_t generation_tokens_total_ = 0;
   int64_t evictions_seen_ = 0;
   int64_t preemptions_seen_ = 0;
 
@@ -156,6 +152,7 @@ class Engine {
   metrics::Gauge* m_logical_tokens_;
   metrics::Gauge* m_physical_tokens_;
   metrics::Counter* m_evicted_;
+  std::map<std::string, metrics::Counter*> m_finished_;  // by reason label
   metrics::Gauge* m_running_;
   metrics::Gauge* m_waiting_;
   metrics::Counter* m_preemptions_;

@@ -1,6 +1,5 @@
 #include "services/coordinator/generation_service.h"
 
-#include <cmath>
 #include <deque>
 #include <memory>
 #include <random>
@@ -8,22 +7,17 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "workers/common/grpc_status.h"
 
 namespace chunkattn {
 
 namespace {
 
-constexpr int kMaxSamples = 64;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr size_t kMaxIdBytes = 256;
 constexpr size_t kMaxTextBytes = 4 << 20;
 constexpr int kDefaultMaxNewTokens = 16;
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -50,7 +44,7 @@ class Stream : public ResponseSink {
       absl::MutexLock lock(&mu_);
       if (reactor_ == nullptr || finish_pending_) return;
       finish_pending_ = true;
-      final_ = ToGrpc(status);
+      final_ = ToGrpcStatus(status);
     }
     Pump();
   }
@@ -178,26 +172,18 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   if (spec.prompt.empty()) return Invalid("prompt is empty after tokenization");
 
   const v1::SamplingParams& s = request.sampling();
-  spec.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
-  if (!(spec.sampling.temperature >= 0) || !std::isfinite(spec.sampling.temperature)) {
-    return Invalid(absl::StrFormat("sampling.temperature must be >= 0, got %g", s.temperature()));
+  SamplingParams& p = spec.sampling;
+  p.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+  p.top_k = s.has_top_k() ? s.top_k() : 0;
+  p.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+  p.min_p = s.has_min_p() ? s.min_p() : 0.0f;
+  p.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  p.seed = s.has_seed() ? s.seed() : seed;
+  p.return_logprobs = request.return_logprobs();
+  // The sampler's own rules, named as the request's fields.
+  if (absl::Status valid = ValidateSamplingParams(p); !valid.ok()) {
+    return Invalid(absl::StrCat("sampling.", valid.message()));
   }
-  spec.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
-  if (spec.sampling.top_k < 0) return Invalid(absl::StrFormat("sampling.top_k must be >= 0, got %d", s.top_k()));
-  spec.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
-  if (!(spec.sampling.top_p > 0 && spec.sampling.top_p <= 1)) {
-    return Invalid(absl::StrFormat("sampling.top_p must be in (0, 1], got %g", s.top_p()));
-  }
-  spec.sampling.min_p = s.has_min_p() ? s.min_p() : 0.0f;
-  if (!(spec.sampling.min_p >= 0 && spec.sampling.min_p <= 1)) {
-    return Invalid(absl::StrFormat("sampling.min_p must be in [0, 1], got %g", s.min_p()));
-  }
-  spec.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
-  if (!(spec.sampling.repetition_penalty > 0) || !std::isfinite(spec.sampling.repetition_penalty)) {
-    return Invalid(
-        absl::StrFormat("sampling.repetition_penalty must be > 0, got %g", s.repetition_penalty()));
-  }
-  spec.sampling.seed = s.has_seed() ? s.seed() : seed;
 
   const v1::StoppingCriteria& stop = request.stopping();
   const int64_t max_new = stop.has_max_new_tokens() ? stop.max_new_tokens() : kDefaultMaxNewTokens;
@@ -229,11 +215,10 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
     return Invalid("stopping.stop: the model has no tokenizer to produce text");
   }
   spec.ignore_eos = stop.ignore_eos();
-  spec.n = request.n() == 0 ? 1 : static_cast<int32_t>(std::min<uint32_t>(request.n(), kMaxSamples + 1));
-  if (spec.n > kMaxSamples) {
+  if (request.n() > static_cast<uint32_t>(kMaxSamples)) {
     return Invalid(absl::StrFormat("n must be in [1, %d], got %d", kMaxSamples, request.n()));
   }
-  out.return_logprobs = request.return_logprobs();
+  spec.n = request.n() == 0 ? 1 : static_cast<int32_t>(request.n());  // 0: the default, one sample
   return out;
 }
 

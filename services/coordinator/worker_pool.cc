@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
+#include "workers/common/grpc_status.h"
 
 namespace chunkattn {
 
@@ -26,10 +27,6 @@ struct WorkerPool::Rank {
 };
 
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(what, ": ", s.error_message()));
-}
 
 std::chrono::system_clock::time_point Deadline(absl::Duration d) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
@@ -99,7 +96,7 @@ absl::Status WorkerPool::Connect() {
       grpc::ClientContext ctx;
       ctx.set_deadline(Deadline(options_.join_timeout));
       grpc::Status s = ranks_[r]->stub->Join(&ctx, req, &responses[r]);
-      if (!s.ok()) statuses[r] = FromGrpc(s, absl::StrCat("join worker ", ranks_[r]->address));
+      if (!s.ok()) statuses[r] = FromGrpcStatus(s, absl::StrCat("join worker ", ranks_[r]->address));
     });
   }
   for (auto& t : threads) t.join();

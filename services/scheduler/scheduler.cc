@@ -14,7 +14,6 @@ using internal::v1::StepResult;
 
 namespace {
 
-constexpr int kMaxSamples = 64;
 // Waiting requests looked at per admission round: bounds the in-batch sharing
 // scan when the queue is long.
 constexpr int kAdmissionScan = 64;
@@ -442,6 +441,11 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
     }
   }
 
+  UpdatePeaks();
+  // Nothing for the workers: the sampler ends wait for the next plan. A plan
+  // without rows still goes out when it has copies (they must land before any
+  // later write) or sampler starts.
+  if (work.empty() && copies.empty() && pending_starts_.empty()) return false;
   for (const KvCopy& copy : copies) {
     auto* kc = plan->add_copies();
     kc->set_src_chunk(copy.src_chunk);
@@ -450,33 +454,18 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   }
   for (auto& start : pending_starts_) *plan->add_sampler_starts() = std::move(start);
   pending_starts_.clear();
-  UpdatePeaks();
-  if (work.empty()) {
-    // Nothing to compute; keep the sampler ends and copies for the next plan.
-    if (!copies.empty() || plan->sampler_starts_size() > 0) {
-      // Copies must still reach the workers before any later write: send a
-      // rowless plan.
-      for (int64_t key : pending_sampler_ends_) plan->add_sampler_ends(key);
-      pending_sampler_ends_.clear();
-      plan->set_step(++step_);
-      step_seqs_.clear();
-      step_samples_.clear();
-      in_step_ = true;
-      return true;
-    }
-    plan->Clear();
-    return false;
-  }
   for (int64_t key : pending_sampler_ends_) plan->add_sampler_ends(key);
   pending_sampler_ends_.clear();
 
   // Prefill pieces.
   step_seqs_.clear();
   step_samples_.clear();
-  plan->add_prefill_q_begin(0);
-  plan->add_prefill_chunk_begin(0);
   for (const Work& w : work) {
     if (w.end <= w.begin) continue;
+    if (plan->prefill_q_begin_size() == 0) {
+      plan->add_prefill_q_begin(0);
+      plan->add_prefill_chunk_begin(0);
+    }
     plan->mutable_tokens()->Add(w.seq->tokens.begin() + w.begin, w.seq->tokens.begin() + w.end);
     plan->add_prefill_prefix_len(w.begin);
     plan->add_prefill_q_begin(plan->tokens_size());
@@ -484,35 +473,31 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
     plan->mutable_prefill_chunk_ids()->Add(chunks.begin(), chunks.end());
     plan->add_prefill_chunk_begin(plan->prefill_chunk_ids_size());
   }
-  if (plan->prefill_prefix_len_size() == 0) {
-    plan->clear_prefill_q_begin();
-    plan->clear_prefill_chunk_begin();
-  }
   const int32_t prefill_rows = plan->tokens_size();
 
   // Decode rows over the subset of the forest's context.
-  const ChunkContext& full = forest_->Context();
-  std::vector<bool> keep(full.num_seqs(), false);
   bool any_decode = false;
   for (const Work& w : work) {
-    if (w.decode) {
-      const int32_t idx = forest_->ContextIndex(w.seq->id);
-      if (idx < 0) return absl::InternalError("a decoding sequence is not in the context");
-      keep[idx] = true;
-      any_decode = true;
-    }
+    any_decode |= w.decode;
     step_seqs_.push_back({w.seq->id, w.decode ? static_cast<int32_t>(w.seq->tokens.size()) : w.end});
   }
   if (any_decode) {
+    const ChunkContext& full = forest_->Context();
+    std::vector<bool> keep(full.num_seqs(), false);
+    for (const Work& w : work) {
+      if (!w.decode) continue;
+      const int32_t idx = forest_->ContextIndex(w.seq->id);
+      if (idx < 0) return absl::InternalError("a decoding sequence is not in the context");
+      keep[idx] = true;
+    }
     std::vector<SeqId> set;
     for (int s = 0; s < full.num_seqs(); ++s) {
       if (keep[s]) set.push_back(full.seq_ids[s]);
     }
-    if (full.version != forest_version_ || set != decode_set_ || !context_sent_) {
+    if (full.version != forest_version_ || set != decode_set_) {
       SubsetContext(full, keep, ++decode_version_, &decode_ctx_);
       forest_version_ = full.version;
       decode_set_ = std::move(set);
-      context_sent_ = true;
       auto* dc = plan->mutable_context();
       dc->set_version(decode_ctx_.version);
       dc->mutable_seq_ids()->Add(decode_ctx_.seq_ids.begin(), decode_ctx_.seq_ids.end());

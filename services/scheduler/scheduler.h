@@ -49,27 +49,22 @@
 #include "chunkattn/internal/v1/worker.pb.h"
 #include "kernels/api/chunk_context.h"
 #include "services/cache/prefix_forest.h"
+#include "workers/sampler/sampler.h"
 
 namespace chunkattn {
 
 using RequestId = int64_t;
 
-enum class FinishReason { kNone, kLength, kStopToken, kStopString, kCancelled };
+// The most parallel samples (n) one request may ask for.
+inline constexpr int kMaxSamples = 64;
 
-struct SamplingSpec {
-  float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  uint64_t seed = 0;
-};
+enum class FinishReason { kNone, kLength, kStopToken, kStopString, kCancelled };
 
 // A validated request (the API front checks every field).
 struct RequestSpec {
   std::vector<TokenId> prompt;
   std::string cache_namespace;
-  SamplingSpec sampling;
+  SamplingParams sampling;  // return_logprobs is the front end's
   int32_t max_new_tokens = 16;
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
@@ -183,10 +178,9 @@ class Scheduler {
 
   // The decode context last sent, and how to refresh it.
   ChunkContext decode_ctx_;
-  uint64_t forest_version_ = ~uint64_t{0};
+  uint64_t forest_version_ = ~uint64_t{0};  // never a forest's: the first decode sends the context
   std::vector<SeqId> decode_set_;
   uint64_t decode_version_ = 0;
-  bool context_sent_ = false;
 
   // What the scheduled step does, for Complete().
   struct StepSeq {

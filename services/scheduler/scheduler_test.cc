@@ -151,8 +151,12 @@ void ExpectSameAsAlone(int32_t chunks, int32_t budget, bool sharing, uint64_t se
   EXPECT_EQ(cs.used_chunks, 0);
   EXPECT_EQ(cs.used_chunks + cs.cached_chunks + cs.free_chunks, chunks);
   EXPECT_FALSE(h.scheduler().HasWork());
-  if (sharing) EXPECT_GT(cs.total_matched_tokens, 0);
-  if (expect_preemption) EXPECT_GT(h.scheduler().stats().preemptions_total, 0);
+  if (sharing) {
+    EXPECT_GT(cs.total_matched_tokens, 0);
+  }
+  if (expect_preemption) {
+    EXPECT_GT(h.scheduler().stats().preemptions_total, 0);
+  }
   // The context goes out only when it changed, not every step.
   EXPECT_LT(h.contexts_sent_, h.steps_);
 }

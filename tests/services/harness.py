@@ -26,6 +26,7 @@ import threading
 import time
 import unittest
 import urllib.request
+import uuid
 
 import grpc
 
@@ -483,6 +484,11 @@ def scrape_metrics(port):
 
 def random_ids(rng, n, low=3, high=2048):
     return [rng.randrange(low, high) for _ in range(n)]
+
+
+def fresh_namespace(tag):
+    """A cache namespace no other request uses: nothing is cached in it."""
+    return '%s-%s' % (tag, uuid.uuid4().hex)
 
 
 class ServiceTestCase(unittest.TestCase):

@@ -5,15 +5,10 @@ import shutil
 import subprocess
 import time
 import unittest
-import uuid
 
 import grpc
 
 import harness
-
-
-def namespace(tag):
-    return '%s-%s' % (tag, uuid.uuid4().hex)
 
 
 class CancelTest(harness.ServiceTestCase):
@@ -26,7 +21,7 @@ class CancelTest(harness.ServiceTestCase):
         before = self.cluster.metrics().value('chunkattn_requests_finished_total', reason='cancelled')
         rng = random.Random(5)
         call = self.cluster.stub.Generate(harness.make_request(
-            prompt_ids=harness.random_ids(rng, 300), namespace=namespace('cancel'),
+            prompt_ids=harness.random_ids(rng, 300), namespace=harness.fresh_namespace('cancel'),
             temperature=0.0, max_new_tokens=2000, ignore_eos=True), timeout=120)
         got = 0
         for response in call:
@@ -147,7 +142,7 @@ class ParallelSamplesTest(harness.ServiceTestCase):
 
         def run():
             return self.cluster.generate(harness.make_request(
-                prompt_ids=prompt, namespace=namespace('n3'), n=3, temperature=1.0, seed=42,
+                prompt_ids=prompt, namespace=harness.fresh_namespace('n3'), n=3, temperature=1.0, seed=42,
                 max_new_tokens=16))
 
         first = run()

@@ -6,7 +6,6 @@ import random
 import threading
 import time
 import unittest
-import uuid
 
 import harness
 
@@ -14,10 +13,6 @@ SYSTEM_LEN = 1000
 SUFFIX_LEN = 8
 REQUESTS = 32
 NEW_TOKENS = 8
-
-
-def fresh_namespace(tag):
-    return '%s-%s' % (tag, uuid.uuid4().hex)
 
 
 class SharedPrefixTest(harness.ServiceTestCase):
@@ -32,7 +27,7 @@ class SharedPrefixTest(harness.ServiceTestCase):
         first_tokens = rng.sample(range(3, 2048), REQUESTS)  # distinct: prompts diverge at 1000
         prompts = [system + [first_tokens[i]] + harness.random_ids(rng, SUFFIX_LEN - 1)
                    for i in range(REQUESTS)]
-        ns = fresh_namespace('concurrent')
+        ns = harness.fresh_namespace('concurrent')
 
         def request(prompt, namespace):
             return harness.make_request(prompt_ids=prompt, namespace=namespace, temperature=0.0,
@@ -89,7 +84,7 @@ class SharedPrefixTest(harness.ServiceTestCase):
 
         # Each output is what the request gets alone, with nothing cached.
         for i in range(REQUESTS):
-            alone = self.cluster.generate(request(prompts[i], fresh_namespace('alone')))[0]
+            alone = self.cluster.generate(request(prompts[i], harness.fresh_namespace('alone')))[0]
             self.assertEqual(alone.cached_prompt_tokens, 0, 'request %d alone' % i)
             self.assertEqual(alone.tokens, samples[i].tokens, 'request %d: shared != alone' % i)
             self.assertEqual(alone.text, samples[i].text, 'request %d' % i)
@@ -107,7 +102,7 @@ class CacheSurvivesTest(harness.ServiceTestCase):
         for length in (200, 128, 7):
             with self.subTest(prompt_len=length):
                 prompt = harness.random_ids(rng, length)
-                ns = fresh_namespace('survives')
+                ns = harness.fresh_namespace('survives')
 
                 def send(namespace):
                     return self.cluster.generate(harness.make_request(
@@ -121,7 +116,7 @@ class CacheSurvivesTest(harness.ServiceTestCase):
                 again = send(ns)
                 self.assertEqual(again.cached_prompt_tokens, again.prompt_tokens - 1)
                 self.assertEqual(again.tokens, first.tokens)
-                other = send(fresh_namespace('other'))
+                other = send(harness.fresh_namespace('other'))
                 self.assertEqual(other.cached_prompt_tokens, 0)
                 self.assertEqual(other.tokens, first.tokens)
 

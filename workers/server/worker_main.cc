@@ -10,13 +10,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "workers/common/address.h"
 #include "workers/common/flags.h"
 #include "workers/server/worker_service.h"
 
@@ -46,10 +44,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("chunkattn compute worker: --listen HOST:PORT --device cpu");
   absl::ParseCommandLine(argc, argv);
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  const std::vector<std::string> hp = absl::StrSplit(listen, absl::MaxSplits(':', 1));
-  int port = 0;
-  if (hp.size() != 2 || hp[0].empty() || !absl::SimpleAtoi(hp[1], &port) || port < 0 || port > 65535) {
-    std::fprintf(stderr, "error: --listen must be HOST:PORT, got \"%s\"\n", listen.c_str());
+  absl::StatusOr<chunkattn::HostPort> address = chunkattn::ParseHostPort("--listen", listen, 0);
+  if (!address.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(address.status().message()).c_str());
     return 2;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -68,7 +65,8 @@ int main(int argc, char** argv) {
   options.kv_cache_bytes = mib << 20;
   options.collective_host = absl::GetFlag(FLAGS_collective_host);
   if (options.collective_host.empty()) {
-    options.collective_host = (hp[0] == "0.0.0.0" || hp[0] == "[::]") ? "127.0.0.1" : hp[0];
+    options.collective_host =
+        (address->host == "0.0.0.0" || address->host == "[::]") ? "127.0.0.1" : address->host;
   }
 
   chunkattn::WorkerService service(options);

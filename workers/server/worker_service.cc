@@ -1,5 +1,6 @@
 #include "workers/server/worker_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "grpcpp/create_channel.h"
 #include "kernels/api/dtype.h"
 #include "kernels/api/status_macros.h"
+#include "workers/common/grpc_status.h"
 #include "workers/collectives/gloo_communicator.h"
 #include "workers/model/config.h"
 #include "workers/model/llama.h"
@@ -26,11 +28,6 @@ using internal::v1::StepPlan;
 using internal::v1::StepResult;
 
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 // A gloo rendezvous store backed by a worker's StoreSet/StoreGet RPCs. Gloo's
 // Store interface reports errors by throwing; ConnectGloo catches them.
@@ -99,7 +96,10 @@ struct WorkerService::Session {
   absl::Mutex mu;  // serializes Execute streams on this session
   std::unique_ptr<LlamaModel> model ABSL_GUARDED_BY(mu);
   std::unique_ptr<PlanExecutor> executor ABSL_GUARDED_BY(mu);
-  bool broken ABSL_GUARDED_BY(mu) = false;
+  // Set by a newer Join without `mu`: an Execute holds `mu` for its whole
+  // stream (possibly blocked in a collective with a dead peer), and Join
+  // must not wait for it.
+  std::atomic<bool> broken{false};
 };
 
 WorkerService::WorkerService(const WorkerOptions& options) : options_(options), pool_(options.threads) {}
@@ -131,10 +131,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   // A new session ends the old one: drop it first so its memory goes back.
   {
     absl::MutexLock lock(&mu_);
-    if (session_ != nullptr) {
-      absl::MutexLock slock(&session_->mu);
-      session_->broken = true;
-    }
+    if (session_ != nullptr) session_->broken = true;
     session_.reset();
   }
   if (req->rank() == 0) {
@@ -150,13 +147,13 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   session->rank = req->rank();
   session->world_size = req->world_size();
   absl::StatusOr<ModelConfig> config = LoadModelConfig(req->model());
-  if (!config.ok()) return ToGrpc(config.status());
+  if (!config.ok()) return ToGrpcStatus(config.status());
   session->config = *config;
   const ShardSpec shard{req->rank(), req->world_size()};
   absl::StatusOr<ModelWeights> weights = format == "dummy"
                                              ? DummyWeights(session->config, shard, req->dummy_seed())
                                              : LoadWeights(req->model(), session->config, shard);
-  if (!weights.ok()) return ToGrpc(weights.status());
+  if (!weights.ok()) return ToGrpcStatus(weights.status());
   session->weights = std::move(*weights);
   session->model_options.chunk_size = c;
   session->model_options.kv_dtype = *kv_dtype;
@@ -187,7 +184,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
     auto store = std::make_shared<GrpcStore>(req->rendezvous(), req->session() + "/",
                                              std::chrono::milliseconds(timeout_ms));
     absl::StatusOr<std::unique_ptr<Communicator>> comm = ConnectGloo(g, store);
-    if (!comm.ok()) return ToGrpc(comm.status());
+    if (!comm.ok()) return ToGrpcStatus(comm.status());
     session->comm = std::move(*comm);
   }
   resp->set_kv_capacity_chunks(session->capacity_chunks);
@@ -229,7 +226,7 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
                              session->comm.get(), &pool_);
       if (!model.ok()) {
         session->broken = true;
-        return ToGrpc(model.status());
+        return ToGrpcStatus(model.status());
       }
       session->model = std::move(*model);
       session->executor = std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0);
@@ -238,7 +235,7 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
     if (!status.ok()) {
       // The pool and the sampler state may now be behind the coordinator's.
       session->broken = true;
-      return ToGrpc(status);
+      return ToGrpcStatus(status);
     }
     if (!stream->Write(result)) break;
   }
