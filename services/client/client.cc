@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "workers/common/address.h"
 
 namespace chunkattn::client {
@@ -78,10 +79,54 @@ void PrintRpcError(const grpc::Status& status) {
                status.error_message().c_str());
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& server) {
+namespace {
+
+// Adds the bearer token to every call's initial metadata. Call credentials
+// would do the same but gRPC refuses them on plaintext channels.
+class TokenInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", *header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class TokenInterceptorFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(const std::string& token) : header_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new TokenInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;  // outlives the channel's interceptors: the channel owns the factory
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options) {
   grpc::ChannelArguments args;
   // Prompts of a few thousand ids fit in the default 4 MiB; replies are small.
-  return grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options.tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_ca_pem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!options.auth_token.empty()) {
+    interceptors.push_back(std::make_unique<TokenInterceptorFactory>(options.auth_token));
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(options.server, credentials, args,
+                                                                 std::move(interceptors));
 }
 
 absl::StatusOr<std::string> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,

@@ -34,7 +34,18 @@ std::string FinishReasonName(v1::FinishReason reason);
 // Prints "error: <CODE>: <message>" to stderr.
 void PrintRpcError(const grpc::Status& status);
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& server);
+// How to reach the coordinator: plaintext by default; TLS with the system's
+// roots or a given CA; a bearer token sent as `authorization` metadata on
+// every call (allowed on plaintext too, e.g. through a port-forward).
+struct ChannelOptions {
+  std::string server;           // HOST:PORT or a gRPC target
+  bool tls = false;
+  std::string tls_ca_pem;       // PEM roots; empty = the system's (implies nothing unless tls)
+  std::string tls_server_name;  // overrides the name checked against the certificate
+  std::string auth_token;       // empty = none
+};
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options);
 
 // grpc.health.v1.Health/Check for the server as a whole (service ""), without
 // generated health stubs: "SERVING", "NOT_SERVING", "UNKNOWN" or

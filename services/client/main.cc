@@ -8,6 +8,7 @@
 // Exit status: 0 on success, 1 when an RPC fails (the line "error: CODE:
 // message" on stderr), 2 when the command line is wrong (before any RPC).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "services/client/client.h"
 #include "services/client/replay.h"
@@ -25,6 +27,11 @@
 
 ABSL_FLAG(std::string, server, "", "the coordinator, HOST:PORT");
 ABSL_FLAG(double, timeout_s, 600, "deadline of every RPC, seconds");
+ABSL_FLAG(bool, tls, false, "connect with TLS (the system's roots unless --tls_ca_file)");
+ABSL_FLAG(std::string, tls_ca_file, "", "PEM roots the server's certificate must chain to (implies --tls)");
+ABSL_FLAG(std::string, tls_server_name, "", "name checked against the certificate (default: the --server host)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file whose first line is the bearer token (default: $CHUNKATTN_AUTH_TOKEN, if set)");
 // Sampling and stopping: unset means the server's default (replay has its own).
 ABSL_FLAG(std::optional<int>, max_new_tokens, std::nullopt, ">= 1 (server default 16; replay 32)");
 ABSL_FLAG(std::optional<double>, temperature, std::nullopt, ">= 0; 0 = greedy (default 1; replay 0.8)");
@@ -68,8 +75,11 @@ subcommands:
                     KV memory at the peak with and without sharing
 
 common flags:
-  --server HOST:PORT  the coordinator (required)
-  --timeout_s S       deadline of every RPC (default 600)
+  --server HOST:PORT    the coordinator (required)
+  --timeout_s S         deadline of every RPC (default 600)
+  --tls                 TLS with the system's roots; --tls_ca_file F: with these roots instead;
+                        --tls_server_name N: the name the certificate must carry
+  --auth_token_file F   send the bearer token in F (else $CHUNKATTN_AUTH_TOKEN, when set)
 
 Flags take dashes or underscores (--max-new-tokens = --max_new_tokens).
 Exit status: 0 ok, 1 an RPC failed, 2 bad command line.
@@ -122,16 +132,38 @@ absl::Status FillParams(const v1::SamplingParams& defaults, v1::SamplingParams* 
   return absl::OkStatus();
 }
 
+// Filled by ValidateCommon from --server and the TLS / token flags.
+ChannelOptions g_channel;
+
 absl::Status ValidateCommon() {
   if (absl::Status s = ValidateServer(absl::GetFlag(FLAGS_server)); !s.ok()) return s;
   const double t = absl::GetFlag(FLAGS_timeout_s);
   if (!(t > 0)) return absl::InvalidArgumentError("--timeout_s must be > 0");
+  g_channel.server = absl::GetFlag(FLAGS_server);
+  const std::string ca_file = absl::GetFlag(FLAGS_tls_ca_file);
+  g_channel.tls = absl::GetFlag(FLAGS_tls) || !ca_file.empty();
+  if (!ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(ca_file);
+    if (!ca.ok()) return absl::InvalidArgumentError("--tls_ca_file: " + std::string(ca.status().message()));
+    g_channel.tls_ca_pem = *ca;
+  }
+  g_channel.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (!g_channel.tls_server_name.empty() && !g_channel.tls) {
+    return absl::InvalidArgumentError("--tls_server_name needs --tls or --tls_ca_file");
+  }
+  const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
+  if (!token_file.empty()) {
+    absl::StatusOr<std::vector<std::string>> lines = ReadLines(token_file);
+    if (!lines.ok()) return absl::InvalidArgumentError("--auth_token_file: " + std::string(lines.status().message()));
+    if (lines->empty()) return absl::InvalidArgumentError("--auth_token_file " + token_file + " is empty");
+    g_channel.auth_token = std::string(absl::StripAsciiWhitespace((*lines)[0]));
+  } else if (const char* env = std::getenv("CHUNKATTN_AUTH_TOKEN"); env != nullptr) {
+    g_channel.auth_token = std::string(absl::StripAsciiWhitespace(env));
+  }
   return absl::OkStatus();
 }
 
-std::unique_ptr<v1::Generation::Stub> NewStub() {
-  return v1::Generation::NewStub(MakeChannel(absl::GetFlag(FLAGS_server)));
-}
+std::unique_ptr<v1::Generation::Stub> NewStub() { return v1::Generation::NewStub(MakeChannel(g_channel)); }
 
 int Generate(const std::vector<std::string>& args, const std::vector<std::string>& stops) {
   if (absl::Status s = ValidateCommon(); !s.ok()) return UsageError(s);
@@ -314,7 +346,7 @@ int Health(const std::vector<std::string>& args) {
   if (!args.empty()) return UsageError("health takes no arguments");
   grpc::Status rpc_status;
   absl::StatusOr<std::string> health =
-      CheckHealth(MakeChannel(absl::GetFlag(FLAGS_server)), absl::GetFlag(FLAGS_timeout_s), &rpc_status);
+      CheckHealth(MakeChannel(g_channel), absl::GetFlag(FLAGS_timeout_s), &rpc_status);
   if (!rpc_status.ok()) {
     PrintRpcError(rpc_status);
     return kRpcError;
@@ -331,7 +363,7 @@ int Replay(const std::vector<std::string>& args) {
   if (absl::Status s = ValidateCommon(); !s.ok()) return UsageError(s);
   if (!args.empty()) return UsageError("replay takes no arguments (prompts come from --prompts_file)");
   ReplayOptions o;
-  o.server = absl::GetFlag(FLAGS_server);
+  o.channel = g_channel;
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   const std::string system_file = absl::GetFlag(FLAGS_system_prompt_file);
   const std::string prompts_file = absl::GetFlag(FLAGS_prompts_file);

@@ -98,7 +98,7 @@ void RunOne(v1::Generation::Stub* stub, const ReplayOptions& o, int i, ReplaySta
 }  // namespace
 
 int RunReplay(const ReplayOptions& o) {
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(o.server);
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(o.channel);
   std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(channel);
 
   ReplayState state;

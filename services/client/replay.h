@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "chunkattn/v1/generation.pb.h"
+#include "services/client/client.h"
 
 namespace chunkattn::client {
 
 struct ReplayOptions {
-  std::string server;
+  ChannelOptions channel;
   double timeout_s = 600;        // per RPC
   std::string system_prompt;
   std::vector<std::string> prompts;  // non-empty

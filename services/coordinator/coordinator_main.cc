@@ -2,6 +2,12 @@
 // (plus grpc.health.v1.Health and server reflection), owns the prefix forest
 // and the scheduler, drives the tensor-parallel workers given by --workers,
 // and exports Prometheus metrics on --metrics_port.
+//
+// Health: service "" (and "chunkattn.v1.Generation") is SERVING once every
+// worker has joined, for readiness probes; "liveness" is SERVING while the
+// process runs, so a coordinator waiting for its workers is not restarted.
+// --health_port serves the same statuses in plaintext, for Kubernetes' gRPC
+// probes, which cannot speak TLS.
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -21,6 +27,7 @@
 #include "kernels/api/dtype.h"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/generation_service.h"
+#include "services/coordinator/security.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
 #include "workers/common/address.h"
@@ -42,12 +49,25 @@ ABSL_FLAG(int64_t, max_kv_chunks, 0, "caps the KV pool, chunks; 0 = the smallest
 ABSL_FLAG(bool, prefix_sharing, true, "share KV chunks of common prompt prefixes across requests");
 ABSL_FLAG(int, join_timeout_s, 120, "bound on a worker join (weights loading included), seconds");
 ABSL_FLAG(int, collective_timeout_s, 30, "bound on the workers' rendezvous and each collective, seconds");
+ABSL_FLAG(int, health_port, 0, "plaintext grpc.health.v1 port on the --listen host, for probes; 0 = off");
+ABSL_FLAG(std::string, tls_cert_file, "", "PEM certificate chain: serve the public API over TLS");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "", "PEM CA bundle: require client certificates it signed (mTLS)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of bearer tokens, one per line: every API call must send 'authorization: Bearer <token>'");
 
 namespace {
 
 absl::Notification g_stop;
 
 void OnSignal(int) { g_stop.Notify(); }
+
+constexpr char kApiService[] = "chunkattn.v1.Generation";
+
+void SetReady(grpc::HealthCheckServiceInterface* health, bool ready) {
+  health->SetServingStatus("", ready);
+  health->SetServingStatus(kApiService, ready);
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
@@ -90,6 +110,13 @@ int main(int argc, char** argv) {
     return Fail("--join_timeout_s and --collective_timeout_s must be >= 1");
   }
   if (absl::GetFlag(FLAGS_max_kv_chunks) < 0) return Fail("--max_kv_chunks must be >= 0");
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port < 0 || health_port > 65535) return Fail("--health_port must be in [0, 65535]");
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
+      {absl::GetFlag(FLAGS_tls_cert_file), absl::GetFlag(FLAGS_tls_key_file), absl::GetFlag(FLAGS_tls_client_ca_file)});
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  absl::StatusOr<TokenAuth> auth = TokenAuth::FromFile(absl::GetFlag(FLAGS_auth_token_file));
+  if (!auth.ok()) return Fail(std::string(auth.status().message()));
 
   absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
   if (!config.ok()) return Fail("--model: " + config.status().ToString());
@@ -131,7 +158,7 @@ int main(int argc, char** argv) {
   info.tensor_parallel_size = static_cast<int>(workers.size());
   info.chunk_size = chunk;
   info.kv_dtype = kv_dtype;
-  GenerationService service(&engine, &*config, tokenizer.get(), info);
+  GenerationService service(&engine, &*config, tokenizer.get(), info, &*auth);
 
   std::unique_ptr<metrics::MetricsHttpServer> http;
   if (metrics_port > 0) {
@@ -145,26 +172,45 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
+  builder.AddListeningPort(listen, *credentials, &bound);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound == 0) return Fail("cannot listen on " + listen);
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  health->SetServingStatus(false);
-  engine.SetReadyCallback([health](bool ready) { health->SetServingStatus(ready); });
+  std::vector<grpc::HealthCheckServiceInterface*> healths = {server->GetHealthCheckService()};
+  std::unique_ptr<grpc::Server> health_server;
+  if (health_port > 0) {
+    const std::string health_address = absl::StrCat(ParseHostPort("--listen", listen, 0)->host, ":", health_port);
+    grpc::ServerBuilder health_builder;
+    int health_bound = 0;
+    health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(), &health_bound);
+    health_server = health_builder.BuildAndStart();
+    if (health_server == nullptr || health_bound == 0) return Fail("cannot listen on " + health_address);
+    healths.push_back(health_server->GetHealthCheckService());
+  }
+  for (grpc::HealthCheckServiceInterface* health : healths) {
+    SetReady(health, false);
+    health->SetServingStatus("liveness", true);
+  }
+  engine.SetReadyCallback([healths](bool ready) {
+    for (grpc::HealthCheckServiceInterface* health : healths) SetReady(health, ready);
+  });
   engine.Start();
-  std::fprintf(stderr, "chunkattn-coordinator listening on %s (metrics %s), %zu worker(s), model %s\n",
-               listen.c_str(), metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off",
-               workers.size(), model.c_str());
+  std::fprintf(stderr,
+               "chunkattn-coordinator listening on %s (%s%s, health %s, metrics %s), %zu worker(s), model %s\n",
+               listen.c_str(), absl::GetFlag(FLAGS_tls_cert_file).empty() ? "plaintext" : "TLS",
+               auth->enabled() ? ", bearer tokens" : "",
+               health_port > 0 ? absl::StrCat(":", health_port).c_str() : "on the API port",
+               metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off", workers.size(), model.c_str());
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   g_stop.WaitForNotification();
   std::fprintf(stderr, "coordinator: shutting down\n");
-  health->Shutdown();
+  for (grpc::HealthCheckServiceInterface* health : healths) health->Shutdown();
   // The engine first: it ends every stream (so the server's shutdown does not
   // wait on them) and makes its last ready callback while `health` lives.
   engine.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (health_server) health_server->Shutdown();
   return 0;
 }

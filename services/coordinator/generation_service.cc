@@ -223,12 +223,16 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
 }
 
 GenerationService::GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer,
-                                     ServiceInfo info)
-    : engine_(engine), config_(config), tokenizer_(tokenizer), info_(std::move(info)) {}
+                                     ServiceInfo info, const TokenAuth* auth)
+    : engine_(engine), config_(config), tokenizer_(tokenizer), info_(std::move(info)), auth_(auth) {}
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                                             const v1::GenerateRequest* request) {
   auto* reactor = new GenerateReactor(engine_);
+  if (absl::Status s = auth_->Check(*context); !s.ok()) {
+    reactor->Reject(s);
+    return reactor;
+  }
   if (!engine_->ready()) {
     reactor->Reject(absl::UnavailableError("the workers are not ready; retry later"));
     return reactor;
@@ -244,10 +248,18 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc
   return reactor;
 }
 
+bool GenerationService::Denied(const grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor) const {
+  absl::Status s = auth_->Check(context);
+  if (s.ok()) return false;
+  reactor->Finish(ToGrpcStatus(s));
+  return true;
+}
+
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (Denied(*context, reactor)) return reactor;
   if (tokenizer_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer"));
     return reactor;
@@ -273,6 +285,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest*, v1::ModelInfo* info) {
+  auto* reactor = context->DefaultReactor();
+  if (Denied(*context, reactor)) return reactor;
   const Engine::Snapshot snap = engine_->snapshot();
   info->set_model(info_.model);
   info->set_architecture(config_->architecture);
@@ -287,13 +301,14 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info->set_vocab_size(static_cast<uint32_t>(config_->vocab_size));
   for (int32_t eos : config_->eos_token_ids) info->add_eos_token_ids(eos);
   info->set_prefix_sharing(info_.prefix_sharing);
-  auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerContext* context,
                                                            const v1::GetCacheStatsRequest*, v1::CacheStats* out) {
+  auto* reactor = context->DefaultReactor();
+  if (Denied(*context, reactor)) return reactor;
   const Engine::Snapshot snap = engine_->snapshot();
   const CacheStats& c = snap.cache;
   out->set_capacity_chunks(c.capacity_chunks);
@@ -312,7 +327,6 @@ grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerC
   out->set_running_requests(snap.scheduler.running_requests);
   out->set_waiting_requests(snap.scheduler.waiting_requests);
   out->set_preemptions_total(snap.scheduler.preemptions_total);
-  auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

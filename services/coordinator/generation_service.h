@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "chunkattn/v1/generation.grpc.pb.h"
 #include "services/coordinator/engine.h"
+#include "services/coordinator/security.h"
 
 namespace chunkattn {
 
@@ -33,7 +34,9 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
 class GenerationService final : public v1::Generation::CallbackService {
  public:
   // Everything is borrowed; tokenizer may be null (token-id prompts only).
-  GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer, ServiceInfo info);
+  // Every call must pass `auth` (a disabled TokenAuth lets all through).
+  GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer, ServiceInfo info,
+                    const TokenAuth* auth);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
                                                            const v1::GenerateRequest* request) override;
@@ -47,10 +50,15 @@ class GenerationService final : public v1::Generation::CallbackService {
                                           v1::CacheStats* response) override;
 
  private:
+  // Finishes `reactor` with UNAUTHENTICATED and returns true when the caller
+  // does not pass auth_.
+  bool Denied(const grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor) const;
+
   Engine* engine_;
   const ModelConfig* config_;
   const Tokenizer* tokenizer_;
   ServiceInfo info_;
+  const TokenAuth* auth_;
 };
 
 }  // namespace chunkattn

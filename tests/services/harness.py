@@ -214,13 +214,15 @@ SERVING = 'SERVING'
 NOT_SERVING = 'NOT_SERVING'
 
 
-def health(channel, timeout=2.0):
+def health(channel, timeout=2.0, service=''):
     """SERVING, NOT_SERVING, another status name, or None if the call failed."""
     check = channel.unary_unary('/grpc.health.v1.Health/Check',
                                 request_serializer=lambda x: x,
                                 response_deserializer=lambda x: x)
+    name = service.encode()
+    request = b'\x0a' + bytes([len(name)]) + name if name else b''  # HealthCheckRequest.service
     try:
-        reply = check(b'', timeout=timeout)
+        reply = check(request, timeout=timeout)
     except grpc.RpcError:
         return None
     return {b'\x08\x01': SERVING, b'\x08\x02': NOT_SERVING, b'': 'UNKNOWN',
@@ -257,8 +259,13 @@ def wait_for(predicate, timeout, interval=0.1, what='condition'):
 class Cluster:
     """`tp` workers and a coordinator (tensor-parallel over the workers)."""
 
-    def __init__(self, name, tp=1, coordinator_args=(), worker_args=(), model=None):
+    def __init__(self, name, tp=1, coordinator_args=(), worker_args=(), model=None,
+                 credentials=None, target_name=None):
+        """credentials: grpc.ChannelCredentials for a TLS API port (target_name
+        overrides the name the certificate is checked against)."""
         self.name = name
+        self.credentials = credentials
+        self.target_name = target_name
         self.tp = tp
         self.coordinator_args = list(coordinator_args)
         self.worker_args = list(worker_args)
@@ -307,7 +314,7 @@ class Cluster:
                     self.start_worker(i)
                 self.coordinator = Process('%s-coordinator-%d' % (self.name, attempt),
                                            self.coordinator_argv()).start()
-                self.channel = grpc.insecure_channel('127.0.0.1:%d' % self.port)
+                self.channel = self.open_channel()
                 self.stub = pb_grpc.GenerationStub(self.channel)
                 self.wait_health(SERVING, timeout)
                 return self
@@ -317,6 +324,16 @@ class Cluster:
                 self.stop()
                 if attempt == 1:
                     raise
+
+    def open_channel(self, credentials=None):
+        """A new channel to the API port: TLS with `credentials` (default: the
+        cluster's), plaintext when there are none."""
+        credentials = credentials or self.credentials
+        target = '127.0.0.1:%d' % self.port
+        if credentials is None:
+            return grpc.insecure_channel(target)
+        options = [('grpc.ssl_target_name_override', self.target_name)] if self.target_name else []
+        return grpc.secure_channel(target, credentials, options=options)
 
     def wait_health(self, expected, timeout, check_alive=None):
         """Waits until health is `expected`. With check_alive (the default when

@@ -1,0 +1,104 @@
+#include "services/coordinator/security.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace chunkattn {
+namespace {
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadWholeFile(flag, path);
+  if (!text.ok()) return text.status();
+  if (!absl::StrContains(*text, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " holds no PEM block"));
+  }
+  return text;
+}
+
+// Equal length and bytes, without an early exit on the first difference.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsFiles& files) {
+  if (files.cert_chain.empty() && files.private_key.empty()) {
+    if (!files.client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca_file needs --tls_cert_file and --tls_key_file");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (files.cert_chain.empty() || files.private_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file go together");
+  }
+  grpc::SslServerCredentialsOptions options(files.client_ca.empty()
+                                                ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                                : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  absl::StatusOr<std::string> cert = ReadPem("--tls_cert_file", files.cert_chain);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem("--tls_key_file", files.private_key);
+  if (!key.ok()) return key.status();
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!files.client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem("--tls_client_ca_file", files.client_ca);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path) {
+  if (path.empty()) return TokenAuth();
+  absl::StatusOr<std::string> text = ReadWholeFile("--auth_token_file", path);
+  if (!text.ok()) return text.status();
+  std::vector<std::string> tokens;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (line.find_first_of(" \t") != absl::string_view::npos) {
+      return absl::InvalidArgumentError("--auth_token_file: a token must not contain whitespace");
+    }
+    tokens.emplace_back(line);
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", path, " has no token"));
+  return TokenAuth(std::move(tokens));
+}
+
+absl::Status TokenAuth::Check(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kScheme = "Bearer ";
+  if (value.size() <= kScheme.size() || !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
+  }
+  const absl::string_view presented = value.substr(kScheme.size());
+  bool match = false;
+  for (const std::string& token : tokens_) match |= ConstantTimeEquals(presented, token);
+  if (!match) return absl::UnauthenticatedError("unknown bearer token");
+  return absl::OkStatus();
+}
+
+}  // namespace chunkattn
