@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency from Debian 12 packages. Idempotent:
-# does nothing when all packages are already present. Nothing is downloaded at
-# build time; CMake only uses what this script installs.
+# Installs every build and test dependency from Debian 12 packages (the same
+# names exist on Ubuntu 24.04, the CUDA images' base), then Helm for the chart
+# tests (scripts/install-helm.sh). Idempotent: does nothing when all is present.
+# Nothing is downloaded at build time; CMake only uses what this script installs.
+#   CHUNKATTN_DEPS=build  only what building needs (the container images)
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libgloo-dev python3-numpy
+  libopenblas-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcivetweb-dev
-  prometheus python3-grpcio python3-grpc-tools python3-prometheus-client
 )
+TEST_PACKAGES=(
+  python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml
+  openssl unzip
+)
+if [ "${CHUNKATTN_DEPS:-all}" != build ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -18,12 +25,14 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ "${CHUNKATTN_DEPS:-all}" != build ]; then
+  scripts/install-helm.sh >/dev/null
+fi

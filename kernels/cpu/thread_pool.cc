@@ -1,10 +1,53 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
 namespace chunkattn::cpu {
 
+int CpusFromCgroupCpuMax(const std::string& line) {
+  std::istringstream in(line);
+  std::string quota;
+  long long period = 0;
+  if (!(in >> quota >> period) || period <= 0 || quota == "max") return 0;
+  long long q = 0;
+  try {
+    size_t used = 0;
+    q = std::stoll(quota, &used);
+    if (used != quota.size()) return 0;
+  } catch (...) {
+    return 0;
+  }
+  if (q <= 0) return 0;
+  return static_cast<int>((q + period - 1) / period);
+}
+
+int AvailableCpus() {
+  int n = static_cast<int>(std::thread::hardware_concurrency());
+  if (n <= 0) n = 1;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = std::min(n, std::max(1, CPU_COUNT(&set)));
+  // cgroup v2 (the process's own cgroup is the namespace root in a container).
+  std::ifstream cpu_max("/sys/fs/cgroup/cpu.max");
+  std::string line;
+  if (cpu_max && std::getline(cpu_max, line)) {
+    if (int quota = CpusFromCgroupCpuMax(line); quota > 0) n = std::min(n, quota);
+  } else {
+    // cgroup v1: cfs_quota_us is -1 without a limit.
+    std::ifstream q("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    long long quota = -1, period = 0;
+    if (q >> quota && p >> period && quota > 0 && period > 0) {
+      n = std::min(n, static_cast<int>((quota + period - 1) / period));
+    }
+  }
+  return std::max(1, n);
+}
+
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
-  if (num_threads <= 0) num_threads = 1;
+  if (num_threads <= 0) num_threads = AvailableCpus();
   workers_.reserve(num_threads - 1);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }

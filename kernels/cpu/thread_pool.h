@@ -12,14 +12,24 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace chunkattn::cpu {
 
+// The CPUs this process may use: the hardware threads, bounded by its affinity
+// mask and by a cgroup CPU quota (a container's `--cpus` or Kubernetes' CPU
+// limit), rounded up. At least 1.
+int AvailableCpus();
+
+// Whole CPUs of a cgroup v2 `cpu.max` line ("QUOTA PERIOD", rounded up), or 0
+// when it sets no limit ("max ...") or cannot be parsed.
+int CpusFromCgroupCpuMax(const std::string& line);
+
 class ThreadPool {
  public:
-  // num_threads <= 0 means one per hardware thread.
+  // num_threads <= 0 means AvailableCpus().
   explicit ThreadPool(int num_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

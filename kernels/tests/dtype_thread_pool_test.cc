@@ -2,10 +2,12 @@
 // thread pool's contract.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/api/dtype.h"
@@ -116,3 +118,22 @@ TEST(ThreadPoolTest, UsesItsThreadsAndShutsDownCleanly) {
 
 }  // namespace
 }  // namespace chunkattn
+
+TEST(ThreadPoolTest, CgroupCpuMaxRoundsUpAndIgnoresNoLimit) {
+  using chunkattn::cpu::CpusFromCgroupCpuMax;
+  EXPECT_EQ(CpusFromCgroupCpuMax("200000 100000"), 2);
+  EXPECT_EQ(CpusFromCgroupCpuMax("150000 100000\n"), 2);  // 1.5 CPUs: round up
+  EXPECT_EQ(CpusFromCgroupCpuMax("50000 100000"), 1);
+  EXPECT_EQ(CpusFromCgroupCpuMax("max 100000"), 0);
+  EXPECT_EQ(CpusFromCgroupCpuMax(""), 0);
+  EXPECT_EQ(CpusFromCgroupCpuMax("12x 100000"), 0);
+  EXPECT_EQ(CpusFromCgroupCpuMax("100000 0"), 0);
+  EXPECT_EQ(CpusFromCgroupCpuMax("-1 100000"), 0);
+}
+
+TEST(ThreadPoolTest, AvailableCpusIsWithinTheHardware) {
+  const int n = chunkattn::cpu::AvailableCpus();
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(chunkattn::cpu::ThreadPool().num_threads(), n);
+}

@@ -1,0 +1,114 @@
+{{/* Names. The fullname is cut to 52 characters so "<fullname>-worker-<N>" stays a valid
+     pod name and DNS label. */}}
+{{- define "chunkattn.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "chunkattn.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "chunkattn.coordinator.fullname" -}}{{ include "chunkattn.fullname" . }}-coordinator{{- end -}}
+{{- define "chunkattn.worker.fullname" -}}{{ include "chunkattn.fullname" . }}-worker{{- end -}}
+
+{{- define "chunkattn.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "chunkattn.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: chunkattn
+{{- end -}}
+
+{{- define "chunkattn.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "chunkattn.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "chunkattn.coordinator.selectorLabels" -}}
+{{ include "chunkattn.selectorLabels" . }}
+app.kubernetes.io/component: coordinator
+{{- end -}}
+
+{{- define "chunkattn.worker.selectorLabels" -}}
+{{ include "chunkattn.selectorLabels" . }}
+app.kubernetes.io/component: worker
+{{- end -}}
+
+{{- define "chunkattn.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "chunkattn.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "chunkattn.image" -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{/* The model folder as the binaries see it. */}}
+{{- define "chunkattn.modelPath" -}}
+{{- if eq .Values.model.source "demo" -}}
+/opt/chunkattn/models/demo
+{{- else if .Values.model.subPath -}}
+/models/{{ .Values.model.subPath | trimPrefix "/" }}
+{{- else -}}
+/models
+{{- end -}}
+{{- end -}}
+
+{{/* Rank order: worker-0 is rank 0 (it also serves the collectives' rendezvous). */}}
+{{- define "chunkattn.workerAddresses" -}}
+{{- $worker := include "chunkattn.worker.fullname" . -}}
+{{- $addrs := list -}}
+{{- range $i := until (int .Values.tensorParallelSize) -}}
+{{- $addrs = append $addrs (printf "%s-%d.%s.%s.svc.%s:%d" $worker $i $worker $.Release.Namespace $.Values.clusterDomain (int $.Values.worker.port)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{/* The model volume (none for the built-in demo model). */}}
+{{- define "chunkattn.modelVolume" -}}
+{{- if eq .Values.model.source "pvc" -}}
+- name: model
+  persistentVolumeClaim:
+    claimName: {{ required "model.pvc.claimName is required when model.source=pvc" .Values.model.pvc.claimName }}
+    readOnly: true
+{{- else if eq .Values.model.source "hostPath" -}}
+- name: model
+  hostPath:
+    path: {{ required "model.hostPath.path is required when model.source=hostPath" .Values.model.hostPath.path }}
+    type: Directory
+{{- end }}
+{{- end -}}
+
+{{- define "chunkattn.modelMount" -}}
+{{- if ne .Values.model.source "demo" -}}
+- name: model
+  mountPath: /models
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Pod-level settings both components share. */}}
+{{- define "chunkattn.podCommon" -}}
+serviceAccountName: {{ include "chunkattn.serviceAccountName" . }}
+automountServiceAccountToken: false
+enableServiceLinks: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}

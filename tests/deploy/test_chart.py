@@ -1,0 +1,390 @@
+"""The Helm chart (deploy/helm/chunkattn): helm lint and helm template with the
+default, CPU demo and GPU TP=4 values; the rendered manifests checked for
+probes, resources, security contexts, ports and flags that the binaries really
+have, the worker count, the network policy; the schema rejecting wrong values;
+and the CPU demo's rendered command lines run for real on 127.0.0.1.
+
+Run: /usr/bin/python3 tests/deploy/test_chart.py --build build [TestClass]
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'services'))
+import harness  # noqa: E402
+
+RELEASE, NAMESPACE = 'rel', 'serving'
+VALUES_SETS = {
+    'default': [],
+    'cpu-demo': ['-f', 'ci/cpu-demo-values.yaml'],
+    'gpu-tp4': ['-f', 'ci/gpu-tp4-values.yaml'],
+}
+_helm = None
+
+
+def chart_dir():
+    return os.path.join(harness.SOURCE, 'deploy', 'helm', 'chunkattn')
+
+
+def helm(*args):
+    """Runs helm in the chart folder; returns the CompletedProcess."""
+    global _helm
+    if _helm is None:
+        r = subprocess.run([os.path.join(harness.SOURCE, 'scripts', 'install-helm.sh')],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise AssertionError('scripts/install-helm.sh failed:\n' + r.stderr)
+        _helm = r.stdout.strip().splitlines()[-1]
+    return subprocess.run([_helm] + list(args), cwd=chart_dir(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def render(values_args, *extra):
+    r = helm('template', RELEASE, '.', '--namespace', NAMESPACE, *values_args, *extra)
+    if r.returncode != 0:
+        raise AssertionError('helm template failed:\n' + r.stderr)
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d['kind'] == kind]
+
+
+def one(docs, kind, component=None):
+    found = [d for d in by_kind(docs, kind)
+             if component is None or
+             d['metadata']['labels'].get('app.kubernetes.io/component') == component]
+    assert len(found) == 1, '%d %s(s) for %s' % (len(found), kind, component)
+    return found[0]
+
+
+def binary_flags(name):
+    """The flags a binary defines in its own main file, from --helpfull."""
+    r = subprocess.run([harness.bin_path(name), '--helpfull'], capture_output=True, text=True,
+                       timeout=30)
+    flags, in_main = set(), False
+    for line in (r.stdout + r.stderr).splitlines():
+        if line.strip().startswith('Flags from '):
+            in_main = '_main.cc' in line
+        elif in_main:
+            m = re.match(r'^\s+--(\w+) \(', line)
+            if m:
+                flags.add(m.group(1))
+    assert flags, 'no flags parsed from %s --helpfull' % name
+    return flags
+
+
+def parse_args(args):
+    """['--a=1', '--b=x'] -> {'a': '1', 'b': 'x'}; every arg must be --name=value."""
+    out = {}
+    for a in args:
+        m = re.match(r'^--([a-z_]+)=(.*)$', a)
+        assert m, 'argument %r is not --name=value' % a
+        assert m.group(1) not in out, 'flag --%s given twice' % m.group(1)
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def container(workload):
+    containers = workload['spec']['template']['spec']['containers']
+    assert len(containers) == 1
+    return containers[0]
+
+
+def port_of(c, name):
+    ports = {p['name']: p['containerPort'] for p in c.get('ports', [])}
+    assert name in ports, '%s has no port named %s (has %s)' % (c['name'], name, sorted(ports))
+    return ports[name]
+
+
+def labels_match(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+class LintAndTemplateTest(unittest.TestCase):
+
+    def test_lint_every_values_set(self):
+        for name, values in VALUES_SETS.items():
+            r = helm('lint', '.', '--strict', *values)
+            self.assertEqual(r.returncode, 0, '%s:\n%s%s' % (name, r.stdout, r.stderr))
+            self.assertIn('0 chart(s) failed', r.stdout, name)
+
+    def test_rendered_manifests(self):
+        coordinator_flags = binary_flags('chunkattn-coordinator')
+        worker_flags = binary_flags('chunkattn-worker')
+        for name, values in VALUES_SETS.items():
+            with self.subTest(values=name):
+                self.check_manifests(render(values), name, coordinator_flags, worker_flags)
+
+    def check_manifests(self, docs, name, coordinator_flags, worker_flags):
+        with open(os.path.join(chart_dir(), *(['ci', name + '-values.yaml'] if name != 'default'
+                                              else ['values.yaml']))) as f:
+            overrides = yaml.safe_load(f)
+        with open(os.path.join(chart_dir(), 'values.yaml')) as f:
+            defaults = yaml.safe_load(f)
+        tp = overrides.get('tensorParallelSize', defaults['tensorParallelSize'])
+        device = overrides.get('device', defaults['device'])
+
+        deploy = one(docs, 'Deployment', 'coordinator')
+        sts = one(docs, 'StatefulSet', 'worker')
+        self.assertEqual(deploy['spec']['replicas'], 1)
+        self.assertEqual(deploy['spec']['strategy']['type'], 'Recreate')
+        self.assertEqual(sts['spec']['replicas'], tp)
+        self.assertEqual(sts['spec']['podManagementPolicy'], 'Parallel')
+
+        # Every container: probes on a declared port, resources, a locked-down context.
+        for w in (deploy, sts):
+            pod = w['spec']['template']['spec']
+            self.assertFalse(pod.get('automountServiceAccountToken', True))
+            self.assertTrue(pod['securityContext']['runAsNonRoot'])
+            self.assertNotEqual(pod['securityContext'].get('runAsUser'), 0)
+            for c in pod['containers'] + pod.get('initContainers', []):
+                declared = {p['containerPort'] for p in c['ports']}
+                for probe in ('livenessProbe', 'readinessProbe'):
+                    self.assertIn(probe, c, c['name'])
+                    self.assertIn('grpc', c[probe], '%s %s is not a native gRPC probe' % (c['name'], probe))
+                    self.assertIn(c[probe]['grpc']['port'], declared)
+                for kind in ('requests', 'limits'):
+                    for resource in ('cpu', 'memory'):
+                        self.assertIn(resource, c['resources'][kind], (c['name'], kind))
+                sc = c['securityContext']
+                self.assertFalse(sc['allowPrivilegeEscalation'])
+                self.assertTrue(sc['readOnlyRootFilesystem'])
+                self.assertFalse(sc.get('privileged', False))
+                self.assertEqual(sc['capabilities']['drop'], ['ALL'])
+                mounts = {m['mountPath'] for m in c['volumeMounts']}
+                self.assertIn('/tmp', mounts, 'a read-only root needs a writable /tmp')
+
+        # The coordinator: its flags exist, its ports are the ones it listens on.
+        c = container(deploy)
+        args = parse_args(c['args'])
+        self.assertLessEqual(set(args), coordinator_flags, 'flags the coordinator lacks')
+        self.assertTrue(c['command'][0].endswith('/chunkattn-coordinator'))
+        self.assertEqual(args['listen'], '0.0.0.0:%d' % port_of(c, 'grpc'))
+        self.assertEqual(int(args['metrics_port']), port_of(c, 'metrics'))
+        self.assertEqual(int(args['health_port']), port_of(c, 'health'))
+        self.assertEqual(c['livenessProbe']['grpc']['port'], port_of(c, 'health'))
+        self.assertEqual(c['livenessProbe']['grpc']['service'], 'liveness')
+        self.assertEqual(c['readinessProbe']['grpc'].get('service', ''), '')
+
+        # The workers: flags, port, and the coordinator's --workers naming each rank.
+        w = container(sts)
+        wargs = parse_args(w['args'])
+        self.assertLessEqual(set(wargs), worker_flags, 'flags the worker lacks')
+        self.assertTrue(w['command'][0].endswith('/chunkattn-worker'))
+        worker_port = port_of(w, 'grpc')
+        self.assertEqual(wargs['listen'], '0.0.0.0:%d' % worker_port)
+        self.assertEqual(wargs['device'], device)
+        self.assertEqual(wargs['collective_host'], '$(POD_IP)')
+        self.assertIn('POD_IP', {e['name'] for e in w['env']})
+        headless = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') == 'None']
+        self.assertEqual(len(headless), 1)
+        headless = headless[0]
+        self.assertEqual(sts['spec']['serviceName'], headless['metadata']['name'])
+        self.assertTrue(headless['spec']['publishNotReadyAddresses'])
+        self.assertEqual(headless['spec']['ports'][0]['port'], worker_port)
+        self.assertTrue(labels_match(headless['spec']['selector'],
+                                     sts['spec']['template']['metadata']['labels']))
+        expected = ['%s-%d.%s.%s.svc.cluster.local:%d' % (sts['metadata']['name'], i,
+                                                          headless['metadata']['name'], NAMESPACE,
+                                                          worker_port) for i in range(tp)]
+        self.assertEqual(args['workers'].split(','), expected)
+        # Both load the same model folder, and it is mounted where the flag says.
+        if args['model'].startswith('/models'):
+            for x in (c, w):
+                self.assertIn('/models', {m['mountPath'] for m in x['volumeMounts']})
+        else:
+            self.assertEqual(args['model'], '/opt/chunkattn/models/demo')
+        gpus = w['resources']['limits'].get('nvidia.com/gpu')
+        self.assertEqual(gpus, 1 if device == 'cuda' else None)
+        if device == 'cuda':
+            self.assertEqual(args['kv_dtype'], 'bfloat16')
+
+        # TLS / tokens: the files the flags name are mounted from the secrets.
+        mounts = {m['mountPath']: m['name'] for m in c['volumeMounts']}
+        volumes = {v['name']: v for v in deploy['spec']['template']['spec']['volumes']}
+        for flag in ('tls_cert_file', 'tls_key_file', 'auth_token_file'):
+            if flag in args:
+                folder = os.path.dirname(args[flag])
+                self.assertIn(folder, mounts, flag)
+                self.assertIn('secret', volumes[mounts[folder]], flag)
+
+        # The public Service routes to the coordinator's named ports.
+        svc = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') != 'None'][0]
+        self.assertTrue(labels_match(svc['spec']['selector'], deploy['spec']['template']['metadata']['labels']))
+        self.assertEqual({p['targetPort'] for p in svc['spec']['ports']}, {'grpc', 'metrics'})
+
+        # Only the coordinator and the other workers reach the workers.
+        worker_labels = sts['spec']['template']['metadata']['labels']
+        coord_labels = deploy['spec']['template']['metadata']['labels']
+        policies = [p for p in by_kind(docs, 'NetworkPolicy')
+                    if labels_match(p['spec']['podSelector']['matchLabels'], worker_labels)]
+        self.assertEqual(len(policies), 1)
+        rules = policies[0]['spec']['ingress']
+        self.assertIn('Ingress', policies[0]['spec']['policyTypes'])
+        for rule in rules:
+            self.assertIn('from', rule, 'a worker ingress rule open to every pod')
+            for peer in rule['from']:
+                self.assertEqual(set(peer), {'podSelector'})
+                sel = peer['podSelector']['matchLabels']
+                self.assertTrue(labels_match(sel, coord_labels) or labels_match(sel, worker_labels), sel)
+        self.assertTrue(any(labels_match(p['podSelector']['matchLabels'], coord_labels)
+                            for r in rules for p in r['from']))
+        self.assertTrue(any(labels_match(p['podSelector']['matchLabels'], worker_labels)
+                            for r in rules for p in r['from']), 'workers must reach each other (collectives)')
+
+        pdb = one(docs, 'PodDisruptionBudget')
+        for labels in (coord_labels, worker_labels):
+            self.assertTrue(labels_match(pdb['spec']['selector']['matchLabels'], labels))
+
+        # The dashboard ConfigMap is deploy/grafana/chunkattn.json, byte for byte.
+        cm = [d for d in by_kind(docs, 'ConfigMap') if 'chunkattn.json' in d.get('data', {})]
+        self.assertEqual(len(cm), 1)
+        self.assertEqual(cm[0]['metadata']['labels'].get('grafana_dashboard'), '1')
+        with open(os.path.join(harness.SOURCE, 'deploy', 'grafana', 'chunkattn.json')) as f:
+            self.assertEqual(json.loads(cm[0]['data']['chunkattn.json']), json.load(f))
+        if name == 'gpu-tp4':
+            rule = one(docs, 'PrometheusRule')
+            with open(os.path.join(harness.SOURCE, 'deploy', 'prometheus', 'alerts.yml')) as f:
+                self.assertEqual(rule['spec'], yaml.safe_load(f))
+            monitor = one(docs, 'ServiceMonitor')
+            self.assertEqual(monitor['spec']['endpoints'][0]['port'], 'metrics')
+            self.assertTrue(labels_match(monitor['spec']['selector']['matchLabels'], svc['metadata']['labels']))
+        else:
+            self.assertEqual(by_kind(docs, 'PrometheusRule') + by_kind(docs, 'ServiceMonitor'), [])
+
+    def test_tensor_parallel_size_sets_workers(self):
+        for tp in (1, 3, 8):
+            docs = render([], '--set', 'tensorParallelSize=%d' % tp)
+            self.assertEqual(one(docs, 'StatefulSet')['spec']['replicas'], tp)
+            args = parse_args(container(one(docs, 'Deployment'))['args'])
+            self.assertEqual(len(args['workers'].split(',')), tp)
+
+    def test_schema_rejects_wrong_values(self):
+        cases = [
+            ('--set-string', 'tensorParallelSize=four', 'tensorParallelSize'),
+            ('--set', 'tensorParallelSize=0', 'tensorParallelSize'),
+            ('--set', 'device=tpu', 'device'),
+            ('--set', 'cache.chunkSize=48', 'chunkSize'),
+            ('--set-string', 'cache.prefixSharing=yes', 'prefixSharing'),
+            ('--set', 'cache.kvDtype=int8', 'kvDtype'),
+            ('--set', 'worker.kvCacheMiB=0', 'kvCacheMiB'),
+            ('--set', 'worker.kvCacheMib=512', 'kvCacheMib'),  # a typo is not ignored
+            ('--set', 'coordinator.grpcPort=70000', 'grpcPort'),
+            ('--set', 'model.source=s3', 'source'),
+            ('--set', 'model.source=pvc', 'claimName'),
+            ('--set', 'model.subPath=../etc', 'subPath'),
+            ('--set', 'tls.enabled=true', 'secretName'),
+            ('--set', 'auth.enabled=true', 'existingSecret'),
+            ('--set', 'coordinator.extraArgs[0]=rm -rf', 'extraArgs'),
+        ]
+        for flag, value, field in cases:
+            r = helm('template', RELEASE, '.', flag, value)
+            self.assertNotEqual(r.returncode, 0, value)
+            self.assertIn(field, r.stderr, value)
+
+    def test_model_sources(self):
+        docs = render([], '--set', 'model.source=hostPath', '--set', 'model.hostPath.path=/data/llama')
+        volumes = one(docs, 'StatefulSet')['spec']['template']['spec']['volumes']
+        self.assertIn({'name': 'model', 'hostPath': {'path': '/data/llama', 'type': 'Directory'}}, volumes)
+        docs = render([], '--set', 'model.source=pvc', '--set', 'model.pvc.claimName=weights',
+                      '--set', 'model.subPath=Qwen2-7B')
+        args = parse_args(container(one(docs, 'Deployment'))['args'])
+        self.assertEqual(args['model'], '/models/Qwen2-7B')
+
+    def render_notes(self, *values):
+        """NOTES.txt as `helm install` prints it. That needs a cluster, so a copy
+        of the chart renders it into a ConfigMap through `tpl` instead."""
+        copy = os.path.join(tempfile.mkdtemp(prefix='chunkattn-notes-'), 'chart')
+        harness._temp_dirs.append(os.path.dirname(copy))
+        shutil.copytree(chart_dir(), copy, symlinks=False)
+        shutil.copy(os.path.join(copy, 'templates', 'NOTES.txt'), os.path.join(copy, 'files', 'NOTES.txt'))
+        with open(os.path.join(copy, 'templates', 'zz-notes.yaml'), 'w') as f:
+            f.write('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
+                    '  notes: {{ tpl (.Files.Get "files/NOTES.txt") . | quote }}\n')
+        r = subprocess.run([_helm, 'template', RELEASE, copy, '--namespace', NAMESPACE,
+                            '--show-only', 'templates/zz-notes.yaml'] + list(values),
+                           cwd=copy, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return yaml.safe_load(r.stdout)['data']['notes']
+
+    def test_notes_tell_how_to_call_generate(self):
+        helm('version')  # installs helm when needed
+        notes = self.render_notes()
+        self.assertIn('port-forward svc/rel-chunkattn 50051:50051', notes)
+        self.assertIn('chunkattn generate --server 127.0.0.1:50051 --max_new_tokens', notes)
+        self.assertIn("grpcurl -plaintext -d '{\"text\"", notes)
+        self.assertIn('chunkattn.v1.Generation/Generate', notes)
+        self.assertIn('ConfigMap rel-chunkattn-dashboard', notes)
+        self.assertIn('uid chunkattn', notes)
+        secure = self.render_notes('-f', 'ci/gpu-tp4-values.yaml')
+        self.assertIn('--tls_ca_file ca.crt', secure)
+        self.assertIn('--auth_token_file token.txt', secure)
+        self.assertIn('authorization: Bearer $TOKEN', secure)
+        self.assertIn('A ServiceMonitor scrapes', secure)
+        self.assertIn('PrometheusRule rel-chunkattn', secure)
+
+
+class RenderedCommandLinesRunTest(harness.ServiceTestCase):
+    """The CPU demo values' rendered command lines, started for real: only what
+    a cluster provides differs (ports, the pod IP, DNS names, the model path)."""
+
+    def test_rendered_args_serve(self):
+        docs = render(VALUES_SETS['cpu-demo'])
+        coordinator = container(one(docs, 'Deployment'))
+        worker = container(one(docs, 'StatefulSet'))
+        tp = one(docs, 'StatefulSet')['spec']['replicas']
+        cluster = harness.Cluster('rendered', tp=tp)
+        type(self).clusters = type(self).clusters + [cluster]
+        cluster.worker_ports = [harness.free_port() for _ in range(tp)]
+        cluster.port, cluster.metrics_port = harness.free_port(), harness.free_port()
+        health_port = harness.free_port()
+
+        def local(args, replace):
+            out = []
+            for a in args:
+                name = parse_args([a]).popitem()[0]
+                out.append(replace.get(name, a))
+            return out
+
+        for i in range(tp):
+            argv = [harness.bin_path('chunkattn-worker')] + local(worker['args'], {
+                'listen': '--listen=127.0.0.1:%d' % cluster.worker_ports[i],
+                'collective_host': '--collective_host=127.0.0.1',
+            })
+            cluster.workers[i] = harness.Process('rendered-worker%d' % i, argv).start()
+        argv = [harness.bin_path('chunkattn-coordinator')] + local(coordinator['args'], {
+            'listen': '--listen=127.0.0.1:%d' % cluster.port,
+            'health_port': '--health_port=%d' % health_port,
+            'metrics_host': '--metrics_host=127.0.0.1',
+            'metrics_port': '--metrics_port=%d' % cluster.metrics_port,
+            'workers': '--workers=' + ','.join('127.0.0.1:%d' % p for p in cluster.worker_ports),
+            'model': '--model=' + harness.model_dir(),
+        })
+        cluster.coordinator = harness.Process('rendered-coordinator', argv).start()
+        cluster.channel = cluster.open_channel()
+        cluster.stub = harness.pb_grpc.GenerationStub(cluster.channel)
+        probe = harness.grpc.insecure_channel('127.0.0.1:%d' % health_port)
+        try:
+            harness.wait_for(lambda: harness.health(probe) == harness.SERVING,
+                             harness.STARTUP_TIMEOUT_S, what='readiness on the rendered health port')
+            self.assertEqual(harness.health(probe, service='liveness'), harness.SERVING)
+        finally:
+            probe.close()
+        info = cluster.model_info()
+        self.assertEqual(info.tensor_parallel_size, tp)
+        self.assertEqual(info.chunk_size, 64)
+        samples = cluster.generate(harness.make_request(text='Hello', max_new_tokens=4, ignore_eos=True))
+        self.assertEqual(samples[0].completion_tokens, 4)
+        self.assertIn('chunkattn_workers_ready 1', harness.scrape_text(cluster.metrics_port))
+
+
+if __name__ == '__main__':
+    harness.main()
