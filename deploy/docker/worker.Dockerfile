@@ -1,4 +1,5 @@
 # The compute worker image: CUDA runtime base, the kernels built for Ampere and Hopper.
+# CUDA 13 needs an NVIDIA driver of the R580 series or newer on the nodes.
 #   docker build -f deploy/docker/worker.Dockerfile -t chunkattn-worker .
 # Built with the same scripts as CI: install-deps.sh, build.sh, then bundle.sh. The same
 # image serves --device=cpu (no GPU needed) and, with the GPU executor, --device=cuda.
@@ -16,7 +17,7 @@ RUN BUILD_DIR=/build scripts/build.sh -DCHUNKATTN_CUDA=ON -DCHUNKATTN_CUDA_ARCHI
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu${UBUNTU_VERSION}
 COPY --from=build /opt/chunkattn /opt/chunkattn
-ENV LD_LIBRARY_PATH=/opt/chunkattn/lib:/usr/local/cuda/lib64 \
+ENV LD_LIBRARY_PATH=/opt/chunkattn/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib:/usr/local/nvidia/lib64 \
     PATH=/opt/chunkattn/bin:$PATH \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility

@@ -240,9 +240,15 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertTrue(any(labels_match(p['podSelector']['matchLabels'], worker_labels)
                             for r in rules for p in r['from']), 'workers must reach each other (collectives)')
 
-        pdb = one(docs, 'PodDisruptionBudget')
+        # One budget per component; not-ready pods never block a drain.
+        pdbs = by_kind(docs, 'PodDisruptionBudget')
+        self.assertEqual(len(pdbs), 2)
         for labels in (coord_labels, worker_labels):
-            self.assertTrue(labels_match(pdb['spec']['selector']['matchLabels'], labels))
+            matching = [p for p in pdbs if labels_match(p['spec']['selector']['matchLabels'], labels)]
+            self.assertEqual(len(matching), 1)
+            self.assertEqual(matching[0]['spec']['unhealthyPodEvictionPolicy'], 'AlwaysAllow')
+        env = {e['name']: e.get('value') for e in w['env']}
+        self.assertEqual(env.get('NVIDIA_VISIBLE_DEVICES'), 'void' if device == 'cpu' else None)
 
         # The dashboard ConfigMap is deploy/grafana/chunkattn.json, byte for byte.
         cm = [d for d in by_kind(docs, 'ConfigMap') if 'chunkattn.json' in d.get('data', {})]
@@ -284,11 +290,28 @@ class LintAndTemplateTest(unittest.TestCase):
             ('--set', 'tls.enabled=true', 'secretName'),
             ('--set', 'auth.enabled=true', 'existingSecret'),
             ('--set', 'coordinator.extraArgs[0]=rm -rf', 'extraArgs'),
+            ('--set', 'scheduler.maxBatchSize=4096', 'maxTokensPerStep'),
+            ('--set', 'worker.podLabels.app\\.kubernetes\\.io/component=x', 'podLabels'),
+            ('--set', 'fullnameOverride=' + 'a' * 46, 'fullnameOverride'),
+            ('--set', 'nameOverride=Bad_Name', 'nameOverride'),
+            ('--set', 'auth.secretKey=../x', 'secretKey'),
+            ('--set', 'podDisruptionBudget.maxUnavailable=abc', 'maxUnavailable'),
+            ('--set', 'worker.updateStrategy=Recreate', 'updateStrategy'),
         ]
         for flag, value, field in cases:
             r = helm('template', RELEASE, '.', flag, value)
             self.assertNotEqual(r.returncode, 0, value)
             self.assertIn(field, r.stderr, value)
+
+    def test_long_release_names_keep_pod_names_valid(self):
+        # A StatefulSet's pods carry controller-revision-hash=<name>-<10 chars>, a label
+        # value (at most 63), so its name may have at most 52 characters.
+        r = helm('template', 'r' * 53, '.')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+        self.assertLessEqual(len(one(docs, 'StatefulSet')['metadata']['name']), 52)
+        for d in docs:
+            self.assertLessEqual(len(d['metadata']['name']), 63, d['metadata']['name'])
 
     def test_model_sources(self):
         docs = render([], '--set', 'model.source=hostPath', '--set', 'model.hostPath.path=/data/llama')

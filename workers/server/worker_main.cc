@@ -19,7 +19,7 @@
 #include "workers/server/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50061", "host:port of the worker's gRPC server");
-ABSL_FLAG(std::string, device, "cpu", "cpu (cuda:N arrives with the GPU executor)");
+ABSL_FLAG(std::string, device, "cpu", "cpu (cuda arrives with the GPU executor)");
 ABSL_FLAG(int, threads, 0, "attention threads; 0 = the CPUs this process may use (affinity, cgroup CPU limit)");
 ABSL_FLAG(int64_t, kv_cache_mib, 1024, "KV pool budget of this rank, MiB");
 ABSL_FLAG(std::string, collective_host, "",

@@ -1,18 +1,19 @@
-{{/* Names. The fullname is cut to 52 characters so "<fullname>-worker-<N>" stays a valid
-     pod name and DNS label. */}}
+{{/* Names. The fullname is cut to 45 characters: the StatefulSet "<fullname>-worker" then
+     stays within 52, the most Kubernetes allows before its pods' controller-revision-hash
+     label (the name plus 11 characters) passes 63 and no pod can be created. */}}
 {{- define "chunkattn.name" -}}
-{{- default .Chart.Name .Values.nameOverride | trunc 52 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 45 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "chunkattn.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 45 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
