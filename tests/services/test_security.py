@@ -17,9 +17,12 @@ def openssl(*args, cwd):
     subprocess.run(['openssl'] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def make_pki(folder):
+def make_pki():
     """A CA, a server certificate for localhost / 127.0.0.1 and a client
-    certificate, all signed by the CA. Returns {name: path}."""
+    certificate, all signed by the CA, in a new folder (removed at exit).
+    Returns (folder, {name: path})."""
+    folder = tempfile.mkdtemp(prefix='chunkattn-pki-')
+    harness._temp_dirs.append(folder)
     openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=test-ca',
             '-keyout', 'ca.key', '-out', 'ca.pem', cwd=folder)
     with open(os.path.join(folder, 'san.ext'), 'w') as f:
@@ -30,8 +33,8 @@ def make_pki(folder):
         openssl('x509', '-req', '-in', '%s.csr' % name, '-CA', 'ca.pem', '-CAkey', 'ca.key',
                 '-CAcreateserial', '-days', '2', '-extfile', 'san.ext', '-out', '%s.pem' % name,
                 cwd=folder)
-    return {n: os.path.join(folder, n) for n in
-            ('ca.pem', 'server.pem', 'server.key', 'client.pem', 'client.key')}
+    return folder, {n: os.path.join(folder, n) for n in
+                    ('ca.pem', 'server.pem', 'server.key', 'client.pem', 'client.key')}
 
 
 def read(path):
@@ -49,9 +52,7 @@ class TlsTokenTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='chunkattn-pki-')
-        harness._temp_dirs.append(cls.tmp)
-        cls.pki = make_pki(cls.tmp)
+        cls.tmp, cls.pki = make_pki()
         cls.tokens = os.path.join(cls.tmp, 'tokens')
         with open(cls.tokens, 'w') as f:
             f.write('# one per line\n\nother-token\n%s\n' % TOKEN)
@@ -160,9 +161,7 @@ class MutualTlsTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='chunkattn-mtls-')
-        harness._temp_dirs.append(cls.tmp)
-        cls.pki = make_pki(cls.tmp)
+        cls.tmp, cls.pki = make_pki()
         cls.with_cert = grpc.ssl_channel_credentials(root_certificates=read(cls.pki['ca.pem']),
                                                      private_key=read(cls.pki['client.key']),
                                                      certificate_chain=read(cls.pki['client.pem']))
