@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -41,15 +40,6 @@ absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& csv) {
     ids.push_back(id);
   }
   return ids;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot open " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return absl::DataLossError("cannot read " + path);
-  return s.str();
 }
 
 absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {

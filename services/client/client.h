@@ -24,9 +24,9 @@ absl::Status ValidateServer(const std::string& server);
 // "1,2,3" -> {1, 2, 3}. Empty parts are an error.
 absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& csv);
 
-// The non-blank lines of a file; NOT_FOUND if it cannot be read.
+// The non-blank lines of a file; NOT_FOUND if it cannot be read. (The whole
+// file: ReadFileToString in workers/common/file.h.)
 absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path);
-absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // "length" for FINISH_REASON_LENGTH, and so on.
 std::string FinishReasonName(v1::FinishReason reason);

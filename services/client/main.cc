@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "services/client/client.h"
 #include "services/client/replay.h"
+#include "workers/common/file.h"
 #include "workers/common/flags.h"
 
 ABSL_FLAG(std::string, server, "", "the coordinator, HOST:PORT");
@@ -143,7 +144,7 @@ absl::Status ValidateCommon() {
   const std::string ca_file = absl::GetFlag(FLAGS_tls_ca_file);
   g_channel.tls = absl::GetFlag(FLAGS_tls) || !ca_file.empty();
   if (!ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadFile(ca_file);
+    absl::StatusOr<std::string> ca = ReadFileToString(ca_file);
     if (!ca.ok()) return absl::InvalidArgumentError("--tls_ca_file: " + std::string(ca.status().message()));
     g_channel.tls_ca_pem = *ca;
   }
@@ -369,7 +370,7 @@ int Replay(const std::vector<std::string>& args) {
   const std::string prompts_file = absl::GetFlag(FLAGS_prompts_file);
   if (system_file.empty()) return UsageError("replay needs --system_prompt_file");
   if (prompts_file.empty()) return UsageError("replay needs --prompts_file");
-  absl::StatusOr<std::string> system = ReadFile(system_file);
+  absl::StatusOr<std::string> system = ReadFileToString(system_file);
   if (!system.ok()) return UsageError("--system_prompt_file: " + std::string(system.status().message()));
   // The file's last newline is not part of the prompt.
   while (!system->empty() && (system->back() == '\n' || system->back() == '\r')) system->pop_back();

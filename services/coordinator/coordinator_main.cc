@@ -84,9 +84,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  if (absl::Status s = ParseHostPort("--listen", listen, 0).status(); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
+  absl::StatusOr<HostPort> listen_address = ParseHostPort("--listen", listen, 0);
+  if (!listen_address.ok()) return Fail(std::string(listen_address.status().message()));
   std::vector<std::string> workers = absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty());
   if (workers.empty()) return Fail("--workers is required (host:port,...)");
   for (const std::string& w : workers) {
@@ -179,7 +178,7 @@ int main(int argc, char** argv) {
   std::vector<grpc::HealthCheckServiceInterface*> healths = {server->GetHealthCheckService()};
   std::unique_ptr<grpc::Server> health_server;
   if (health_port > 0) {
-    const std::string health_address = absl::StrCat(ParseHostPort("--listen", listen, 0)->host, ":", health_port);
+    const std::string health_address = absl::StrCat(listen_address->host, ":", health_port);
     grpc::ServerBuilder health_builder;
     int health_bound = 0;
     health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(), &health_bound);

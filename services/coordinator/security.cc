@@ -1,27 +1,23 @@
 #include "services/coordinator/security.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/security/server_credentials.h"
+#include "workers/common/file.h"
 
 namespace chunkattn {
 namespace {
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+absl::StatusOr<std::string> ReadFlagFile(const std::string& flag, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  return text;
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
-  absl::StatusOr<std::string> text = ReadWholeFile(flag, path);
+  absl::StatusOr<std::string> text = ReadFlagFile(flag, path);
   if (!text.ok()) return text.status();
   if (!absl::StrContains(*text, "-----BEGIN ")) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " holds no PEM block"));
@@ -67,7 +63,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
 
 absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path) {
   if (path.empty()) return TokenAuth();
-  absl::StatusOr<std::string> text = ReadWholeFile("--auth_token_file", path);
+  absl::StatusOr<std::string> text = ReadFlagFile("--auth_token_file", path);
   if (!text.ok()) return text.status();
   std::vector<std::string> tokens;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
