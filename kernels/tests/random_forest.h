@@ -176,6 +176,43 @@ inline std::vector<float> RandomVector(std::mt19937& rng, int64_t n, float scale
   return x;
 }
 
+// A prefill batch over `pool`: 1..max_seqs sequences with random matched
+// prefixes (0 to 2 chunks and a bit) and new-token counts, on distinct random
+// chunks whose slots [0, len) are filled; q is (num_tokens, num_heads, d).
+struct PrefillCase {
+  PrefillBatch batch;
+  std::vector<float> q;
+};
+
+inline PrefillCase RandomPrefill(std::mt19937& rng, TestPool& pool, int num_heads, int max_seqs) {
+  const int c = pool.view.chunk_size;
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<int32_t> ids(pool.view.num_chunks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  PrefillCase pc;
+  PrefillBatch& b = pc.batch;
+  b.q_begin = {0};
+  b.chunk_begin = {0};
+  size_t next = 0;
+  const int n = uniform(1, max_seqs);
+  for (int s = 0; s < n; ++s) {
+    const int prefix = uniform(0, 2 * c + 3);
+    const int fresh = uniform(1, 2 * c + 5);
+    const int len = prefix + fresh;
+    for (int e = 0; e < (len + c - 1) / c; ++e) {
+      const int32_t id = ids.at(next++);
+      pool.Fill(rng, id, std::min(c, len - e * c));
+      b.chunk_ids.push_back(id);
+    }
+    b.prefix_len.push_back(prefix);
+    b.q_begin.push_back(b.q_begin.back() + fresh);
+    b.chunk_begin.push_back(static_cast<int32_t>(b.chunk_ids.size()));
+  }
+  pc.q = RandomVector(rng, int64_t{b.num_tokens()} * num_heads * pool.view.head_dim, 1.5f);
+  return pc;
+}
+
 }  // namespace chunkattn::testing
 
 #endif  // CHUNKATTN_KERNELS_TESTS_RANDOM_FOREST_H_
