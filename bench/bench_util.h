@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -47,8 +48,16 @@ inline std::string ProvenanceJson(int argc, char** argv) {
   char host[256] = "unknown";
   gethostname(host, sizeof(host) - 1);
   std::vector<std::string> args(argv, argv + argc);
-  const std::string commit = RunCommand("git -C " CHUNKATTN_SOURCE_DIR " rev-parse HEAD 2>/dev/null");
-  const std::string dirty = RunCommand("git -C " CHUNKATTN_SOURCE_DIR " status --porcelain --untracked-files=no 2>/dev/null");
+  // $CHUNKATTN_COMMIT names the commit where the binary runs away from its
+  // checkout (a GPU host given a bundle).
+  const char* env_commit = std::getenv("CHUNKATTN_COMMIT");
+  const std::string commit = env_commit != nullptr
+                                 ? env_commit
+                                 : RunCommand("git -C " CHUNKATTN_SOURCE_DIR " rev-parse HEAD 2>/dev/null");
+  const std::string dirty =
+      env_commit != nullptr
+          ? ""
+          : RunCommand("git -C " CHUNKATTN_SOURCE_DIR " status --porcelain --untracked-files=no 2>/dev/null");
   const std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

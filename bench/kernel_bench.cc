@@ -7,6 +7,12 @@
 //   chunkattn-kernel-bench --np 2048 --ns 2048 --batch 32 --heads 32
 //   chunkattn-kernel-bench --grid paper --heads 8 --json bench/results/cpu-$(hostname).json
 //
+// --device cuda runs the same workloads on GPU 0 (fp16/bf16): CUDA-event
+// timings of the launches alone, median of --repeat, with L2 flushed (a
+// buffer four times its size rewritten) before every run; the floor is the
+// fewest bytes at the device-to-device copy bandwidth measured in the same
+// run. Outputs are checked against the CPU TPP kernel on the same inputs.
+//
 // Impls: tpp (two-phase partition), seq (every sequence reads all of its
 // chunks, shared ones included: the paper's PagedAttention*), naive (dense
 // per-sequence KV copies, full score rows materialized). Per configuration:
@@ -34,6 +40,13 @@
 #include "kernels/api/status_macros.h"
 #include "kernels/cpu/attention.h"
 #include "services/cache/prefix_forest.h"
+#if CHUNKATTN_BENCH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_attention.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/launch.h"
+#endif
 
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda");
 ABSL_FLAG(std::string, impl, "all", "tpp | seq | naive | all (comma-separated list allowed)");
@@ -146,6 +159,20 @@ double MeasureReadGBps(cpu::ThreadPool& pool) {
   return bench::Median(gbps);
 }
 
+// Writes the --json array, if asked; the exit status.
+int WriteJson(const std::vector<std::string>& json) {
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (path.empty()) return 0;
+  std::ofstream out(path);
+  out << "[\n  " << absl::StrJoin(json, ",\n  ") << "\n]\n";
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return 1;
+  }
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}
+
 struct Result {
   std::string impl;
   double median_us = 0, min_us = 0, max_diff = 0;
@@ -154,6 +181,235 @@ struct Result {
 // Impls whose outputs differ by more than this from the first impl's fail the
 // run: all compute the same attention in fp32 over the same stored KV.
 constexpr double kAgreeTol = 1e-3;
+
+#if CHUNKATTN_BENCH_CUDA
+#define CUDA_OR_DIE(expr)                                                                  \
+  do {                                                                                     \
+    const cudaError_t e_ = (expr);                                                         \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                     \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+// A device buffer that dies with the scope (the bench exits on any error).
+struct Dev {
+  explicit Dev(size_t bytes) {
+    absl::StatusOr<cuda::DeviceBuffer> b = cuda::DeviceBuffer::Allocate(std::max<size_t>(bytes, 16));
+    if (!b.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(b.status().message()).c_str());
+      std::exit(1);
+    }
+    buf = std::move(*b);
+  }
+  Dev(const void* host, size_t bytes) : Dev(bytes) {
+    CUDA_OR_DIE(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice));
+  }
+  void* get() const { return buf.get(); }
+  cuda::DeviceBuffer buf;
+};
+
+// Device-to-device copy bandwidth (bytes read + written per second), median
+// of 10 copies of 1 GiB.
+double MeasureCopyGBps(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  Dev a(bytes), b(bytes);
+  cudaEvent_t t0, t1;
+  CUDA_OR_DIE(cudaEventCreate(&t0));
+  CUDA_OR_DIE(cudaEventCreate(&t1));
+  std::vector<double> gbps;
+  for (int rep = 0; rep < 12; ++rep) {
+    CUDA_OR_DIE(cudaEventRecord(t0, stream));
+    CUDA_OR_DIE(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+    CUDA_OR_DIE(cudaEventRecord(t1, stream));
+    CUDA_OR_DIE(cudaEventSynchronize(t1));
+    float ms = 0;
+    CUDA_OR_DIE(cudaEventElapsedTime(&ms, t0, t1));
+    if (rep >= 2) gbps.push_back(2.0 * bytes / (ms * 1e6));
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  return bench::Median(gbps);
+}
+
+int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& impls, int repeat, int warmup,
+            const std::string& provenance, cpu::ThreadPool& pool, std::vector<std::string>* json) {
+  if (cuda::DeviceCount() == 0) {
+    std::fprintf(stderr, "--device cuda: no CUDA device visible\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<cuda::CudaAttention>> attn = cuda::CudaAttention::Create({});
+  if (!attn.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(attn.status().message()).c_str());
+    return 1;
+  }
+  cudaStream_t stream;
+  CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int l2 = 0;
+  CUDA_OR_DIE(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  const size_t flush_bytes = std::max<size_t>(size_t{4} * l2, 64 << 20);
+  Dev flush(flush_bytes);
+  const double bw = MeasureCopyGBps(stream);
+  const std::string dev = "cuda: " + cuda::DeviceDescription(0);
+  std::printf("device: %s\ncopy bandwidth: %.1f GB/s (device-to-device, read + write; L2 %d MiB flushed per run)\n",
+              dev.c_str(), bw, l2 >> 20);
+  std::printf("%6s %6s %5s %5s %4s %4s %5s %-6s %12s %10s %8s %10s %9s %10s %6s\n", "np", "ns", "batch", "heads",
+              "kvh", "d", "chunk", "impl", "median_us", "min_MB", "GB/s", "floor_us", "vs_seq", "max_diff", "items");
+  cudaEvent_t t0, t1;
+  CUDA_OR_DIE(cudaEventCreate(&t0));
+  CUDA_OR_DIE(cudaEventCreate(&t1));
+  cpu::CpuAttention cpu_attn(&pool);
+  for (const Config& cfg : configs) {
+    if (cfg.dtype == DType::kFloat32 || !cuda::HasAttendKernel(cfg.dtype, cfg.head_dim)) {
+      std::fprintf(stderr, "--device cuda: needs --dtype fp16 or bf16 and --head_dim 64 or 128\n");
+      return 2;
+    }
+    absl::StatusOr<std::unique_ptr<Workload>> built = Build(cfg, absl::GetFlag(FLAGS_seed));
+    if (!built.ok()) {
+      std::fprintf(stderr, "workload: %s\n", std::string(built.status().message()).c_str());
+      return 1;
+    }
+    Workload& w = **built;
+    const AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
+    // q as stored on the GPU; the CPU reference reads the same rounded values.
+    std::vector<uint16_t> q_bits(w.q.size());
+    for (size_t i = 0; i < w.q.size(); ++i) {
+      StoreAs(cfg.dtype, q_bits.data(), static_cast<int64_t>(i), w.q[i]);
+      w.q[i] = LoadAs(cfg.dtype, q_bits.data(), static_cast<int64_t>(i));
+    }
+    std::vector<float> want(w.q.size());
+    absl::StatusOr<cpu::DecodePlan> cplan = cpu::PlanDecode(w.ctx, w.view.num_chunks);
+    if (!cplan.ok() || !cpu_attn.Decode(cpu::DecodeImpl::kTpp, *cplan, w.ctx, w.view, shape, w.q.data(), want.data())
+                            .ok()) {
+      std::fprintf(stderr, "cpu reference failed\n");
+      return 1;
+    }
+    const size_t pool_bytes = w.k.size() * 2;
+    Dev dk(w.k.data(), pool_bytes), dv(w.v.data(), pool_bytes), dq(q_bits.data(), q_bits.size() * 2);
+    KvPoolView view = w.view;
+    view.k = dk.get();
+    view.v = dv.get();
+    const int64_t kv_token_bytes = int64_t{2} * cfg.kv_heads * cfg.head_dim * DTypeBytes(cfg.dtype);
+    const int64_t min_bytes = (int64_t{cfg.ns} + int64_t{cfg.batch} * (cfg.np - cfg.ns)) * kv_token_bytes +
+                              2 * static_cast<int64_t>(q_bits.size()) * 2;
+    const size_t ni = impls.size();
+    std::vector<std::unique_ptr<Dev>> outs;
+    std::vector<std::function<absl::Status()>> runs(ni);
+    std::vector<int> items(ni, 0);
+    std::unique_ptr<Dev> nk, nv, nlen, nscores;
+    cuda::NaiveParams np;
+    for (size_t k = 0; k < ni; ++k) {
+      outs.push_back(std::make_unique<Dev>(q_bits.size() * 2));
+      void* o = outs.back()->get();
+      if (impls[k] == "naive") {
+        absl::StatusOr<cpu::DenseKv> d = cpu::GatherDense(w.ctx, w.view);
+        if (!d.ok()) {
+          std::fprintf(stderr, "naive: %s\n", std::string(d.status().message()).c_str());
+          return 1;
+        }
+        nk = std::make_unique<Dev>(d->k.data(), d->k.size());
+        nv = std::make_unique<Dev>(d->v.data(), d->v.size());
+        nlen = std::make_unique<Dev>(d->len.data(), d->len.size() * 4);
+        nscores = std::make_unique<Dev>(size_t{4} * cfg.batch * cfg.heads * d->max_len);
+        np.k = nk->get();
+        np.v = nv->get();
+        np.len = static_cast<const int32_t*>(nlen->get());
+        np.num_seqs = cfg.batch;
+        np.max_len = static_cast<int>(d->max_len);
+        np.num_heads = cfg.heads;
+        np.num_kv_heads = cfg.kv_heads;
+        np.head_dim = cfg.head_dim;
+        np.scale = shape.EffectiveScale();
+        np.q = dq.get();
+        np.o = o;
+        np.scores = static_cast<float*>(nscores->get());
+        runs[k] = [&np, o, &cfg, &stream] {
+          np.o = o;
+          return cuda::CudaStatus(cuda::LaunchNaiveDecode(np, cfg.dtype, stream), "naive decode");
+        };
+      } else {
+        // Planning and uploads happen once per context version (and a small
+        // token-count upload per step), outside the timed launches.
+        runs[k] = [&, o] { return (*attn)->LaunchDecode(view, shape, dq.get(), o, stream); };
+      }
+    }
+    std::vector<std::vector<double>> us(ni);
+    for (int i = 0; i < warmup + repeat; ++i) {
+      for (size_t k = 0; k < ni; ++k) {
+        if (impls[k] != "naive") {  // re-plan outside the timed region when impls alternate
+          const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+          const absl::Status st = (*attn)->PrepareDecode(di, w.ctx, view, shape, stream);
+          if (!st.ok()) {
+            std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
+            return 1;
+          }
+          items[k] = static_cast<int>((*attn)->decode_work()->items.size());
+        }
+        CUDA_OR_DIE(cudaMemsetAsync(outs[k]->get(), 0xff, q_bits.size() * 2, stream));
+        CUDA_OR_DIE(cudaMemsetAsync(flush.get(), i & 0xff, flush_bytes, stream));
+        CUDA_OR_DIE(cudaEventRecord(t0, stream));
+        const absl::Status st = runs[k]();
+        CUDA_OR_DIE(cudaEventRecord(t1, stream));
+        CUDA_OR_DIE(cudaEventSynchronize(t1));
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
+          return 1;
+        }
+        float ms = 0;
+        CUDA_OR_DIE(cudaEventElapsedTime(&ms, t0, t1));
+        if (i >= warmup) us[k].push_back(ms * 1e3);
+      }
+    }
+    const double tol = cfg.dtype == DType::kFloat16 ? 2e-2 : 6e-2;
+    std::vector<Result> results;
+    for (size_t k = 0; k < ni; ++k) {
+      Result r;
+      r.impl = impls[k];
+      r.median_us = bench::Median(us[k]);
+      r.min_us = *std::min_element(us[k].begin(), us[k].end());
+      std::vector<uint16_t> bits(q_bits.size());
+      CUDA_OR_DIE(cudaMemcpy(bits.data(), outs[k]->get(), bits.size() * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < bits.size(); ++i) {
+        const double d = std::fabs(double{LoadAs(cfg.dtype, bits.data(), static_cast<int64_t>(i))} - want[i]);
+        r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
+      }
+      if (!(r.max_diff <= tol)) {
+        std::fprintf(stderr, "%s disagrees with the CPU kernel: max |diff| %.3g > %.0e\n", r.impl.c_str(),
+                     r.max_diff, tol);
+        return 1;
+      }
+      results.push_back(r);
+    }
+    double seq_us = 0;
+    for (const Result& r : results) {
+      if (r.impl == "seq") seq_us = r.median_us;
+    }
+    const double floor_us = min_bytes / (bw * 1e3);
+    for (size_t k = 0; k < ni; ++k) {
+      const Result& r = results[k];
+      const double gbps = min_bytes / (r.median_us * 1e3);
+      const double vs_seq = seq_us > 0 ? seq_us / r.median_us : 0;
+      std::printf("%6d %6d %5d %5d %4d %4d %5d %-6s %12.1f %10.1f %8.1f %10.1f %8.2fx %10.2e %6d\n", cfg.np, cfg.ns,
+                  cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
+                  min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff, items[k]);
+      json->push_back(absl::StrFormat(
+          "{%s, \"device\": \"%s\", \"impl\": \"%s\", \"np\": %d, \"ns\": %d, \"batch\": %d, \"heads\": %d, "
+          "\"kv_heads\": %d, \"head_dim\": %d, \"chunk\": %d, \"dtype\": \"%s\", \"median_us\": %.2f, "
+          "\"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, \"floor_us\": %.2f, \"copy_gbps\": %.2f, "
+          "\"speedup_vs_seq\": %.3f, \"max_diff_vs_cpu\": %.3g, \"repeat\": %d, \"work_items\": %d, "
+          "\"l2_flushed\": true}",
+          provenance, bench::JsonEscape(dev), r.impl, cfg.np, cfg.ns, cfg.batch, cfg.heads, cfg.kv_heads,
+          cfg.head_dim, cfg.chunk, DTypeName(cfg.dtype), r.median_us, r.min_us, min_bytes, gbps, floor_us, bw,
+          vs_seq, r.max_diff, repeat, items[k]));
+    }
+    std::fflush(stdout);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+#endif  // CHUNKATTN_BENCH_CUDA
 
 int Main(int argc, char** argv) {
   // Accept --kv-heads as well as --kv_heads (absl flags use underscores).
@@ -173,11 +429,13 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
+#if !CHUNKATTN_BENCH_CUDA
   if (device == "cuda") {
-    std::fprintf(stderr, "--device cuda: the CUDA kernels are not part of this build yet\n");
+    std::fprintf(stderr, "--device cuda: this build has no CUDA kernels (nvcc was not found)\n");
     return 2;
   }
-  if (device != "cpu") {
+#endif
+  if (device != "cpu" && device != "cuda") {
     std::fprintf(stderr, "--device must be cpu or cuda\n");
     return 2;
   }
@@ -248,6 +506,14 @@ int Main(int argc, char** argv) {
   }
 
   cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
+  std::vector<std::string> json;
+  const std::string provenance = bench::ProvenanceJson(argc, argv);
+#if CHUNKATTN_BENCH_CUDA
+  if (device == "cuda") {
+    if (const int rc = RunCuda(configs, impls, repeat, warmup, provenance, pool, &json); rc != 0) return rc;
+    return WriteJson(json);
+  }
+#endif
   const double bw = MeasureReadGBps(pool);
   const std::string dev = absl::StrFormat("cpu: %s, %d threads, %s", bench::CpuModel(), pool.num_threads(),
                                           cpu::IsaName(isa));
@@ -259,8 +525,6 @@ int Main(int argc, char** argv) {
   std::printf("%6s %6s %5s %5s %4s %4s %5s %-6s %12s %10s %8s %10s %9s %10s\n", "np", "ns", "batch", "heads",
               "kvh", "d", "chunk", "impl", "median_us", "min_MB", "GB/s", "floor_us", "vs_seq", "max_diff");
 
-  const std::string provenance = bench::ProvenanceJson(argc, argv);
-  std::vector<std::string> json;
   cpu::CpuAttention attn(&pool, isa);
   for (const Config& cfg : configs) {
     absl::StatusOr<std::unique_ptr<Workload>> built = Build(cfg, absl::GetFlag(FLAGS_seed));
@@ -353,16 +617,7 @@ int Main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    std::ofstream out(path);
-    out << "[\n  " << absl::StrJoin(json, ",\n  ") << "\n]\n";
-    if (!out) {
-      std::fprintf(stderr, "cannot write %s\n", path.c_str());
-      return 1;
-    }
-    std::printf("wrote %s\n", path.c_str());
-  }
-  return 0;
+  return WriteJson(json);
 }
 
 }  // namespace

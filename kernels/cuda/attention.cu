@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const AttendParams p) {
   static_assert(kWarps * kWarpRows * D * 4 + 2 * kWarps * kWarpRows * 4 <= 2 * 2 * kStageTokens * D * 2,
                 "the epilogue must fit in the stage buffers");
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ bool key_mask[2][kStageTokens];  // which positions of a stage hold a key
   T* const sq = reinterpret_cast<T*>(smem_raw);
   T* const skv = sq + kTileRows * D;  // [stage][K, V][kStageTokens][D]
   constexpr int kPieces = D / 8;      // 16-byte pieces per row
@@ -127,10 +128,10 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const AttendParams p) {
     const int splits = kWarps / row_groups;
     const int rg = warp % row_groups, ks = warp / row_groups;
     const int sub = kStageTokens / splits;  // this warp's positions per stage: 16, 32 or 64
-    const int32_t end = ItemEnd(w, p.chunk_size, p.group);
-    const int num_stages = (end + kStageTokens - 1) / kStageTokens;
     const int32_t* const list_chunk = p.table_chunk + w.list;
     const int32_t* const list_tokens = p.table_tokens + w.list;
+    const int32_t end = ItemEnd(w, p.chunk_size, p.group, list_tokens);
+    const int num_stages = (end + kStageTokens - 1) / kStageTokens;
     const int64_t head_offset = int64_t{w.kv_head} * p.chunk_size * D;
 
     auto load_stage = [&](int stage, int buf) {
@@ -147,6 +148,7 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const AttendParams p) {
         }
         CpAsync16(sk + Swz<D>(t, piece), kpool + off, valid);
         CpAsync16(sv + Swz<D>(t, piece), vpool + off, valid);
+        if (piece == 0) key_mask[buf][t] = valid;
       }
     };
 
@@ -212,9 +214,8 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const AttendParams p) {
           if (nt < ntiles) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int32_t pos = st * kStageTokens + tok0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-              const bool ok = pos < end && KeyAt(pos, p.log2_chunk, w.num_chunks, list_tokens) &&
-                              pos <= row_pos[e >> 1];
+              const int t = tok0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+              const bool ok = key_mask[st & 1][t] && st * kStageTokens + t <= row_pos[e >> 1];
               s[nt][e] = ok ? s[nt][e] * p.scale_log2 : -INFINITY;
               mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
             }
@@ -376,6 +377,73 @@ __global__ void __launch_bounds__(256) AppendKernel(const AppendParams p) {
   }
 }
 
+template <typename T>
+__device__ __forceinline__ float ToFloat(T x);
+template <>
+__device__ __forceinline__ float ToFloat(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+// Naive: one block per (sequence, head) writes the scaled scores of all keys.
+template <typename T>
+__global__ void __launch_bounds__(128) NaiveScoresKernel(const NaiveParams p) {
+  __shared__ float q[128];
+  const int s = blockIdx.x / p.num_heads, h = blockIdx.x % p.num_heads;
+  const int kvh = h / (p.num_heads / p.num_kv_heads), D = p.head_dim;
+  const T* const qs = static_cast<const T*>(p.q) + (int64_t{s} * p.num_heads + h) * D;
+  if (threadIdx.x < D) q[threadIdx.x] = ToFloat(qs[threadIdx.x]);
+  __syncthreads();
+  const T* const k = static_cast<const T*>(p.k) + (int64_t{s} * p.num_kv_heads + kvh) * p.max_len * D;
+  float* const scores = p.scores + (int64_t{s} * p.num_heads + h) * p.max_len;
+  for (int t = threadIdx.x; t < p.len[s]; t += blockDim.x) {
+    float dot = 0.0f;
+    for (int x = 0; x < D; ++x) dot += q[x] * ToFloat(k[int64_t{t} * D + x]);
+    scores[t] = dot * p.scale;
+  }
+}
+
+// Naive: softmax over the stored row, then P.V with a thread per dimension.
+template <typename T>
+__global__ void __launch_bounds__(128) NaiveSoftmaxPvKernel(const NaiveParams p) {
+  __shared__ float red[128];
+  const int s = blockIdx.x / p.num_heads, h = blockIdx.x % p.num_heads;
+  const int kvh = h / (p.num_heads / p.num_kv_heads), D = p.head_dim, len = p.len[s];
+  float* const scores = p.scores + (int64_t{s} * p.num_heads + h) * p.max_len;
+  float m = -INFINITY;
+  for (int t = threadIdx.x; t < len; t += blockDim.x) m = fmaxf(m, scores[t]);
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int w = 64; w > 0; w >>= 1) {
+    if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+    __syncthreads();
+  }
+  m = red[0];
+  __syncthreads();
+  float sum = 0.0f;
+  for (int t = threadIdx.x; t < len; t += blockDim.x) {
+    const float e = __expf(scores[t] - m);
+    scores[t] = e;
+    sum += e;
+  }
+  red[threadIdx.x] = sum;
+  __syncthreads();
+  for (int w = 64; w > 0; w >>= 1) {
+    if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+    __syncthreads();
+  }
+  sum = red[0];
+  const T* const v = static_cast<const T*>(p.v) + (int64_t{s} * p.num_kv_heads + kvh) * p.max_len * D;
+  if (threadIdx.x < D) {
+    float acc = 0.0f;
+    for (int t = 0; t < len; ++t) acc += scores[t] * ToFloat(v[int64_t{t} * D + threadIdx.x]);
+    static_cast<T*>(p.o)[(int64_t{s} * p.num_heads + h) * D + threadIdx.x] = Ops<T>::From(acc / sum);
+  }
+}
+
 // Calls f(T*, std::integral_constant<int, D>) for the (dtype, head dim)
 // instantiation; cudaErrorInvalidValue for the others.
 template <typename F>
@@ -439,6 +507,21 @@ cudaError_t LaunchAppendKv(const AppendParams& p, cudaStream_t stream) {
   if (total == 0) return cudaSuccess;
   const int grid = static_cast<int>((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
   AppendKernel<<<grid, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchNaiveDecode(const NaiveParams& p, DType dtype, cudaStream_t stream) {
+  if (p.head_dim > 128 || p.num_seqs < 1) return cudaErrorInvalidValue;
+  const int grid = p.num_seqs * p.num_heads;
+  if (dtype == DType::kFloat16) {
+    NaiveScoresKernel<__half><<<grid, 128, 0, stream>>>(p);
+    NaiveSoftmaxPvKernel<__half><<<grid, 128, 0, stream>>>(p);
+  } else if (dtype == DType::kBFloat16) {
+    NaiveScoresKernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(p);
+    NaiveSoftmaxPvKernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(p);
+  } else {
+    return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

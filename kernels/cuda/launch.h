@@ -84,6 +84,24 @@ cudaError_t LaunchMerge(const MergeParams& p, DType dtype, int grid, bool progra
 
 cudaError_t LaunchAppendKv(const AppendParams& p, cudaStream_t stream);
 
+// The benchmark's naive baseline (the paper's "Naive"): every sequence has a
+// dense copy of its KV, and the full score rows go through global memory.
+struct NaiveParams {
+  const void* k = nullptr;  // (num_seqs, kv heads, max_len, head dim)
+  const void* v = nullptr;
+  const int32_t* len = nullptr;  // device, (num_seqs)
+  int num_seqs = 0;
+  int max_len = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // <= 128
+  float scale = 0;
+  const void* q = nullptr;  // (num_seqs, num_heads, head dim)
+  void* o = nullptr;
+  float* scores = nullptr;  // (num_seqs, num_heads, max_len)
+};
+cudaError_t LaunchNaiveDecode(const NaiveParams& p, DType dtype, cudaStream_t stream);
+
 }  // namespace chunkattn::cuda
 
 #endif  // CHUNKATTN_KERNELS_CUDA_LAUNCH_H_

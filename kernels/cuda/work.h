@@ -67,9 +67,11 @@ CHUNKATTN_HOST_DEVICE inline bool KeyAt(int32_t p, int log2_chunk, int num_chunk
   return e < num_chunks && (p & ((1 << log2_chunk) - 1)) < list_tokens[e];
 }
 
-// One past the last position an item can attend to.
-CHUNKATTN_HOST_DEVICE inline int32_t ItemEnd(const WorkItem& w, int chunk_size, int group) {
-  const int32_t end = w.num_chunks * chunk_size;
+// One past the last position an item attends to: the last filled slot of its
+// last chunk, or, causal, its last row's position if that comes first.
+CHUNKATTN_HOST_DEVICE inline int32_t ItemEnd(const WorkItem& w, int chunk_size, int group,
+                                             const int32_t* list_tokens) {
+  const int32_t end = (w.num_chunks - 1) * chunk_size + list_tokens[w.num_chunks - 1];
   if (w.pos0 < 0) return end;
   const int32_t last = w.pos0 + (w.num_rows - 1) / group + 1;
   return last < end ? last : end;

@@ -55,7 +55,7 @@ void RunItems(const std::vector<WorkItem>& items, const std::vector<int32_t>& ta
     ASSERT_GE(w.num_rows, 1);
     ASSERT_LE(w.num_rows, kTileRows);
     ASSERT_EQ(w.num_rows % group, 0);
-    const int32_t end = ItemEnd(w, c, group);
+    const int32_t end = ItemEnd(w, c, group, tokens.data() + w.list);
     for (int r = 0; r < w.num_rows; ++r) {
       const RowRef ref = MapRow(w, r, group, H, d);
       // State over this row's keys, in position order.
