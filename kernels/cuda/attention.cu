@@ -106,7 +106,7 @@ constexpr int AttendSmemBytes() {
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) AttendKernel(const AttendParams p) {
   static_assert(D % 32 == 0 && D <= 128, "head dim");
-  static_assert(kWarps * kWarpRows * D * 4 + 2 * kWarps * kWarpRows * 4 <= 2 * 2 * kStageTokens * D * 2,
+  static_assert(kWarps * kWarpRows * (D + 8) * 4 + 2 * kWarps * kWarpRows * 4 <= 2 * 2 * kStageTokens * D * 2,
                 "the epilogue must fit in the stage buffers");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ bool key_mask[2][kStageTokens];  // which positions of a stage hold a key
@@ -267,21 +267,26 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const AttendParams p) {
     }
 
     // Epilogue: the warps' states through shared memory (the stage buffers,
-    // free now), merged over the warps that split the positions.
+    // free now), merged over the warps that split the positions. Rows are
+    // padded by 8 floats so the quad-strided stores spread over all banks.
+    CpAsyncWait<0>();  // nothing may still land in the buffers (an item with no stage)
+    __syncthreads();
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       row_l[i] += __shfl_xor_sync(0xffffffffu, row_l[i], 1);
       row_l[i] += __shfl_xor_sync(0xffffffffu, row_l[i], 2);
     }
-    float* const ep_o = reinterpret_cast<float*>(skv);  // [warp][16][D]
-    float* const ep_m = ep_o + kWarps * kWarpRows * D;  // [warp][16]
+    constexpr int kEpStride = D + 8;
+    float* const ep_o = reinterpret_cast<float*>(skv);          // [warp][16][kEpStride]
+    float* const ep_m = ep_o + kWarps * kWarpRows * kEpStride;  // [warp][16]
     float* const ep_l = ep_m + kWarps * kWarpRows;
     const int r_lo = lane >> 2;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        ep_o[(warp * kWarpRows + r_lo + 8 * (e >> 1)) * D + dt * 8 + 2 * (lane & 3) + (e & 1)] = acc[dt][e];
+      for (int i = 0; i < 2; ++i) {
+        *reinterpret_cast<float2*>(&ep_o[(warp * kWarpRows + r_lo + 8 * i) * kEpStride + dt * 8 + 2 * (lane & 3)]) =
+            make_float2(acc[dt][2 * i], acc[dt][2 * i + 1]);
       }
     }
     if ((lane & 3) == 0) {
@@ -304,12 +309,12 @@ __global__ void __launch_bounds__(kThreads) AttendKernel(const AttendParams p) {
           const int wr = (g16 + row_groups * k) * kWarpRows + rr;
           const float f = exp2f(ep_m[wr] - m);
           l += f * ep_l[wr];
-          o += f * ep_o[wr * D + x];
+          o += f * ep_o[wr * kEpStride + x];
         }
       }
       const RowRef ref = MapRow(w, r, p.group, p.num_heads, D);
       if (ref.partial < 0) {
-        static_cast<T*>(p.o)[ref.qo + x] = Ops<T>::From(o / l);
+        static_cast<T*>(p.o)[ref.qo + x] = Ops<T>::From(l > 0.0f ? o / l : 0.0f);
       } else {
         p.part_o[ref.partial * D + x] = o;
         if (x == 0) {
@@ -353,7 +358,7 @@ __global__ void __launch_bounds__(kThreads) MergeKernel(const MergeParams p) {
     T* const out = static_cast<T*>(p.o) + (int64_t{p.merge_seq[i]} * H + h) * D;
 #pragma unroll
     for (int j = 0; j < kMaxPerLane; ++j) {
-      if (lane + 32 * j < D) out[lane + 32 * j] = Ops<T>::From(o[j] / n);
+      if (lane + 32 * j < D) out[lane + 32 * j] = Ops<T>::From(n > 0.0f ? o[j] / n : 0.0f);
     }
   }
 }
@@ -484,6 +489,13 @@ cudaError_t LaunchAttend(const AttendParams& p, DType dtype, int head_dim, int g
     AttendKernel<T, D><<<grid, kThreads, AttendSmemBytes<D>(), stream>>>(p);
     return cudaGetLastError();
   });
+}
+
+cudaError_t MergeKernelBinaryVersion(int* version) {
+  cudaFuncAttributes a{};
+  const cudaError_t e = cudaFuncGetAttributes(&a, MergeKernel<__half>);
+  *version = a.binaryVersion;
+  return e;
 }
 
 cudaError_t LaunchMerge(const MergeParams& p, DType dtype, int grid, bool programmatic, cudaStream_t stream) {

@@ -79,7 +79,9 @@ absl::StatusOr<std::unique_ptr<CudaAttention>> CudaAttention::Create(const Optio
   std::unique_ptr<CudaAttention> a(new CudaAttention(options));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&a->num_sms_, cudaDevAttrMultiProcessorCount, options.device));
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&a->major_, cudaDevAttrComputeCapabilityMajor, options.device));
+  int merge_binary = 0;
+  CUDA_RETURN_IF_ERROR(MergeKernelBinaryVersion(&merge_binary));
+  a->programmatic_merge_ = merge_binary >= 90;
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&a->staged_, cudaEventDisableTiming));
   ASSIGN_OR_RETURN(a->d_counts_, DeviceBuffer::Allocate(4 * sizeof(int32_t)));
   CUDA_RETURN_IF_ERROR(cudaMemset(a->d_counts_.get(), 0, 4 * sizeof(int32_t)));
@@ -256,7 +258,7 @@ absl::Status CudaAttention::LaunchDecode(const KvPoolView& kv, const AttentionSh
   m.head_dim = shape.head_dim;
   // Launched even when nothing merges (it reads the count from the device), so
   // a captured graph stays valid for later plans.
-  CUDA_RETURN_IF_ERROR(LaunchMerge(m, kv.dtype, 2 * num_sms_, /*programmatic=*/major_ >= 9, stream));
+  CUDA_RETURN_IF_ERROR(LaunchMerge(m, kv.dtype, 2 * num_sms_, programmatic_merge_, stream));
   return absl::OkStatus();
 }
 
@@ -273,6 +275,7 @@ absl::Status CudaAttention::Prefill(const PrefillBatch& batch, const KvPoolView&
   RETURN_IF_ERROR(Reserve(&d_pf_chunk_, Bytes(work.table_chunk)));
   RETURN_IF_ERROR(Reserve(&d_pf_tokens_, Bytes(work.table_tokens)));
   const int32_t count = static_cast<int32_t>(work.items.size());
+  if (count == 0) return absl::OkStatus();  // an empty batch
   int32_t* const d_count = static_cast<int32_t*>(d_counts_.get()) + 2;
   const Piece pieces[] = {{work.items.data(), Bytes(work.items), d_pf_items_.get()},
                           {work.table_chunk.data(), Bytes(work.table_chunk), d_pf_chunk_.get()},

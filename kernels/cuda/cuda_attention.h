@@ -9,7 +9,7 @@
 //    version, impl or shape changed and uploads the plan, then uploads this
 //    step's filled-slot counts (the only thing that changes within a version);
 //  * LaunchDecode (capturable): the attention kernel and the merge kernel
-//    (a programmatic dependent launch on sm_90), which read their sizes from
+//    (a programmatic dependent launch on sm_90+ builds), which read their sizes from
 //    device memory, so one captured graph serves every later plan as long as
 //    buffer_generation() is unchanged (buffers only grow, and rarely).
 // Decode() does both.
@@ -120,7 +120,7 @@ class CudaAttention {
 
   Options options_;
   int num_sms_ = 0;
-  int major_ = 0;  // compute capability; programmatic launches from 9
+  bool programmatic_merge_ = false;  // the merge kernel's binary is sm_90+ (see LaunchMerge)
   int concurrent_[2][2] = {};  // [bf16][d == 128]: resident blocks, once measured
   uint64_t generation_ = 0;
 

@@ -78,6 +78,11 @@ cudaError_t PrepareAttendKernel(DType dtype, int head_dim, int* blocks_per_sm);
 // every block has started, so the merge blocks are resident when it drains.
 cudaError_t LaunchAttend(const AttendParams& p, DType dtype, int head_dim, int grid, cudaStream_t stream);
 
+// The compute capability (x10) of the merge kernel binary this device runs.
+// Programmatic launches need 90 or more: only those binaries wait for the
+// previous grid's memory in the kernel (a newer GPU may run the sm_80 build).
+cudaError_t MergeKernelBinaryVersion(int* version);
+
 // `programmatic`: launched as a programmatic dependent of the previous kernel
 // on `stream` (it waits for that grid's memory in the kernel, not at launch).
 cudaError_t LaunchMerge(const MergeParams& p, DType dtype, int grid, bool programmatic, cudaStream_t stream);

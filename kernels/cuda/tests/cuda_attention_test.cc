@@ -318,6 +318,11 @@ TEST(CudaAttentionTest, RejectsBadInputs) {
   other.private_tokens.push_back(0);
   EXPECT_EQ(code(attn->PrepareDecode(DecodeImpl::kTpp, other, dev.view, shape, nullptr)),
             absl::StatusCode::kFailedPrecondition);
+  // An empty prefill batch is valid and does nothing.
+  PrefillBatch empty;
+  empty.q_begin = {0};
+  empty.chunk_begin = {0};
+  EXPECT_TRUE(attn->Prefill(empty, dev.view, shape, q.get(), o.get(), nullptr).ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
