@@ -178,6 +178,21 @@ struct Result {
   double median_us = 0, min_us = 0, max_diff = 0;
 };
 
+Result Summarize(const std::string& impl, const std::vector<double>& us) {
+  Result r;
+  r.impl = impl;
+  r.median_us = bench::Median(us);
+  r.min_us = *std::min_element(us.begin(), us.end());
+  return r;
+}
+
+double SeqMedian(const std::vector<Result>& results) {
+  for (const Result& r : results) {
+    if (r.impl == "seq") return r.median_us;
+  }
+  return 0;
+}
+
 // Impls whose outputs differ by more than this from the first impl's fail the
 // run: all compute the same attention in fp32 over the same stored KV.
 constexpr double kAgreeTol = 1e-3;
@@ -363,10 +378,7 @@ int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& 
     const double tol = cfg.dtype == DType::kFloat16 ? 2e-2 : 6e-2;
     std::vector<Result> results;
     for (size_t k = 0; k < ni; ++k) {
-      Result r;
-      r.impl = impls[k];
-      r.median_us = bench::Median(us[k]);
-      r.min_us = *std::min_element(us[k].begin(), us[k].end());
+      Result r = Summarize(impls[k], us[k]);
       std::vector<uint16_t> bits(q_bits.size());
       CUDA_OR_DIE(cudaMemcpy(bits.data(), outs[k]->get(), bits.size() * 2, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < bits.size(); ++i) {
@@ -380,10 +392,7 @@ int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& 
       }
       results.push_back(r);
     }
-    double seq_us = 0;
-    for (const Result& r : results) {
-      if (r.impl == "seq") seq_us = r.median_us;
-    }
+    const double seq_us = SeqMedian(results);
     const double floor_us = min_bytes / (bw * 1e3);
     for (size_t k = 0; k < ni; ++k) {
       const Result& r = results[k];
@@ -578,10 +587,7 @@ int Main(int argc, char** argv) {
     }
     std::vector<Result> results;
     for (size_t k = 0; k < ni; ++k) {
-      Result r;
-      r.impl = impls[k];
-      r.median_us = bench::Median(us[k]);
-      r.min_us = *std::min_element(us[k].begin(), us[k].end());
+      Result r = Summarize(impls[k], us[k]);
       for (size_t i = 0; i < outs[k].size(); ++i) {  // against the first impl's output
         const double d = std::fabs(double{outs[k][i]} - outs[0][i]);
         r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
@@ -595,10 +601,7 @@ int Main(int argc, char** argv) {
         return 1;
       }
     }
-    double seq_us = 0;
-    for (const Result& r : results) {
-      if (r.impl == "seq") seq_us = r.median_us;
-    }
+    const double seq_us = SeqMedian(results);
     const double floor_us = min_bytes / (bw * 1e3);
     for (const Result& r : results) {
       const double gbps = min_bytes / (r.median_us * 1e3);

@@ -26,6 +26,22 @@ int Log2(int c) {
   return l;
 }
 
+// The attention launch's arguments that do not depend on the work.
+AttendParams LayerParams(const KvPoolView& kv, const AttentionShape& shape, const void* q, void* o) {
+  AttendParams p;
+  p.k = kv.k;
+  p.v = kv.v;
+  p.num_kv_heads = kv.num_kv_heads;
+  p.chunk_size = kv.chunk_size;
+  p.log2_chunk = Log2(kv.chunk_size);
+  p.num_heads = shape.num_heads;
+  p.group = shape.group_size();
+  p.scale_log2 = shape.EffectiveScale() * kLog2e;
+  p.q = q;
+  p.o = o;
+  return p;
+}
+
 template <typename T>
 size_t Bytes(const std::vector<T>& v) {
   return v.size() * sizeof(T);
@@ -226,21 +242,11 @@ absl::Status CudaAttention::LaunchDecode(const KvPoolView& kv, const AttentionSh
     return absl::InvalidArgumentError("decode: q and o must be non-null and 16-byte aligned");
   }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  AttendParams p;
+  AttendParams p = LayerParams(kv, shape, q, o);
   p.items = static_cast<const WorkItem*>(d_items_.get());
   p.num_items = static_cast<const int32_t*>(d_counts_.get());
   p.table_chunk = static_cast<const int32_t*>(d_table_chunk_.get());
   p.table_tokens = static_cast<const int32_t*>(d_table_tokens_.get());
-  p.k = kv.k;
-  p.v = kv.v;
-  p.num_kv_heads = kv.num_kv_heads;
-  p.chunk_size = kv.chunk_size;
-  p.log2_chunk = Log2(kv.chunk_size);
-  p.num_heads = shape.num_heads;
-  p.group = shape.group_size();
-  p.scale_log2 = shape.EffectiveScale() * kLog2e;
-  p.q = q;
-  p.o = o;
   p.part_o = static_cast<float*>(d_part_o_.get());
   p.part_m = static_cast<float*>(d_part_m_.get());
   p.part_n = static_cast<float*>(d_part_n_.get());
@@ -282,21 +288,11 @@ absl::Status CudaAttention::Prefill(const PrefillBatch& batch, const KvPoolView&
                           {work.table_tokens.data(), Bytes(work.table_tokens), d_pf_tokens_.get()},
                           {&count, sizeof(count), d_count}};
   RETURN_IF_ERROR(Upload(pieces, stream));
-  AttendParams p;
+  AttendParams p = LayerParams(kv, shape, q, o);
   p.items = static_cast<const WorkItem*>(d_pf_items_.get());
   p.num_items = d_count;
   p.table_chunk = static_cast<const int32_t*>(d_pf_chunk_.get());
   p.table_tokens = static_cast<const int32_t*>(d_pf_tokens_.get());
-  p.k = kv.k;
-  p.v = kv.v;
-  p.num_kv_heads = kv.num_kv_heads;
-  p.chunk_size = kv.chunk_size;
-  p.log2_chunk = Log2(kv.chunk_size);
-  p.num_heads = shape.num_heads;
-  p.group = shape.group_size();
-  p.scale_log2 = shape.EffectiveScale() * kLog2e;
-  p.q = q;
-  p.o = o;
   CUDA_RETURN_IF_ERROR(LaunchAttend(p, kv.dtype, kv.head_dim, std::min(count, concurrent), stream));
   return absl::OkStatus();
 }
