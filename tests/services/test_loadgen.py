@@ -1,0 +1,83 @@
+"""chunkattn-loadgen (bench/) against real coordinators, prefix sharing on and off."""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import harness
+
+REQUESTS, NP, NS, NC = 8, 160, 128, 8
+
+
+def run_loadgen(*args, timeout=300):
+    return subprocess.run([harness.bin_path('chunkattn-loadgen')] + [str(a) for a in args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class LoadgenTest(harness.ServiceTestCase):
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        if not os.access(harness.bin_path('chunkattn-loadgen'), os.X_OK):
+            raise unittest.SkipTest('build/bin/chunkattn-loadgen is missing')
+        cls.shared = cls.start_cluster('loadgen-shared', tp=1)
+        cls.unshared = cls.start_cluster('loadgen-unshared', tp=1,
+                                         coordinator_args=['--prefix_sharing=false'])
+
+    def run_workload(self, cluster):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, 'out.json')
+            r = run_loadgen('--server', '127.0.0.1:%d' % cluster.port, '--rate', 20,
+                            '--requests', REQUESTS, '--np', NP, '--ns', NS, '--nc', NC,
+                            '--seed', 3, '--json', path)
+            self.assertEqual(r.returncode, 0, 'stdout:\n%s\nstderr:\n%s' % (r.stdout, r.stderr))
+            with open(path) as f:
+                out = json.load(f)
+        self.assertEqual((out['requests'], out['ok'], out['np'], out['ns'], out['nc']),
+                         (REQUESTS, REQUESTS, NP, NS, NC))
+        self.assertGreater(out['normalized_latency_ms_per_token'], 0)
+        self.assertGreater(out['throughput_tokens_per_s'], 0)
+        self.assertLessEqual(out['ttft_p50_ms'], out['ttft_p99_ms'])
+        self.assertLessEqual(out['itl_p50_ms'], out['itl_p99_ms'])
+        self.assertGreater(out['itl_p50_ms'], 0)
+        self.assertGreaterEqual(out['peak_running_requests'], 1)
+        self.assertIn('commit', out)
+        # The coordinator counted exactly the tokens the load generator received.
+        stats = cluster.cache_stats()
+        self.assertEqual(stats.generation_tokens_total, REQUESTS * NC)
+        self.assertEqual(stats.prompt_tokens_total, REQUESTS * NP)
+        self.assertEqual(out['cached_prompt_tokens'], stats.cached_prompt_tokens_total)
+        self.assertEqual(out['peak_used_chunks'], stats.peak_used_chunks)
+        chunk_bytes = cluster.model_info().kv_chunk_bytes
+        self.assertEqual(out['peak_kv_bytes'], stats.peak_used_chunks * chunk_bytes)
+        return out
+
+    def test_sharing_on_and_off(self):
+        on = self.run_workload(self.shared)
+        off = self.run_workload(self.unshared)
+        self.assertTrue(on['prefix_sharing'])
+        self.assertFalse(off['prefix_sharing'])
+        # Every request after the first finds at least the shared prompt's
+        # whole chunks computed (arrivals 50 ms apart on average; the first
+        # may overlap, so allow it to miss).
+        chunk = self.shared.model_info().chunk_size
+        self.assertGreaterEqual(on['cached_prompt_tokens'], (REQUESTS - 2) * (NS // chunk) * chunk)
+        self.assertEqual(off['cached_prompt_tokens'], 0)
+        self.assertEqual(off['peak_kv_bytes'], off['peak_kv_unshared_bytes'])
+        self.assertLessEqual(on['peak_kv_bytes'], on['peak_kv_unshared_bytes'])
+        if on['peak_running_requests'] >= 2:  # sequences ran together: their shared chunks were one copy
+            self.assertLess(on['peak_kv_bytes'], on['peak_kv_unshared_bytes'])
+        print('sharing on: %s\nsharing off: %s' % (on, off))
+
+    def test_bad_flags_exit_2(self):
+        server = '127.0.0.1:%d' % self.shared.port
+        for args in (['--ns', 200, '--np', 100], ['--rate', 0], ['--requests', 0], ['--nc', 0],
+                     ['--server', 'nohost'], ['--np', 100000]):
+            r = run_loadgen('--server', server, *args)
+            self.assertEqual(r.returncode, 2, '%s: %s' % (args, r.stderr))
+            self.assertTrue(r.stderr.strip(), args)
+
+
+if __name__ == '__main__':
+    harness.main()
