@@ -253,10 +253,16 @@ int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& 
     std::fprintf(stderr, "--device cuda: no CUDA device visible\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<cuda::CudaAttention>> attn = cuda::CudaAttention::Create({});
-  if (!attn.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(attn.status().message()).c_str());
-    return 1;
+  // One CudaAttention per impl: each keeps its own plan, so alternating impls
+  // never re-plan.
+  std::vector<std::unique_ptr<cuda::CudaAttention>> attns;
+  for (size_t k = 0; k < impls.size(); ++k) {
+    absl::StatusOr<std::unique_ptr<cuda::CudaAttention>> a = cuda::CudaAttention::Create({});
+    if (!a.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(a.status().message()).c_str());
+      return 1;
+    }
+    attns.push_back(std::move(*a));
   }
   cudaStream_t stream;
   CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -338,28 +344,26 @@ int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& 
         np.q = dq.get();
         np.o = o;
         np.scores = static_cast<float*>(nscores->get());
-        runs[k] = [&np, o, &cfg, &stream] {
-          np.o = o;
+        runs[k] = [&np, &cfg, &stream] {
           return cuda::CudaStatus(cuda::LaunchNaiveDecode(np, cfg.dtype, stream), "naive decode");
         };
       } else {
         // Planning and uploads happen once per context version (and a small
         // token-count upload per step), outside the timed launches.
-        runs[k] = [&, o] { return (*attn)->LaunchDecode(view, shape, dq.get(), o, stream); };
+        const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+        cuda::CudaAttention* const attn = attns[k].get();
+        const absl::Status st = attn->PrepareDecode(di, w.ctx, view, shape, stream);
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
+          return 1;
+        }
+        items[k] = static_cast<int>(attn->decode_work()->items.size());
+        runs[k] = [&, attn, o] { return attn->LaunchDecode(view, shape, dq.get(), o, stream); };
       }
     }
     std::vector<std::vector<double>> us(ni);
     for (int i = 0; i < warmup + repeat; ++i) {
       for (size_t k = 0; k < ni; ++k) {
-        if (impls[k] != "naive") {  // re-plan outside the timed region when impls alternate
-          const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
-          const absl::Status st = (*attn)->PrepareDecode(di, w.ctx, view, shape, stream);
-          if (!st.ok()) {
-            std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
-            return 1;
-          }
-          items[k] = static_cast<int>((*attn)->decode_work()->items.size());
-        }
         CUDA_OR_DIE(cudaMemsetAsync(outs[k]->get(), 0xff, q_bits.size() * 2, stream));
         CUDA_OR_DIE(cudaMemsetAsync(flush.get(), i & 0xff, flush_bytes, stream));
         CUDA_OR_DIE(cudaEventRecord(t0, stream));
