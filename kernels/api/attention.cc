@@ -74,4 +74,15 @@ absl::Status ValidatePrefillBatch(const PrefillBatch& batch, int chunk_size, int
   return absl::OkStatus();
 }
 
+absl::Status ValidateSlots(const KvPoolView& kv, absl::Span<const int64_t> slots) {
+  const int64_t num_slots = kv.num_chunks * kv.chunk_size;
+  for (int64_t slot : slots) {
+    if (slot < 0 || slot >= num_slots) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("KV slot %d outside the pool's %d slots", slot, num_slots));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace chunkattn

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kernels/api/dtype.h"
 
 namespace chunkattn {
@@ -67,6 +68,10 @@ struct PrefillBatch {
 // chunks (ids below `num_pool_chunks`) to hold prefix_len + new tokens.
 absl::Status ValidatePrefillBatch(const PrefillBatch& batch, int chunk_size,
                                   int64_t num_pool_chunks);
+
+// INVALID_ARGUMENT unless every flat slot (chunk * chunk_size + position) is
+// inside the pool `kv` (for KV appends).
+absl::Status ValidateSlots(const KvPoolView& kv, absl::Span<const int64_t> slots);
 
 }  // namespace chunkattn
 

@@ -18,6 +18,18 @@ std::vector<int32_t> SequenceChunks(const ChunkContext& ctx, int s) {
   return path;
 }
 
+absl::Status ValidateKvCopies(absl::Span<const KvCopy> copies, int64_t num_pool_chunks, int chunk_size) {
+  for (const KvCopy& c : copies) {
+    if (c.src_chunk < 0 || c.src_chunk >= num_pool_chunks || c.dst_chunk < 0 || c.dst_chunk >= num_pool_chunks ||
+        c.num_tokens < 0 || c.num_tokens > chunk_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "KV copy %d -> %d of %d tokens is outside the pool (%d chunks of %d tokens)", c.src_chunk, c.dst_chunk,
+          c.num_tokens, num_pool_chunks, chunk_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateChunkContext(const ChunkContext& ctx, int64_t num_pool_chunks) {
   const int c = ctx.chunk_size;
   if (!IsValidChunkSize(c)) {

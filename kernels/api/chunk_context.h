@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace chunkattn {
 
@@ -37,6 +38,10 @@ struct KvCopy {
            a.num_tokens == b.num_tokens;
   }
 };
+
+// INVALID_ARGUMENT unless every copy's chunks are inside a pool of
+// `num_pool_chunks` chunks and its token count in [0, chunk_size].
+absl::Status ValidateKvCopies(absl::Span<const KvCopy> copies, int64_t num_pool_chunks, int chunk_size);
 
 struct ChunkContext {
   int32_t chunk_size = 0;  // tokens per chunk (c)

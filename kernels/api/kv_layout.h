@@ -23,6 +23,13 @@ CHUNKATTN_HOST_DEVICE constexpr bool IsValidChunkSize(int c) {
   return c >= kMinChunkSize && c <= kMaxChunkSize && (c & (c - 1)) == 0;
 }
 
+// log2(c) for a valid chunk size: positions split into (chunk, slot) by shifts.
+CHUNKATTN_HOST_DEVICE constexpr int Log2ChunkSize(int c) {
+  int l = 0;
+  while ((1 << l) < c) ++l;
+  return l;
+}
+
 // Shape of one worker's KV pool. Per layer, K and V are each laid out as
 // (num_chunks, num_kv_heads, chunk_size, head_dim); a chunk id indexes the
 // first axis of every layer's K and V.

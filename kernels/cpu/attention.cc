@@ -321,12 +321,7 @@ absl::Status ValidatePool(const KvPoolView& kv) {
 absl::Status AppendKv(const KvPoolView& kv, const float* k, const float* v, absl::Span<const int64_t> slots) {
   RETURN_IF_ERROR(ValidatePool(kv));
   if (!slots.empty() && (k == nullptr || v == nullptr)) return absl::InvalidArgumentError("append: null k or v");
-  const int64_t num_slots = kv.num_chunks * kv.chunk_size;
-  for (int64_t slot : slots) {
-    if (slot < 0 || slot >= num_slots) {
-      return absl::InvalidArgumentError(absl::StrFormat("append: slot %d outside the pool's %d", slot, num_slots));
-    }
-  }
+  RETURN_IF_ERROR(ValidateSlots(kv, slots));
   const int d = kv.head_dim;
   for (size_t i = 0; i < slots.size(); ++i) {
     const int64_t chunk = slots[i] / kv.chunk_size;
@@ -345,13 +340,7 @@ absl::Status AppendKv(const KvPoolView& kv, const float* k, const float* v, absl
 
 absl::Status CopyKv(const KvPoolView& kv, absl::Span<const KvCopy> copies) {
   RETURN_IF_ERROR(ValidatePool(kv));
-  for (const KvCopy& cp : copies) {
-    if (cp.src_chunk < 0 || cp.src_chunk >= kv.num_chunks || cp.dst_chunk < 0 || cp.dst_chunk >= kv.num_chunks ||
-        cp.num_tokens < 0 || cp.num_tokens > kv.chunk_size) {
-      return absl::InvalidArgumentError(absl::StrFormat("copy %d -> %d of %d tokens is out of range",
-                                                        cp.src_chunk, cp.dst_chunk, cp.num_tokens));
-    }
-  }
+  RETURN_IF_ERROR(ValidateKvCopies(copies, kv.num_chunks, kv.chunk_size));
   const int64_t bytes = DTypeBytes(kv.dtype);
   const int64_t head = int64_t{kv.chunk_size} * kv.head_dim * bytes;
   for (const KvCopy& cp : copies) {

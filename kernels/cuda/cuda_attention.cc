@@ -20,12 +20,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-int Log2(int c) {
-  int l = 0;
-  while ((1 << l) < c) ++l;
-  return l;
-}
-
 // The attention launch's arguments that do not depend on the work.
 AttendParams LayerParams(const KvPoolView& kv, const AttentionShape& shape, const void* q, void* o) {
   AttendParams p;
@@ -33,7 +27,7 @@ AttendParams LayerParams(const KvPoolView& kv, const AttentionShape& shape, cons
   p.v = kv.v;
   p.num_kv_heads = kv.num_kv_heads;
   p.chunk_size = kv.chunk_size;
-  p.log2_chunk = Log2(kv.chunk_size);
+  p.log2_chunk = Log2ChunkSize(kv.chunk_size);
   p.num_heads = shape.num_heads;
   p.group = shape.group_size();
   p.scale_log2 = shape.EffectiveScale() * kLog2e;
@@ -185,10 +179,7 @@ absl::Status CudaAttention::PrepareDecode(DecodeImpl impl, const ChunkContext& c
   }
   ASSIGN_OR_RETURN(const int concurrent, ConcurrentItems(kv.dtype, kv.head_dim));
   const DecodeKey key{impl, shape.num_heads, shape.num_kv_heads, shape.head_dim, kv.dtype, kv.num_chunks, concurrent};
-  const bool same_key = decode_ && decode_key_.impl == key.impl && decode_key_.num_heads == key.num_heads &&
-                        decode_key_.num_kv_heads == key.num_kv_heads && decode_key_.head_dim == key.head_dim &&
-                        decode_key_.dtype == key.dtype && decode_key_.num_chunks == key.num_chunks &&
-                        decode_key_.concurrent == key.concurrent;
+  const bool same_key = decode_ && decode_key_ == key;
   std::vector<Piece> pieces;
   std::optional<DecodeWork> planned;
   int32_t counts[2] = {0, 0};
@@ -277,11 +268,11 @@ absl::Status CudaAttention::Prefill(const PrefillBatch& batch, const KvPoolView&
   }
   ASSIGN_OR_RETURN(const int concurrent, ConcurrentItems(kv.dtype, kv.head_dim));
   ASSIGN_OR_RETURN(const PrefillWork work, PlanPrefillWork(batch, kv.chunk_size, kv.num_chunks, shape));
+  const int32_t count = static_cast<int32_t>(work.items.size());
+  if (count == 0) return absl::OkStatus();  // an empty batch
   RETURN_IF_ERROR(Reserve(&d_pf_items_, Bytes(work.items)));
   RETURN_IF_ERROR(Reserve(&d_pf_chunk_, Bytes(work.table_chunk)));
   RETURN_IF_ERROR(Reserve(&d_pf_tokens_, Bytes(work.table_tokens)));
-  const int32_t count = static_cast<int32_t>(work.items.size());
-  if (count == 0) return absl::OkStatus();  // an empty batch
   int32_t* const d_count = static_cast<int32_t*>(d_counts_.get()) + 2;
   const Piece pieces[] = {{work.items.data(), Bytes(work.items), d_pf_items_.get()},
                           {work.table_chunk.data(), Bytes(work.table_chunk), d_pf_chunk_.get()},
@@ -305,12 +296,7 @@ absl::Status CudaAttention::AppendKv(const KvPoolView& kv, const void* k, const 
   if (k == nullptr || v == nullptr || !Aligned16(k) || !Aligned16(v)) {
     return absl::InvalidArgumentError("append: k and v must be non-null and 16-byte aligned");
   }
-  const int64_t num_slots = kv.num_chunks * kv.chunk_size;
-  for (int64_t slot : slots) {
-    if (slot < 0 || slot >= num_slots) {
-      return absl::InvalidArgumentError(absl::StrFormat("append: slot %d outside the pool's %d", slot, num_slots));
-    }
-  }
+  RETURN_IF_ERROR(ValidateSlots(kv, slots));
   if (slots.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError("append: too many tokens");
   }
@@ -334,13 +320,7 @@ absl::Status CudaAttention::AppendKv(const KvPoolView& kv, const void* k, const 
 absl::Status CudaAttention::CopyKv(const KvPoolView& kv, absl::Span<const KvCopy> copies, cudaStream_t stream) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   RETURN_IF_ERROR(CheckPool(kv, {kv.num_kv_heads, kv.num_kv_heads, kv.head_dim, 0}));
-  for (const KvCopy& cp : copies) {
-    if (cp.src_chunk < 0 || cp.src_chunk >= kv.num_chunks || cp.dst_chunk < 0 || cp.dst_chunk >= kv.num_chunks ||
-        cp.num_tokens < 0 || cp.num_tokens > kv.chunk_size) {
-      return absl::InvalidArgumentError(absl::StrFormat("copy %d -> %d of %d tokens is out of range",
-                                                        cp.src_chunk, cp.dst_chunk, cp.num_tokens));
-    }
-  }
+  RETURN_IF_ERROR(ValidateKvCopies(copies, kv.num_chunks, kv.chunk_size));
   const size_t row = static_cast<size_t>(kv.head_dim) * DTypeBytes(kv.dtype);
   const size_t head = row * kv.chunk_size;
   for (const KvCopy& cp : copies) {

@@ -137,6 +137,11 @@ class CudaAttention {
     DType dtype;
     int64_t num_chunks;
     int concurrent;
+
+    bool operator==(const DecodeKey& o) const {
+      return impl == o.impl && num_heads == o.num_heads && num_kv_heads == o.num_kv_heads &&
+             head_dim == o.head_dim && dtype == o.dtype && num_chunks == o.num_chunks && concurrent == o.concurrent;
+    }
   };
   DecodeKey decode_key_{};
   std::vector<int32_t> tokens_;

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "kernels/api/status_macros.h"
 
 namespace chunkattn {
 
@@ -46,14 +47,7 @@ KvPoolView KvPool::Layer(int layer) const {
 }
 
 absl::Status KvPool::Copy(absl::Span<const KvCopy> copies) {
-  for (const KvCopy& c : copies) {
-    if (c.src_chunk < 0 || c.src_chunk >= num_chunks_ || c.dst_chunk < 0 ||
-        c.dst_chunk >= num_chunks_ || c.num_tokens < 0 || c.num_tokens > shape_.chunk_size) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "KV copy %d -> %d of %d tokens is outside the pool (%d chunks of %d tokens)", c.src_chunk,
-          c.dst_chunk, c.num_tokens, num_chunks_, shape_.chunk_size));
-    }
-  }
+  RETURN_IF_ERROR(ValidateKvCopies(copies, num_chunks_, shape_.chunk_size));
   const int64_t row = int64_t{shape_.head_dim} * DTypeBytes(shape_.dtype);
   const int64_t head = row * shape_.chunk_size;
   const int64_t chunk = head * shape_.num_kv_heads;

@@ -29,12 +29,6 @@ using testing::TestPool;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-int Log2(int c) {
-  int l = 0;
-  while ((1 << l) < c) ++l;
-  return l;
-}
-
 // Outputs of a plan execution, and how often each output and partial state
 // was written (each must be written exactly once).
 struct Executed {
@@ -48,7 +42,7 @@ struct Executed {
 void RunItems(const std::vector<WorkItem>& items, const std::vector<int32_t>& table_chunk,
               const std::vector<int32_t>& tokens, int group, const KvPoolView& kv, const AttentionShape& shape,
               const float* q, Executed* ex) {
-  const int d = shape.head_dim, H = shape.num_heads, c = kv.chunk_size;
+  const int d = shape.head_dim, H = shape.num_heads, c = kv.chunk_size, log2c = Log2ChunkSize(c);
   const double scale = shape.EffectiveScale();
   for (const WorkItem& w : items) {
     ASSERT_GE(w.num_chunks, 1);
@@ -62,8 +56,8 @@ void RunItems(const std::vector<WorkItem>& items, const std::vector<int32_t>& ta
       std::vector<double> o(d, 0.0);
       double m = -INFINITY, n = 0;
       for (int32_t p = 0; p < end; ++p) {
-        if (!KeyAt(p, Log2(c), w.num_chunks, tokens.data() + w.list) || p > ref.pos) continue;
-        const int64_t chunk = table_chunk[w.list + (p >> Log2(c))];
+        if (!KeyAt(p, log2c, w.num_chunks, tokens.data() + w.list) || p > ref.pos) continue;
+        const int64_t chunk = table_chunk[w.list + (p >> log2c)];
         const int64_t base = ((chunk * kv.num_kv_heads + w.kv_head) * c + (p & (c - 1))) * d;
         double dot = 0;
         for (int x = 0; x < d; ++x) dot += double{q[ref.qo + x]} * LoadAs(kv.dtype, kv.k, base + x);
