@@ -261,30 +261,53 @@ absl::Status CudaAttention::LaunchDecode(const KvPoolView& kv, const AttentionSh
 
 absl::Status CudaAttention::Prefill(const PrefillBatch& batch, const KvPoolView& kv, const AttentionShape& shape,
                                     const void* q, void* o, cudaStream_t stream) {
+  RETURN_IF_ERROR(PreparePrefill(batch, kv, shape, stream));
+  return LaunchPrefill(kv, shape, q, o, stream);
+}
+
+absl::Status CudaAttention::PreparePrefill(const PrefillBatch& batch, const KvPoolView& kv,
+                                           const AttentionShape& shape, cudaStream_t stream) {
+  prefill_ready_ = false;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   RETURN_IF_ERROR(CheckPool(kv, shape));
-  if (q == nullptr || o == nullptr || !Aligned16(q) || !Aligned16(o)) {
-    return absl::InvalidArgumentError("prefill: q and o must be non-null and 16-byte aligned");
-  }
   ASSIGN_OR_RETURN(const int concurrent, ConcurrentItems(kv.dtype, kv.head_dim));
   ASSIGN_OR_RETURN(const PrefillWork work, PlanPrefillWork(batch, kv.chunk_size, kv.num_chunks, shape));
   const int32_t count = static_cast<int32_t>(work.items.size());
-  if (count == 0) return absl::OkStatus();  // an empty batch
-  RETURN_IF_ERROR(Reserve(&d_pf_items_, Bytes(work.items)));
-  RETURN_IF_ERROR(Reserve(&d_pf_chunk_, Bytes(work.table_chunk)));
-  RETURN_IF_ERROR(Reserve(&d_pf_tokens_, Bytes(work.table_tokens)));
-  int32_t* const d_count = static_cast<int32_t*>(d_counts_.get()) + 2;
-  const Piece pieces[] = {{work.items.data(), Bytes(work.items), d_pf_items_.get()},
-                          {work.table_chunk.data(), Bytes(work.table_chunk), d_pf_chunk_.get()},
-                          {work.table_tokens.data(), Bytes(work.table_tokens), d_pf_tokens_.get()},
-                          {&count, sizeof(count), d_count}};
-  RETURN_IF_ERROR(Upload(pieces, stream));
+  if (count > 0) {
+    RETURN_IF_ERROR(Reserve(&d_pf_items_, Bytes(work.items)));
+    RETURN_IF_ERROR(Reserve(&d_pf_chunk_, Bytes(work.table_chunk)));
+    RETURN_IF_ERROR(Reserve(&d_pf_tokens_, Bytes(work.table_tokens)));
+    int32_t* const d_count = static_cast<int32_t*>(d_counts_.get()) + 2;
+    const Piece pieces[] = {{work.items.data(), Bytes(work.items), d_pf_items_.get()},
+                            {work.table_chunk.data(), Bytes(work.table_chunk), d_pf_chunk_.get()},
+                            {work.table_tokens.data(), Bytes(work.table_tokens), d_pf_tokens_.get()},
+                            {&count, sizeof(count), d_count}};
+    RETURN_IF_ERROR(Upload(pieces, stream));
+  }
+  prefill_key_ = {DecodeImpl::kTpp, shape.num_heads, shape.num_kv_heads, shape.head_dim, kv.dtype, kv.num_chunks, 0};
+  prefill_chunk_size_ = kv.chunk_size;
+  prefill_grid_ = std::min(count, concurrent);  // 0 for an empty batch
+  prefill_ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaAttention::LaunchPrefill(const KvPoolView& kv, const AttentionShape& shape, const void* q, void* o,
+                                          cudaStream_t stream) {
+  const DecodeKey key{DecodeImpl::kTpp, shape.num_heads, shape.num_kv_heads, shape.head_dim, kv.dtype, kv.num_chunks, 0};
+  if (!prefill_ready_ || !(key == prefill_key_) || kv.chunk_size != prefill_chunk_size_) {
+    return absl::FailedPreconditionError("prefill: PreparePrefill was not called for this shape and pool");
+  }
+  if (q == nullptr || o == nullptr || !Aligned16(q) || !Aligned16(o)) {
+    return absl::InvalidArgumentError("prefill: q and o must be non-null and 16-byte aligned");
+  }
+  if (prefill_grid_ == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   AttendParams p = LayerParams(kv, shape, q, o);
   p.items = static_cast<const WorkItem*>(d_pf_items_.get());
-  p.num_items = d_count;
+  p.num_items = static_cast<const int32_t*>(d_counts_.get()) + 2;
   p.table_chunk = static_cast<const int32_t*>(d_pf_chunk_.get());
   p.table_tokens = static_cast<const int32_t*>(d_pf_tokens_.get());
-  CUDA_RETURN_IF_ERROR(LaunchAttend(p, kv.dtype, kv.head_dim, std::min(count, concurrent), stream));
+  CUDA_RETURN_IF_ERROR(LaunchAttend(p, kv.dtype, kv.head_dim, prefill_grid_, stream));
   return absl::OkStatus();
 }
 

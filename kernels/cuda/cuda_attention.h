@@ -94,6 +94,14 @@ class CudaAttention {
   //   q, o: (batch.num_tokens(), num_heads, head_dim)
   absl::Status Prefill(const PrefillBatch& batch, const KvPoolView& kv, const AttentionShape& shape, const void* q,
                        void* o, cudaStream_t stream);
+  // Prefill as two steps, so a model plans and uploads once per step and
+  // launches once per layer (the layers share the batch, shape and pool
+  // geometry; kv may be any layer's view).
+  absl::Status PreparePrefill(const PrefillBatch& batch, const KvPoolView& kv, const AttentionShape& shape,
+                              cudaStream_t stream);
+  // FAILED_PRECONDITION unless PreparePrefill succeeded with this shape and pool.
+  absl::Status LaunchPrefill(const KvPoolView& kv, const AttentionShape& shape, const void* q, void* o,
+                             cudaStream_t stream);
 
   // Writes K/V of new tokens (num_tokens, num_kv_heads, head_dim) of kv.dtype
   // into their slots (chunk * chunk_size + position).
@@ -149,7 +157,12 @@ class CudaAttention {
   DeviceBuffer d_counts_;  // [num_items, num_merge] of decode, then of prefill
   DeviceBuffer d_items_, d_table_chunk_, d_table_tokens_, d_merge_seq_, d_merge_begin_, d_merge_slot_;
   DeviceBuffer d_part_o_, d_part_m_, d_part_n_;
-  // Prefill (not graph-captured): its own plan buffers.
+  // Prefill (not graph-captured): its own plan buffers and the geometry it
+  // was planned for.
+  bool prefill_ready_ = false;
+  DecodeKey prefill_key_{};
+  int prefill_chunk_size_ = 0;
+  int prefill_grid_ = 0;
   DeviceBuffer d_pf_items_, d_pf_chunk_, d_pf_tokens_;
   // AppendKv slots.
   DeviceBuffer d_slots_;

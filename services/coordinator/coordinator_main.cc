@@ -41,7 +41,9 @@ ABSL_FLAG(std::string, model, "", "Hugging Face model folder the workers load (r
 ABSL_FLAG(std::string, load_format, "auto", "auto (safetensors) | dummy (seeded random weights)");
 ABSL_FLAG(uint64_t, dummy_seed, 0, "seed of --load_format dummy weights");
 ABSL_FLAG(int, chunk_size, 64, "tokens per KV chunk: a power of two in [16, 256]");
-ABSL_FLAG(std::string, kv_dtype, "float32", "KV cache dtype: float32 | float16 | bfloat16");
+ABSL_FLAG(std::string, kv_dtype, "auto",
+          "KV cache dtype: auto (float32 on CPU workers, the model's float16/bfloat16 on GPU) | float32 | "
+          "float16 | bfloat16");
 ABSL_FLAG(std::string, decode_impl, "tpp", "decode attention: tpp | seq");
 ABSL_FLAG(int, max_batch_size, 256, "most sequences in one iteration");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input tokens in one iteration (prefill is chunked to fit)");
@@ -100,7 +102,9 @@ int main(int argc, char** argv) {
     return Fail("--chunk_size must be a power of two in [16, 256]");
   }
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  if (!ParseDType(kv_dtype)) return Fail("--kv_dtype must be float32, float16 or bfloat16");
+  if (kv_dtype != "auto" && !ParseDType(kv_dtype)) {
+    return Fail("--kv_dtype must be auto, float32, float16 or bfloat16");
+  }
   const std::string impl = absl::GetFlag(FLAGS_decode_impl);
   if (impl != "tpp" && impl != "seq") return Fail("--decode_impl must be tpp or seq");
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
@@ -147,6 +151,8 @@ int main(int argc, char** argv) {
   join.set_chunk_size(chunk);
   join.set_kv_dtype(kv_dtype);
   join.set_decode_impl(impl);
+  join.set_max_step_tokens(options.scheduler.max_tokens_per_step);
+  join.set_max_batch_size(options.scheduler.max_batch_size);
   join.set_collective_timeout_ms(static_cast<uint32_t>(absl::GetFlag(FLAGS_collective_timeout_s)) * 1000);
 
   metrics::Registry registry;

@@ -413,6 +413,7 @@ void Engine::UpdateGauges() {
   snapshot_.chunk_bytes_total = pool_->chunk_bytes_total();
   snapshot_.dtype = pool_->dtype();
   snapshot_.device = pool_->device();
+  snapshot_.kv_dtype = pool_->kv_dtype();
   snapshot_.cache = cs;
   snapshot_.scheduler = ss;
   // Counters hold integers well below 2^53: exact as doubles.

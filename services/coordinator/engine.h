@@ -89,6 +89,7 @@ class Engine {
     int64_t chunk_bytes_total = 0;
     std::string dtype;
     std::string device;
+    std::string kv_dtype;  // as the workers resolved it
     CacheStats cache;
     SchedulerStats scheduler;
     int64_t prompt_tokens_total = 0;

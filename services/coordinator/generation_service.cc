@@ -291,7 +291,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info->set_model(info_.model);
   info->set_architecture(config_->architecture);
   info->set_dtype(snap.dtype);
-  info->set_kv_dtype(info_.kv_dtype);
+  info->set_kv_dtype(snap.kv_dtype.empty() ? info_.kv_dtype : snap.kv_dtype);
   info->set_chunk_size(static_cast<uint32_t>(info_.chunk_size));
   info->set_max_context(static_cast<uint32_t>(config_->max_context));
   info->set_tensor_parallel_size(static_cast<uint32_t>(info_.tensor_parallel_size));

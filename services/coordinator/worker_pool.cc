@@ -114,6 +114,7 @@ absl::Status WorkerPool::Connect() {
   chunk_bytes_total_ = bytes;
   dtype_ = responses[0].dtype();
   device_ = responses[0].device();
+  kv_dtype_ = responses[0].kv_dtype();
   for (auto& rank : ranks_) {
     rank->context = std::make_unique<grpc::ClientContext>();
     rank->stream = rank->stub->Execute(rank->context.get());

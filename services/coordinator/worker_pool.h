@@ -60,6 +60,7 @@ class WorkerPool {
   int64_t chunk_bytes_total() const { return chunk_bytes_total_; }  // one chunk over all ranks
   const std::string& dtype() const { return dtype_; }
   const std::string& device() const { return device_; }
+  const std::string& kv_dtype() const { return kv_dtype_; }
 
  private:
   struct Rank;
@@ -73,6 +74,7 @@ class WorkerPool {
   int64_t chunk_bytes_total_ = 0;
   std::string dtype_;
   std::string device_;
+  std::string kv_dtype_;
 };
 
 }  // namespace chunkattn

@@ -5,10 +5,13 @@
 // context it filters.
 #include "services/scheduler/scheduler.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/api/status_macros.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
@@ -31,11 +34,53 @@ ModelConfig TinyConfig() {
   return c;
 }
 
+// The CPU model posing as one that picks greedy tokens on its device (as
+// the CUDA model does): PlanExecutor's other path, with picks made here from
+// the host logits (argmax, ties to the lowest id; log-softmax).
+class DeviceGreedyModel final : public Model {
+ public:
+  explicit DeviceGreedyModel(std::unique_ptr<LlamaModel> inner) : inner_(std::move(inner)) {}
+
+  const ModelConfig& config() const override { return inner_->config(); }
+  const ModelOptions& options() const override { return inner_->options(); }
+  std::string device() const override { return "test"; }
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override {
+    ++host_calls;
+    return inner_->Forward(batch, logits);
+  }
+  bool has_device_greedy() const override { return true; }
+  absl::Status ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
+                             std::vector<float>& logprobs) override {
+    ++greedy_calls;
+    std::vector<float> logits;
+    RETURN_IF_ERROR(inner_->Forward(batch, logits));
+    const int vocab = config().vocab_size;
+    tokens.clear();
+    logprobs.clear();
+    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
+      const float* row = logits.data() + r * vocab;
+      const int32_t best = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      double sum = 0;
+      for (int i = 0; i < vocab; ++i) sum += std::exp(double{row[i]} - row[best]);
+      tokens.push_back(best);
+      logprobs.push_back(static_cast<float>(-std::log(sum)));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return inner_->CopyKv(copies); }
+
+  int host_calls = 0;
+  int greedy_calls = 0;
+
+ private:
+  std::unique_ptr<LlamaModel> inner_;
+};
+
 // A scheduler wired to an in-process model: the coordinator's loop without
 // the network.
 class Harness {
  public:
-  Harness(int32_t num_chunks, int32_t budget, bool sharing) {
+  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_greedy = false) {
     config_ = TinyConfig();
     auto weights = DummyWeights(config_, {0, 1}, 7);
     EXPECT_TRUE(weights.ok()) << weights.status();
@@ -44,7 +89,13 @@ class Harness {
     mo.num_kv_chunks = num_chunks;
     auto model = LlamaModel::Create(config_, std::move(*weights), mo, nullptr, nullptr);
     EXPECT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
+    if (device_greedy) {
+      auto wrapped = std::make_unique<DeviceGreedyModel>(std::move(*model));
+      greedy_model_ = wrapped.get();
+      model_ = std::move(wrapped);
+    } else {
+      model_ = std::move(*model);
+    }
     executor_ = std::make_unique<PlanExecutor>(model_.get(), true);
     SchedulerOptions so;
     so.chunk_size = 16;
@@ -95,10 +146,11 @@ class Harness {
   std::map<RequestId, int32_t> cached_;
   int steps_ = 0;
   int contexts_sent_ = 0;
+  DeviceGreedyModel* greedy_model_ = nullptr;
 
  private:
   ModelConfig config_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<PlanExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
 };
@@ -134,9 +186,9 @@ Workload MakeWorkload(uint64_t seed, int requests, int max_new) {
 }
 
 void ExpectSameAsAlone(int32_t chunks, int32_t budget, bool sharing, uint64_t seed, bool expect_preemption,
-                       int max_new = 24) {
+                       int max_new = 24, bool device_greedy = false) {
   Workload w = MakeWorkload(seed, 14, max_new);
-  Harness h(chunks, budget, sharing);
+  Harness h(chunks, budget, sharing, device_greedy);
   auto together = h.Run(w.arrivals);
   for (const auto& [id, spec] : w.all) {
     Harness alone(256, 2048, false);
@@ -170,6 +222,26 @@ TEST(SchedulerTest, PreemptionUnderMemoryPressureMatchesAloneRuns) {
 }
 
 TEST(SchedulerTest, NoSharingBaselineMatchesAloneRuns) { ExpectSameAsAlone(256, 2048, false, 4, false); }
+
+// All-greedy steps take the device-greedy path (the GPU's), and give the
+// tokens the host Sampler gives alone runs.
+TEST(SchedulerTest, DeviceGreedyPathMatchesSamplerPath) {
+  ExpectSameAsAlone(256, 24, true, 5, false, 24, /*device_greedy=*/true);
+  Harness h(256, 2048, true, /*device_greedy=*/true);
+  Workload w = MakeWorkload(6, 6, 8);
+  h.Run(w.arrivals);
+  EXPECT_GT(h.greedy_model_->greedy_calls, 0);
+  EXPECT_EQ(h.greedy_model_->host_calls, 0);
+  // One request sampling at temperature 1 sends its steps through the host
+  // Sampler.
+  Harness mixed(256, 2048, true, /*device_greedy=*/true);
+  RequestSpec hot = w.all[0].second;
+  hot.sampling.temperature = 1;
+  hot.sampling.seed = 3;
+  hot.max_new_tokens = 4;
+  mixed.Run({{0, {{100, hot}}}});
+  EXPECT_GT(mixed.greedy_model_->host_calls, 0);
+}
 
 TEST(SchedulerTest, InBatchSharingComputesTheCommonPrefixOnce) {
   Harness h(256, 2048, true);

@@ -69,9 +69,9 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
       paths[i].push_back(next_chunk++);
     }
   }
-  if (needed > model_->kv_pool().num_chunks()) {
+  if (needed > model_->options().num_kv_chunks) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "the batch needs %d KV chunks, the pool has %d", needed, model_->kv_pool().num_chunks()));
+        "the batch needs %d KV chunks, the pool has %d", needed, model_->options().num_kv_chunks));
   }
 
   std::vector<GenerationResult> results(n);

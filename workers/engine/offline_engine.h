@@ -1,4 +1,4 @@
-// Runs a fixed batch of generation requests on one LlamaModel: the offline
+// Runs a fixed batch of generation requests on one Model (CPU or GPU): the offline
 // path behind chunkattn-generate and the multi-process tensor-parallel check.
 // (The served path, with requests joining and leaving at every step, is the
 // coordinator's.)
@@ -56,7 +56,7 @@ class OfflineEngine {
  public:
   // `share_prefixes` false gives every sequence its own chunks (the
   // baseline that sharing is measured against).
-  explicit OfflineEngine(LlamaModel* model, bool share_prefixes = true)
+  explicit OfflineEngine(Model* model, bool share_prefixes = true)
       : model_(model), share_prefixes_(share_prefixes) {}
 
   // Called after each step with its logits: (rows, vocab), one row per
@@ -72,7 +72,7 @@ class OfflineEngine {
       const LogitsObserver& observer = nullptr);
 
  private:
-  LlamaModel* model_;
+  Model* model_;
   bool share_prefixes_;
   Sampler sampler_;
 };

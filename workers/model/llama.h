@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,35 +30,14 @@
 #include "kernels/cpu/thread_pool.h"
 #include "workers/model/config.h"
 #include "workers/model/kv_pool.h"
+#include "workers/model/model.h"
 #include "workers/model/weights.h"
 
 namespace chunkattn {
 
 class Communicator;
 
-struct ModelOptions {
-  int chunk_size = 64;             // tokens per KV chunk
-  int64_t num_kv_chunks = 0;       // KV pool capacity, chunks
-  DType kv_dtype = DType::kFloat32;
-  cpu::DecodeImpl decode_impl = cpu::DecodeImpl::kTpp;
-};
-
-// One iteration's work. Rows of the step, in order: the prefill tokens,
-// sequence by sequence as in `prefill`, then one decode token per sequence of
-// `decode` in context order.
-struct ForwardBatch {
-  std::vector<int32_t> tokens;  // (num_rows) input token ids
-  // Prefill pieces: sequence s feeds tokens at positions prefix_len[s] ...;
-  // its chunk list must hold room for them. May be empty.
-  PrefillBatch prefill;
-  // Decode: sequence s feeds one token at position seq_len[s] - 1 (seq_len
-  // counts it). Null when the step has no decode tokens.
-  const ChunkContext* decode = nullptr;
-  std::vector<KvCopy> copies;        // applied before any KV write
-  std::vector<int32_t> logits_rows;  // rows whose next-token logits are wanted
-};
-
-class LlamaModel {
+class LlamaModel final : public Model {
  public:
   // `comm` (null for a single rank) and `pool` (null for single-threaded
   // attention) are borrowed and must outlive the model; comm's world size
@@ -68,9 +48,10 @@ class LlamaModel {
                                                             Communicator* comm,
                                                             cpu::ThreadPool* pool);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
+  const ModelOptions& options() const override { return options_; }
+  std::string device() const override { return "cpu"; }
   const ShardLayout& layout() const { return weights_.layout; }
-  const ModelOptions& options() const { return options_; }
   KvPool& kv_pool() { return *kv_; }
 
   // Runs one step and writes (batch.logits_rows.size(), vocab) fp32 logits.
@@ -78,14 +59,13 @@ class LlamaModel {
   // position past the context, chunk outside the pool, inconsistent sizes),
   // checked before anything is written; the KV of the step's tokens is in the
   // pool afterwards.
-  absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits);
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return kv_->Copy(copies); }
 
  private:
   LlamaModel(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,
              Communicator* comm, cpu::ThreadPool* pool);
 
-  // Positions and KV slots of every row; validates the batch.
-  absl::Status PlanStep(const ForwardBatch& batch);
   absl::Status AllReduce(std::vector<float>& x);
 
   ModelConfig config_;
@@ -96,13 +76,9 @@ class LlamaModel {
   cpu::CpuAttention attention_;
   std::vector<float> inv_freq_;  // (head_dim / 2) rotary frequencies after scaling
 
-  // The decode plan of the last context version seen.
-  bool have_plan_ = false;
-  cpu::DecodePlan plan_;
+  StepRows step_;
 
   // Per-step scratch, reused.
-  std::vector<int32_t> positions_;
-  std::vector<int64_t> slots_;
   std::vector<float> cos_, sin_;  // (rows, head_dim / 2)
   std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, out_, gate_up_, act_, rows_;
 };

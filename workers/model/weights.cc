@@ -1,9 +1,11 @@
 #include "workers/model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -84,13 +86,29 @@ class DummySource : public TensorSource {
     const double half_width = std::sqrt(3.0) * std;
     uint64_t h = SplitMix64(seed_);
     for (unsigned char ch : name) h = SplitMix64(h ^ ch);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const uint64_t bits = SplitMix64(h + static_cast<uint64_t>((r0 + r) * width + c0 + c));
-        const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;  // [0, 1)
-        out[r * cols + c] = static_cast<float>((2 * u - 1) * half_width);
+    auto fill_rows = [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint64_t bits = SplitMix64(h + static_cast<uint64_t>((r0 + r) * width + c0 + c));
+          const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;  // [0, 1)
+          out[r * cols + c] = static_cast<float>((2 * u - 1) * half_width);
+        }
       }
+    };
+    // A 7B model is 6.7e9 draws: spread large tensors over the cores (each
+    // element depends only on its index, so the split changes nothing).
+    const int64_t threads =
+        rows * cols < (int64_t{1} << 22) ? 1 : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 32);
+    if (threads == 1) {
+      fill_rows(0, rows);
+      return absl::OkStatus();
     }
+    std::vector<std::thread> pool;
+    const int64_t per = (rows + threads - 1) / threads;
+    for (int64_t t = 0; t < threads; ++t) {
+      pool.emplace_back(fill_rows, std::min(rows, t * per), std::min(rows, (t + 1) * per));
+    }
+    for (auto& t : pool) t.join();
     return absl::OkStatus();
   }
 

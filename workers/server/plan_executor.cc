@@ -125,24 +125,31 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
     if (!batch.logits_rows.empty() || plan.samples_size() > 0) {
       return absl::InvalidArgumentError("a plan without rows asks for logits");
     }
-    RETURN_IF_ERROR(model_->kv_pool().Copy(batch.copies));
+    RETURN_IF_ERROR(model_->CopyKv(batch.copies));
   } else {
-    RETURN_IF_ERROR(model_->Forward(batch, logits_));
+    // Ranks that do not sample take the cheap path: no logits to the host.
+    bool greedy = true;
+    if (samples_) {
+      ASSIGN_OR_RETURN(greedy, LookupSamplers(plan));
+    }
+    if (greedy && model_->has_device_greedy()) {
+      RETURN_IF_ERROR(model_->ForwardGreedy(batch, greedy_tokens_, greedy_logprobs_));
+      if (samples_) RETURN_IF_ERROR(TakeGreedy(plan, result));
+    } else {
+      RETURN_IF_ERROR(model_->Forward(batch, logits_));
+      if (samples_) RETURN_IF_ERROR(Sample(plan, result));
+    }
   }
-  if (samples_) RETURN_IF_ERROR(Sample(plan, result));
   for (int64_t key : plan.sampler_ends()) samplers_.erase(key);
   result->set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }
 
-absl::Status PlanExecutor::Sample(const StepPlan& plan, StepResult* result) {
-  const int vocab = model_->config().vocab_size;
+absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
   const int rows = plan.logits_rows_size();
   const int n = plan.samples_size();
-  if (n == 0) return absl::OkStatus();
-  sample_logits_.resize(static_cast<size_t>(n) * vocab);
-  std::vector<SampleInput> inputs(n);
-  std::vector<SamplerState*> states(n);
+  sample_states_.resize(n);
+  bool greedy = true;
   for (int k = 0; k < n; ++k) {
     const auto& row = plan.samples(k);
     if (row.row() < 0 || row.row() >= rows) {
@@ -153,11 +160,40 @@ absl::Status PlanExecutor::Sample(const StepPlan& plan, StepResult* result) {
     if (it == samplers_.end()) {
       return absl::InvalidArgumentError(absl::StrFormat("sample %d: unknown sampler key %d", k, row.key()));
     }
-    states[k] = &it->second;
+    const SamplingParams& p = it->second.params;
+    greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f;
+    sample_states_[k] = &it->second;
+  }
+  return greedy;
+}
+
+absl::Status PlanExecutor::TakeGreedy(const StepPlan& plan, StepResult* result) {
+  for (int k = 0; k < plan.samples_size(); ++k) {
+    const int row = plan.samples(k).row();
+    const int32_t token = greedy_tokens_[row];
+    if (token < 0) {
+      // What Sampler says of the same row on the host.
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logits row %d has a +inf logit or no finite logit", row));
+    }
+    result->add_tokens(token);
+    result->add_logprobs(greedy_logprobs_[row]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::Sample(const StepPlan& plan, StepResult* result) {
+  const int vocab = model_->config().vocab_size;
+  const int n = plan.samples_size();
+  if (n == 0) return absl::OkStatus();
+  sample_logits_.resize(static_cast<size_t>(n) * vocab);
+  std::vector<SampleInput> inputs(n);
+  for (int k = 0; k < n; ++k) {
+    const auto& row = plan.samples(k);
     std::copy_n(logits_.begin() + static_cast<ptrdiff_t>(row.row()) * vocab, vocab,
                 sample_logits_.begin() + static_cast<ptrdiff_t>(k) * vocab);
-    inputs[k].params = &it->second.params;
-    inputs[k].history = it->second.history;
+    inputs[k].params = &sample_states_[k]->params;
+    inputs[k].history = sample_states_[k]->history;
     inputs[k].step = row.step();
   }
   std::vector<SampleResult> out(n);
@@ -165,7 +201,9 @@ absl::Status PlanExecutor::Sample(const StepPlan& plan, StepResult* result) {
   for (int k = 0; k < n; ++k) {
     result->add_tokens(out[k].token);
     result->add_logprobs(out[k].logprob);
-    if (states[k]->params.repetition_penalty != 1.0f) states[k]->history.push_back(out[k].token);
+    if (sample_states_[k]->params.repetition_penalty != 1.0f) {
+      sample_states_[k]->history.push_back(out[k].token);
+    }
   }
   return absl::OkStatus();
 }

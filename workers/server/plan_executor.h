@@ -3,7 +3,9 @@
 // context between versions (a plan carries the (C, i, j) context only when it
 // changed, and the new lengths every step), and on rank 0 samples the rows
 // the plan names, keeping each sample stream's token history for the
-// repetition penalty.
+// repetition penalty. When every sample of a step is greedy without a
+// penalty and the model can pick on its device (GPU), only the picks come
+// back to the host; otherwise the logits rows go through the CPU Sampler.
 //
 // Every plan comes from the network, so every field is checked before the
 // model runs (INVALID_ARGUMENT): the model validates the batch, and this
@@ -18,9 +20,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "chunkattn/internal/v1/worker.pb.h"
 #include "kernels/api/chunk_context.h"
-#include "workers/model/llama.h"
+#include "workers/model/model.h"
 #include "workers/sampler/sampler.h"
 
 namespace chunkattn {
@@ -29,7 +32,7 @@ class PlanExecutor {
  public:
   // `model` is borrowed. Only the rank that samples (rank 0) keeps sampler
   // state and returns tokens.
-  PlanExecutor(LlamaModel* model, bool samples) : model_(model), samples_(samples) {}
+  PlanExecutor(Model* model, bool samples) : model_(model), samples_(samples) {}
 
   // Runs one step. On error the executor's state may be behind the
   // coordinator's: the session must be restarted.
@@ -43,9 +46,12 @@ class PlanExecutor {
 
   absl::Status SetContext(const internal::v1::DecodeContext& dc);
   absl::Status UpdateLengths(const internal::v1::StepPlan& plan);
+  // The samplers of the plan's samples, checked; whether all are greedy.
+  absl::StatusOr<bool> LookupSamplers(const internal::v1::StepPlan& plan);
   absl::Status Sample(const internal::v1::StepPlan& plan, internal::v1::StepResult* result);
+  absl::Status TakeGreedy(const internal::v1::StepPlan& plan, internal::v1::StepResult* result);
 
-  LlamaModel* model_;
+  Model* model_;
   bool samples_;
   bool have_context_ = false;
   ChunkContext ctx_;
@@ -55,7 +61,10 @@ class PlanExecutor {
   std::vector<int32_t> tail_entry_;
   absl::flat_hash_map<int64_t, SamplerState> samplers_;
   Sampler sampler_;
+  std::vector<SamplerState*> sample_states_;  // per plan sample
   std::vector<float> logits_;
+  std::vector<int32_t> greedy_tokens_;
+  std::vector<float> greedy_logprobs_;
   std::vector<float> sample_logits_;
 };
 

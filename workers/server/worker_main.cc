@@ -15,13 +15,21 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "workers/common/address.h"
+#include "workers/common/device.h"
+#if CHUNKATTN_WITH_CUDA
+#include "kernels/cuda/device.h"
+#endif
 #include "workers/common/flags.h"
 #include "workers/server/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50061", "host:port of the worker's gRPC server");
-ABSL_FLAG(std::string, device, "cpu", "cpu (cuda arrives with the GPU executor)");
-ABSL_FLAG(int, threads, 0, "attention threads; 0 = the CPUs this process may use (affinity, cgroup CPU limit)");
-ABSL_FLAG(int64_t, kv_cache_mib, 1024, "KV pool budget of this rank, MiB");
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda | cuda:N (builds with CUDA)");
+ABSL_FLAG(int, threads, 0, "CPU attention threads; 0 = the CPUs this process may use (affinity, cgroup CPU limit)");
+ABSL_FLAG(int64_t, kv_cache_mib, 0,
+          "KV pool budget of this rank, MiB; 0 = 1024 on CPU, on GPU what --gpu_memory_fraction leaves");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "share of the GPU's memory this worker may use (weights, workspace and KV pool), in (0, 1]");
+ABSL_FLAG(bool, cuda_graphs, true, "replay decode steps from CUDA graphs (one per batch-size bucket)");
 ABSL_FLAG(std::string, collective_host, "",
           "address peers reach this rank's collectives at (default: the --listen host, or "
           "127.0.0.1 when that is 0.0.0.0)");
@@ -41,7 +49,7 @@ void OnSignal(int) {
 
 int main(int argc, char** argv) {
   chunkattn::NormalizeFlagDashes(argc, argv);
-  absl::SetProgramUsageMessage("chunkattn compute worker: --listen HOST:PORT --device cpu");
+  absl::SetProgramUsageMessage("chunkattn compute worker: --listen HOST:PORT --device cpu|cuda:N");
   absl::ParseCommandLine(argc, argv);
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<chunkattn::HostPort> address = chunkattn::ParseHostPort("--listen", listen, 0);
@@ -49,20 +57,39 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", std::string(address.status().message()).c_str());
     return 2;
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu") {
-    std::fprintf(stderr, "error: --device %s: this build runs on cpu only\n", device.c_str());
+  absl::StatusOr<chunkattn::DeviceSpec> device = chunkattn::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(device.status().message()).c_str());
     return 2;
   }
+  if (device->cuda) {
+#if CHUNKATTN_WITH_CUDA
+    const int visible = chunkattn::cuda::DeviceCount();
+    if (device->index >= visible) {
+      std::fprintf(stderr, "error: --device %s: %d CUDA devices visible\n", device->ToString().c_str(), visible);
+      return 2;
+    }
+#else
+    std::fprintf(stderr, "error: --device %s: this build has no CUDA\n", device->ToString().c_str());
+    return 2;
+#endif
+  }
   const int64_t mib = absl::GetFlag(FLAGS_kv_cache_mib);
-  if (mib < 1) {
-    std::fprintf(stderr, "error: --kv_cache_mib must be >= 1\n");
+  const double fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  if (mib < 0 || mib > (int64_t{1} << 30)) {
+    std::fprintf(stderr, "error: --kv_cache_mib must be in [0, 2^30]\n");
+    return 2;
+  }
+  if (!(fraction > 0 && fraction <= 1)) {
+    std::fprintf(stderr, "error: --gpu_memory_fraction must be in (0, 1]\n");
     return 2;
   }
   chunkattn::WorkerOptions options;
-  options.device = device;
+  options.device = *device;
   options.threads = absl::GetFlag(FLAGS_threads);
   options.kv_cache_bytes = mib << 20;
+  options.gpu_memory_fraction = fraction;
+  options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.collective_host = absl::GetFlag(FLAGS_collective_host);
   if (options.collective_host.empty()) {
     options.collective_host =
@@ -85,8 +112,10 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  std::fprintf(stderr, "chunkattn-worker listening on %s (device %s, KV budget %lld MiB)\n",
-               listen.c_str(), device.c_str(), static_cast<long long>(mib));
+  std::fprintf(stderr, "chunkattn-worker listening on %s (device %s, KV budget %s)\n", listen.c_str(),
+               device->ToString().c_str(),
+               mib > 0 ? (std::to_string(mib) + " MiB").c_str()
+                       : (device->cuda ? "from --gpu_memory_fraction" : "1024 MiB"));
   g_server->Wait();
   return 0;
 }

@@ -19,6 +19,11 @@
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
+#if CHUNKATTN_WITH_CUDA
+#include "kernels/cuda/device.h"
+#include "workers/collectives/nccl_communicator.h"
+#include "workers/model/cuda_llama.h"
+#endif
 
 namespace chunkattn {
 
@@ -91,10 +96,16 @@ struct WorkerService::Session {
   ModelWeights weights;  // moved into the model at the first Execute
   ModelOptions model_options;
   std::unique_ptr<Communicator> comm;
+#if CHUNKATTN_WITH_CUDA
+  std::unique_ptr<NcclCommunicator> nccl;  // declared before the model: outlives it
+  CudaLlamaModel* cuda_model = nullptr;    // the model, while its KV pool is unallocated
+#endif
   int64_t capacity_chunks = 0;
 
   absl::Mutex mu;  // serializes Execute streams on this session
-  std::unique_ptr<LlamaModel> model ABSL_GUARDED_BY(mu);
+  // On GPU made at Join (the KV capacity depends on what the weights leave);
+  // on CPU at the first plan.
+  std::unique_ptr<Model> model ABSL_GUARDED_BY(mu);
   std::unique_ptr<PlanExecutor> executor ABSL_GUARDED_BY(mu);
   // Set by a newer Join without `mu`: an Execute holds `mu` for its whole
   // stream (possibly blocked in a collective with a dead peer), and Join
@@ -102,7 +113,12 @@ struct WorkerService::Session {
   std::atomic<bool> broken{false};
 };
 
-WorkerService::WorkerService(const WorkerOptions& options) : options_(options), pool_(options.threads) {}
+WorkerService::WorkerService(const WorkerOptions& options)
+    : options_(options), pool_(options.device.cuda ? 1 : options.threads), device_name_(options.device.ToString()) {
+#if CHUNKATTN_WITH_CUDA
+  if (options.device.cuda) device_name_ += " (" + cuda::DeviceDescription(options.device.index) + ")";
+#endif
+}
 
 WorkerService::~WorkerService() = default;
 
@@ -118,8 +134,16 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
     return fail(absl::StrFormat("chunk_size must be a power of two in [16, 256], got %d", c));
   }
   if (req->model().empty()) return fail("model is empty");
-  std::optional<DType> kv_dtype = ParseDType(req->kv_dtype().empty() ? "float32" : req->kv_dtype());
-  if (!kv_dtype) return fail("kv_dtype must be float32, float16 or bfloat16, got " + req->kv_dtype());
+  const bool auto_kv = req->kv_dtype().empty() || req->kv_dtype() == "auto";
+  std::optional<DType> kv_dtype = auto_kv ? DType::kFloat32 : ParseDType(req->kv_dtype());
+  if (!kv_dtype) return fail("kv_dtype must be auto, float32, float16 or bfloat16, got " + req->kv_dtype());
+  if (options_.device.cuda && *kv_dtype == DType::kFloat32 && !auto_kv) {
+    return fail("kv_dtype float32: a GPU worker runs float16 or bfloat16");
+  }
+  if (req->max_step_tokens() < 0 || req->max_step_tokens() > (1 << 20) || req->max_batch_size() < 0) {
+    return fail(absl::StrFormat("max_step_tokens %d / max_batch_size %d out of range", req->max_step_tokens(),
+                                req->max_batch_size()));
+  }
   const std::string impl = req->decode_impl().empty() ? "tpp" : req->decode_impl();
   if (impl != "tpp" && impl != "seq") return fail("decode_impl must be tpp or seq, got " + impl);
   const std::string format = req->load_format().empty() ? "auto" : req->load_format();
@@ -149,6 +173,9 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   absl::StatusOr<ModelConfig> config = LoadModelConfig(req->model());
   if (!config.ok()) return ToGrpcStatus(config.status());
   session->config = *config;
+  if (options_.device.cuda && auto_kv) {
+    kv_dtype = session->config.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+  }
   const ShardSpec shard{req->rank(), req->world_size()};
   absl::StatusOr<ModelWeights> weights = format == "dummy"
                                              ? DummyWeights(session->config, shard, req->dummy_seed())
@@ -166,35 +193,95 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   shape.chunk_size = c;
   shape.dtype = *kv_dtype;
   const int64_t chunk_bytes = shape.ChunkBytes();
-  session->capacity_chunks = std::min<int64_t>(options_.kv_cache_bytes / chunk_bytes, int64_t{1} << 30);
-  if (session->capacity_chunks < 1) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrFormat("the KV budget of %d bytes holds no %d-byte chunk",
-                                        options_.kv_cache_bytes, chunk_bytes));
+  const uint32_t timeout_ms = req->collective_timeout_ms() > 0 ? req->collective_timeout_ms() : 30000;
+  std::shared_ptr<GrpcStore> store;
+  if (req->world_size() > 1) {
+    store = std::make_shared<GrpcStore>(req->rendezvous(), req->session() + "/",
+                                        std::chrono::milliseconds(timeout_ms));
   }
 
-  if (req->world_size() > 1) {
-    GlooOptions g;
-    g.rank = req->rank();
-    g.world_size = req->world_size();
-    g.prefix = "gloo";
-    g.interface_host = options_.collective_host;
-    const uint32_t timeout_ms = req->collective_timeout_ms() > 0 ? req->collective_timeout_ms() : 30000;
-    g.timeout = absl::Milliseconds(timeout_ms);
-    auto store = std::make_shared<GrpcStore>(req->rendezvous(), req->session() + "/",
-                                             std::chrono::milliseconds(timeout_ms));
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = ConnectGloo(g, store);
-    if (!comm.ok()) return ToGrpcStatus(comm.status());
-    session->comm = std::move(*comm);
+  if (options_.device.cuda) {
+#if CHUNKATTN_WITH_CUDA
+    if (grpc::Status s = JoinCuda(*req, session.get(), store, timeout_ms, chunk_bytes); !s.ok()) return s;
+#else
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this worker was built without CUDA");
+#endif
+  } else {
+    const int64_t budget = options_.kv_cache_bytes > 0 ? options_.kv_cache_bytes : int64_t{1} << 30;
+    session->capacity_chunks = std::min<int64_t>(budget / chunk_bytes, int64_t{1} << 30);
+    if (req->world_size() > 1) {
+      GlooOptions g;
+      g.rank = req->rank();
+      g.world_size = req->world_size();
+      g.prefix = "gloo";
+      g.interface_host = options_.collective_host;
+      g.timeout = absl::Milliseconds(timeout_ms);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = ConnectGloo(g, store);
+      if (!comm.ok()) return ToGrpcStatus(comm.status());
+      session->comm = std::move(*comm);
+    }
+  }
+  if (session->capacity_chunks < 1) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrFormat("the KV budget of this %s worker holds no %d-byte chunk",
+                                        options_.device.ToString(), chunk_bytes));
   }
   resp->set_kv_capacity_chunks(session->capacity_chunks);
   resp->set_kv_chunk_bytes(chunk_bytes);
-  resp->set_device(options_.device);
+  resp->set_device(device_name_);
   resp->set_dtype(DTypeName(session->config.dtype));
+  resp->set_kv_dtype(DTypeName(*kv_dtype));
   absl::MutexLock lock(&mu_);
   session_ = std::move(session);
   return grpc::Status::OK;
 }
+
+#if CHUNKATTN_WITH_CUDA
+grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
+                                     const std::shared_ptr<gloo::rendezvous::Store>& store,
+                                     uint32_t timeout_ms, int64_t chunk_bytes) {
+  if (req.world_size() > 1) {
+    // Rank 0 makes the group's id (NCCL's bootstrap listens in its process)
+    // and publishes it in the session's store; the others wait for it.
+    std::string id;
+    try {
+      if (req.rank() == 0) {
+        absl::StatusOr<std::string> made = NcclCommunicator::MakeUniqueId();
+        if (!made.ok()) return ToGrpcStatus(made.status());
+        id = *made;
+        store->set("nccl-id", std::vector<char>(id.begin(), id.end()));
+      } else {
+        const std::vector<char> got = store->get("nccl-id");
+        id.assign(got.begin(), got.end());
+      }
+    } catch (const std::exception& e) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("NCCL id rendezvous: ") + e.what());
+    }
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl = NcclCommunicator::Create(
+        req.rank(), req.world_size(), id, options_.device.index, absl::Milliseconds(timeout_ms));
+    if (!nccl.ok()) return ToGrpcStatus(nccl.status());
+    session->nccl = std::move(*nccl);
+  }
+  CudaModelOptions co;
+  co.device = options_.device.index;
+  if (req.max_step_tokens() > 0) co.max_rows = req.max_step_tokens();
+  if (req.max_batch_size() > 0) co.max_graph_batch = std::min(req.max_batch_size(), 512);
+  co.cuda_graphs = options_.cuda_graphs;
+  absl::StatusOr<std::unique_ptr<CudaLlamaModel>> model = CudaLlamaModel::Create(
+      session->config, std::move(session->weights), session->model_options, co, session->nccl.get());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<int64_t> capacity = (*model)->KvCapacity(options_.gpu_memory_fraction);
+  if (!capacity.ok()) return ToGrpcStatus(capacity.status());
+  session->capacity_chunks = *capacity;
+  if (options_.kv_cache_bytes > 0) {
+    session->capacity_chunks = std::min(session->capacity_chunks, options_.kv_cache_bytes / chunk_bytes);
+  }
+  session->cuda_model = model->get();
+  absl::MutexLock lock(&session->mu);
+  session->model = std::move(*model);
+  return grpc::Status::OK;
+}
+#endif
 
 grpc::Status WorkerService::Execute(grpc::ServerContext*,
                                     grpc::ServerReaderWriter<StepResult, StepPlan>* stream) {
@@ -212,7 +299,8 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
   StepResult result;
   while (stream->Read(&plan)) {
     if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
-    if (session->model == nullptr) {
+    if (session->executor == nullptr) {
+      // The first plan sizes the pool.
       const int64_t chunks = plan.num_kv_chunks();
       if (chunks < 1 || chunks > session->capacity_chunks) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -220,15 +308,25 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
                                             "outside [1, %d]",
                                             chunks, session->capacity_chunks));
       }
-      session->model_options.num_kv_chunks = chunks;
-      absl::StatusOr<std::unique_ptr<LlamaModel>> model =
-          LlamaModel::Create(session->config, std::move(session->weights), session->model_options,
-                             session->comm.get(), &pool_);
-      if (!model.ok()) {
-        session->broken = true;
-        return ToGrpcStatus(model.status());
+      absl::Status ready = absl::OkStatus();
+      if (session->model == nullptr) {
+        session->model_options.num_kv_chunks = chunks;
+        absl::StatusOr<std::unique_ptr<LlamaModel>> model =
+            LlamaModel::Create(session->config, std::move(session->weights), session->model_options,
+                               session->comm.get(), &pool_);
+        ready = model.status();
+        if (model.ok()) session->model = std::move(*model);
       }
-      session->model = std::move(*model);
+#if CHUNKATTN_WITH_CUDA
+      if (session->cuda_model != nullptr) {
+        ready = session->cuda_model->AllocateKvPool(chunks);
+        session->cuda_model = nullptr;
+      }
+#endif
+      if (!ready.ok()) {
+        session->broken = true;
+        return ToGrpcStatus(ready);
+      }
       session->executor = std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0);
     }
     absl::Status status = session->executor->Execute(plan, &result);

@@ -1,5 +1,7 @@
 // The compute worker's gRPC service (worker.proto): a session per Join (the
-// model shard for its rank, the collective group, the KV budget), the plan
+// model shard for its rank, on the CPU or a GPU, the collective group: Gloo,
+// or NCCL on GPUs, whose unique id rank 0 makes and publishes in the
+// session's rendezvous store; the KV budget), the plan
 // stream that runs it, and the rendezvous store the group's ranks meet
 // through (rank 0's is used).
 //
@@ -19,13 +21,22 @@
 #include "absl/synchronization/mutex.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "kernels/cpu/thread_pool.h"
+#include "workers/common/device.h"
+
+namespace gloo::rendezvous {
+class Store;
+}  // namespace gloo::rendezvous
 
 namespace chunkattn {
 
 struct WorkerOptions {
-  std::string device = "cpu";
-  int threads = 0;                    // attention threads; 0 = one per core
-  int64_t kv_cache_bytes = int64_t{1} << 30;  // this rank's KV pool budget
+  DeviceSpec device;                  // cpu, or the CUDA device (builds with CUDA only)
+  int threads = 0;                    // CPU attention threads; 0 = one per core
+  // This rank's KV pool budget; 0 = 1 GiB on CPU, on GPU what
+  // gpu_memory_fraction leaves after the weights and workspace.
+  int64_t kv_cache_bytes = 0;
+  double gpu_memory_fraction = 0.9;   // of the device's memory this process may use
+  bool cuda_graphs = true;            // replay decode steps from CUDA graphs
   std::string collective_host = "127.0.0.1";  // the address peers reach this rank's collectives at
 };
 
@@ -47,8 +58,15 @@ class WorkerService final : public internal::v1::Worker::Service {
  private:
   struct Session;
 
+  // The GPU half of Join: the NCCL group, the model on the device, the KV
+  // capacity (defined in builds with CUDA, called only there).
+  grpc::Status JoinCuda(const internal::v1::JoinRequest& req, Session* session,
+                        const std::shared_ptr<gloo::rendezvous::Store>& store, uint32_t timeout_ms,
+                        int64_t chunk_bytes);
+
   WorkerOptions options_;
   cpu::ThreadPool pool_;
+  std::string device_name_;  // reported at Join: "cpu", "cuda:0 (NVIDIA H100 ...)"
 
   absl::Mutex mu_;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);

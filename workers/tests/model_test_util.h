@@ -105,7 +105,7 @@ inline std::unique_ptr<LlamaModel> LoadModelOrDie(const std::string& dir, ShardS
 
 // One sequence's prefill piece: `tokens` at positions prefix_len..., chunks
 // `chunks` (enough for prefix_len + tokens). Returns logits of every row.
-inline std::vector<float> PrefillPiece(LlamaModel& model, const std::vector<int32_t>& tokens,
+inline std::vector<float> PrefillPiece(Model& model, const std::vector<int32_t>& tokens,
                                        int prefix_len, const std::vector<int32_t>& chunks,
                                        std::vector<KvCopy> copies = {}) {
   ForwardBatch b;

@@ -295,6 +295,8 @@ TEST(CudaAttentionTest, RejectsBadInputs) {
 
   EXPECT_EQ(code(attn->LaunchDecode(dev.view, shape, q.get(), o.get(), nullptr)),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code(attn->LaunchPrefill(dev.view, shape, q.get(), o.get(), nullptr)),
+            absl::StatusCode::kFailedPrecondition);
   KvPoolView fp32 = dev.view;
   fp32.dtype = DType::kFloat32;
   EXPECT_EQ(code(attn->Decode(DecodeImpl::kTpp, ctx, fp32, shape, q.get(), o.get(), nullptr)),
@@ -323,6 +325,9 @@ TEST(CudaAttentionTest, RejectsBadInputs) {
   empty.q_begin = {0};
   empty.chunk_begin = {0};
   EXPECT_TRUE(attn->Prefill(empty, dev.view, shape, q.get(), o.get(), nullptr).ok());
+  // A prefill plan serves launches of its geometry only.
+  EXPECT_EQ(code(attn->LaunchPrefill(dev.view, {4, 4, 64, 0}, q.get(), o.get(), nullptr)),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -1,0 +1,576 @@
+#include "workers/model/cuda_llama.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "kernels/api/status_macros.h"
+#include "kernels/cuda/cuda_attention.h"
+#include "kernels/cuda/layers.h"
+#include "workers/collectives/nccl_communicator.h"
+#include "workers/model/llama.h"
+
+namespace chunkattn {
+namespace {
+
+using cuda::CudaStatus;
+using cuda::DeviceBuffer;
+
+#define CUDA_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(CudaStatus((expr), #expr))
+#define CUBLAS_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(CublasStatus((expr), #expr))
+
+absl::Status CublasStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrFormat("%s: out of device memory", what));
+  }
+  return absl::InternalError(absl::StrFormat("%s: %s", what, cublasGetStatusString(s)));
+}
+
+cudaDataType_t CudaType(DType t) { return t == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+// Page-locked host memory, freed on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  absl::Status Allocate(size_t bytes) {
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes));
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* at(size_t byte_offset) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// Converts fp32 host values to 16-bit `dtype` over a few threads.
+void ConvertTo16(const std::vector<float>& src, DType dtype, std::vector<uint16_t>& dst) {
+  dst.resize(src.size());
+  const size_t n = src.size();
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const size_t per = (n + threads - 1) / threads;
+  auto convert = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      dst[i] = dtype == DType::kBFloat16 ? FloatToBFloat16(src[i]) : FloatToHalf(src[i]);
+    }
+  };
+  if (n < (size_t{1} << 20)) {
+    convert(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t) {
+    pool.emplace_back(convert, std::min(n, t * per), std::min(n, (t + 1) * per));
+  }
+  for (auto& t : pool) t.join();
+}
+
+// Uploads `src` as 16-bit `dtype` and releases the host copy.
+absl::StatusOr<DeviceBuffer> Upload16(std::vector<float>& src, DType dtype, std::vector<uint16_t>& scratch) {
+  ConvertTo16(src, dtype, scratch);
+  ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(scratch.size() * sizeof(uint16_t)));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), scratch.data(), scratch.size() * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice));
+  std::vector<float>().swap(src);
+  return b;
+}
+
+absl::StatusOr<DeviceBuffer> UploadF32(const void* src, size_t bytes) {
+  ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bytes));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
+  return b;
+}
+
+// Bytes of `n` elements rounded up to 256 (every workspace array starts aligned).
+size_t Aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+struct CudaLlamaModel::Impl {
+  struct Layer {
+    DeviceBuffer input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;
+  };
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t attention_generation = 0;
+  };
+
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::unique_ptr<cuda::CudaAttention> attention;
+
+  std::vector<Layer> layers;
+  DeviceBuffer embed, lm_head, final_norm, rope_cos, rope_sin;
+  DeviceBuffer k_pool, v_pool;
+  int64_t layer_elements = 0;  // of K (or V) per layer
+
+  // Workspace for max_rows rows (logits for logits_block rows).
+  int64_t max_rows = 0, logits_block = 0;
+  DeviceBuffer inputs;  // tokens, positions, gather (i32) and slots (i64)
+  DeviceBuffer x, delta, h, qkv, q, attn, gate_up, act, logits, picks, cublas_workspace;
+  PinnedBuffer host_inputs, host_picks;
+
+  std::map<int, Graph> graphs;  // by bucket
+
+  int32_t* tokens() const { return static_cast<int32_t*>(inputs.get()); }
+  int32_t* positions() const { return tokens() + max_rows; }
+  int32_t* gather() const { return tokens() + 2 * max_rows; }
+  int64_t* slots() const { return reinterpret_cast<int64_t*>(tokens() + 4 * max_rows); }
+  int32_t* pick_tokens() const { return static_cast<int32_t*>(picks.get()); }
+  float* pick_logprobs() const { return reinterpret_cast<float*>(pick_tokens() + max_rows); }
+
+  void DropGraphs() {
+    for (auto& [bucket, g] : graphs) cudaGraphExecDestroy(g.exec);
+    graphs.clear();
+  }
+
+  ~Impl() {
+    cudaSetDevice(device);
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+    DropGraphs();
+    attention.reset();
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ModelOptions& options,
+                               const CudaModelOptions& cuda, NcclCommunicator* comm)
+    : config_(config), options_(options), cuda_(cuda), comm_(comm), impl_(std::make_unique<Impl>()) {}
+
+CudaLlamaModel::~CudaLlamaModel() = default;
+
+std::string CudaLlamaModel::device() const { return absl::StrFormat("cuda:%d", cuda_.device); }
+
+int CudaLlamaModel::num_graphs() const { return static_cast<int>(impl_->graphs.size()); }
+
+absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const ModelConfig& config,
+                                                                       ModelWeights weights,
+                                                                       const ModelOptions& options,
+                                                                       const CudaModelOptions& cuda,
+                                                                       NcclCommunicator* comm) {
+  if (options.kv_dtype != DType::kFloat16 && options.kv_dtype != DType::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the GPU model runs float16 or bfloat16, not %s", DTypeName(options.kv_dtype)));
+  }
+  if (config.head_dim != 64 && config.head_dim != 128) {
+    return absl::UnimplementedError(
+        absl::StrFormat("head_dim %d: the CUDA kernels are built for 64 and 128", config.head_dim));
+  }
+  if (!IsValidChunkSize(options.chunk_size)) {
+    return absl::InvalidArgumentError(absl::StrFormat("chunk size %d", options.chunk_size));
+  }
+  if (cuda.max_rows < 1 || cuda.max_rows > (int64_t{1} << 20) || cuda.max_graph_batch < 0) {
+    return absl::InvalidArgumentError("max_rows must be in [1, 2^20] and max_graph_batch >= 0");
+  }
+  const ShardLayout& l = weights.layout;
+  const int world = comm == nullptr ? 1 : comm->world_size();
+  if (world != l.world_size || (comm != nullptr && comm->rank() != l.rank)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "weights are shard %d of %d but the communicator is rank %d of %d", l.rank, l.world_size,
+        comm == nullptr ? 0 : comm->rank(), world));
+  }
+  const int64_t hidden = config.hidden_size, d = config.head_dim;
+  const int64_t q_width = int64_t{l.num_heads} * d, kv_width = int64_t{l.num_kv_heads} * d;
+  const int64_t qkv_width = q_width + 2 * kv_width;
+  if (static_cast<int>(weights.layers.size()) != config.num_layers ||
+      static_cast<int64_t>(weights.embed.size()) != int64_t{config.vocab_size} * hidden ||
+      static_cast<int64_t>(weights.layers[0].qkv.size()) != qkv_width * hidden) {
+    return absl::InvalidArgumentError("weights do not match the config");
+  }
+
+  std::unique_ptr<CudaLlamaModel> m(new CudaLlamaModel(config, options, cuda, comm));
+  m->layout_ = l;
+  Impl& im = *m->impl_;
+  im.device = cuda.device;
+  cuda::CudaAttention::Options ao;
+  ao.device = cuda.device;
+  ASSIGN_OR_RETURN(im.attention, cuda::CudaAttention::Create(ao));  // checks the device exists
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda.device));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&im.cublas));
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(im.cublas, im.stream));
+  // A workspace of our own keeps cuBLAS from allocating inside graph capture.
+  ASSIGN_OR_RETURN(im.cublas_workspace, DeviceBuffer::Allocate(size_t{32} << 20));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasSetWorkspace(im.cublas, im.cublas_workspace.get(), im.cublas_workspace.bytes()));
+
+  // Weights: matrices in 16 bits, norms and biases in fp32 (what the kernels read).
+  const DType t = options.kv_dtype;
+  std::vector<uint16_t> scratch;
+  ASSIGN_OR_RETURN(im.embed, Upload16(weights.embed, t, scratch));
+  if (!weights.lm_head.empty()) {
+    ASSIGN_OR_RETURN(im.lm_head, Upload16(weights.lm_head, t, scratch));
+  }
+  ASSIGN_OR_RETURN(im.final_norm, UploadF32(weights.final_norm.data(), weights.final_norm.size() * 4));
+  im.layers.resize(config.num_layers);
+  for (int i = 0; i < config.num_layers; ++i) {
+    LayerWeights& w = weights.layers[i];
+    Impl::Layer& dl = im.layers[i];
+    ASSIGN_OR_RETURN(dl.input_norm, UploadF32(w.input_norm.data(), w.input_norm.size() * 4));
+    ASSIGN_OR_RETURN(dl.post_norm, UploadF32(w.post_norm.data(), w.post_norm.size() * 4));
+    if (!w.qkv_bias.empty()) {
+      ASSIGN_OR_RETURN(dl.qkv_bias, UploadF32(w.qkv_bias.data(), w.qkv_bias.size() * 4));
+    }
+    ASSIGN_OR_RETURN(dl.qkv, Upload16(w.qkv, t, scratch));
+    ASSIGN_OR_RETURN(dl.o, Upload16(w.o, t, scratch));
+    ASSIGN_OR_RETURN(dl.gate_up, Upload16(w.gate_up, t, scratch));
+    ASSIGN_OR_RETURN(dl.down, Upload16(w.down, t, scratch));
+    w = LayerWeights();
+  }
+
+  // Rotary tables for every position, computed as the CPU model does.
+  const std::vector<float> inv_freq = RopeInverseFrequencies(config);
+  const int half = config.head_dim / 2;
+  std::vector<float> cos(static_cast<size_t>(config.max_context) * half), sin(cos.size());
+  cuda::FillRopeTables(inv_freq.data(), half, static_cast<int>(config.max_context), cos.data(), sin.data());
+  ASSIGN_OR_RETURN(im.rope_cos, UploadF32(cos.data(), cos.size() * 4));
+  ASSIGN_OR_RETURN(im.rope_sin, UploadF32(sin.data(), sin.size() * 4));
+
+  // Workspace.
+  const int64_t r = cuda.max_rows;
+  const int64_t inter = l.intermediate;
+  const size_t e16 = 2;
+  im.max_rows = r;
+  im.logits_block = std::clamp<int64_t>(cuda.max_graph_batch, 16, r);
+  ASSIGN_OR_RETURN(im.inputs, DeviceBuffer::Allocate(Aligned(r * 6 * sizeof(int32_t))));
+  ASSIGN_OR_RETURN(im.x, DeviceBuffer::Allocate(Aligned(r * hidden * 4)));
+  ASSIGN_OR_RETURN(im.delta, DeviceBuffer::Allocate(Aligned(r * hidden * 4)));
+  ASSIGN_OR_RETURN(im.h, DeviceBuffer::Allocate(Aligned(r * hidden * e16)));
+  ASSIGN_OR_RETURN(im.qkv, DeviceBuffer::Allocate(Aligned(r * qkv_width * 4)));
+  ASSIGN_OR_RETURN(im.q, DeviceBuffer::Allocate(Aligned(r * q_width * e16)));
+  ASSIGN_OR_RETURN(im.attn, DeviceBuffer::Allocate(Aligned(r * q_width * e16)));
+  ASSIGN_OR_RETURN(im.gate_up, DeviceBuffer::Allocate(Aligned(r * 2 * inter * e16)));
+  ASSIGN_OR_RETURN(im.act, DeviceBuffer::Allocate(Aligned(r * inter * e16)));
+  ASSIGN_OR_RETURN(im.logits, DeviceBuffer::Allocate(Aligned(im.logits_block * config.vocab_size * 4)));
+  ASSIGN_OR_RETURN(im.picks, DeviceBuffer::Allocate(Aligned(r * 8)));
+  // Padding rows of a graph bucket read whatever is here: make it finite.
+  for (DeviceBuffer* b : {&im.x, &im.delta, &im.h, &im.qkv, &im.q, &im.attn, &im.gate_up, &im.act}) {
+    CUDA_RETURN_IF_ERROR(cudaMemset(b->get(), 0, b->bytes()));
+  }
+  RETURN_IF_ERROR(im.host_inputs.Allocate(r * 6 * sizeof(int32_t)));
+  RETURN_IF_ERROR(im.host_picks.Allocate(r * 8));
+
+  if (options.num_kv_chunks > 0) RETURN_IF_ERROR(m->AllocateKvPool(options.num_kv_chunks));
+  return m;
+}
+
+absl::StatusOr<int64_t> CudaLlamaModel::KvCapacity(double gpu_memory_fraction) const {
+  if (!(gpu_memory_fraction > 0 && gpu_memory_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("gpu_memory_fraction must be in (0, 1], got %g", gpu_memory_fraction));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // Room for what is allocated later: the attention plan and partial
+  // buffers, the graphs, NCCL's buffers.
+  const int64_t reserve = int64_t{512} << 20;
+  const int64_t chunk_bytes = int64_t{2} * config_.num_layers * layout_.num_kv_heads *
+                              options_.chunk_size * config_.head_dim * DTypeBytes(options_.kv_dtype);
+  return KvChunksForMemory(static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes),
+                           gpu_memory_fraction, reserve, chunk_bytes);
+}
+
+absl::Status CudaLlamaModel::AllocateKvPool(int64_t num_chunks) {
+  Impl& im = *impl_;
+  if (im.k_pool.get() != nullptr) return absl::FailedPreconditionError("the KV pool is already allocated");
+  if (num_chunks < 1 || num_chunks > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV pool of %d chunks", num_chunks));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  im.layer_elements = num_chunks * layout_.num_kv_heads * options_.chunk_size * config_.head_dim;
+  const size_t bytes = static_cast<size_t>(im.layer_elements) * config_.num_layers * DTypeBytes(options_.kv_dtype);
+  ASSIGN_OR_RETURN(im.k_pool, DeviceBuffer::Allocate(bytes));
+  ASSIGN_OR_RETURN(im.v_pool, DeviceBuffer::Allocate(bytes));
+  options_.num_kv_chunks = num_chunks;
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::CopyKv(absl::Span<const KvCopy> copies) {
+  Impl& im = *impl_;
+  if (im.k_pool.get() == nullptr) return absl::FailedPreconditionError("the KV pool is not allocated");
+  if (copies.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(ValidateKvCopies(copies, options_.num_kv_chunks, options_.chunk_size));
+  const size_t layer_bytes = static_cast<size_t>(im.layer_elements) * DTypeBytes(options_.kv_dtype);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    KvPoolView view;
+    view.k = static_cast<char*>(im.k_pool.get()) + l * layer_bytes;
+    view.v = static_cast<char*>(im.v_pool.get()) + l * layer_bytes;
+    view.dtype = options_.kv_dtype;
+    view.num_chunks = options_.num_kv_chunks;
+    view.num_kv_heads = layout_.num_kv_heads;
+    view.chunk_size = options_.chunk_size;
+    view.head_dim = config_.head_dim;
+    RETURN_IF_ERROR(im.attention->CopyKv(view, copies, im.stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<float>& logits) {
+  return Run(batch, /*greedy=*/false, &logits, nullptr, nullptr);
+}
+
+absl::Status CudaLlamaModel::ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
+                                           std::vector<float>& logprobs) {
+  return Run(batch, /*greedy=*/true, nullptr, &tokens, &logprobs);
+}
+
+namespace {
+
+// Everything one step launches, in stream order; used eagerly and for capture.
+struct StepLauncher {
+  const ModelConfig& config;
+  const ModelOptions& options;
+  const ShardLayout& layout;
+  CudaLlamaModel::Impl& im;  // NOLINT: a view for the step's duration
+  NcclCommunicator* comm;
+
+  KvPoolView View(int l) const {
+    const size_t layer_bytes = static_cast<size_t>(im.layer_elements) * DTypeBytes(options.kv_dtype);
+    KvPoolView v;
+    v.k = static_cast<char*>(im.k_pool.get()) + l * layer_bytes;
+    v.v = static_cast<char*>(im.v_pool.get()) + l * layer_bytes;
+    v.dtype = options.kv_dtype;
+    v.num_chunks = options.num_kv_chunks;
+    v.num_kv_heads = layout.num_kv_heads;
+    v.chunk_size = options.chunk_size;
+    v.head_dim = config.head_dim;
+    return v;
+  }
+
+  AttentionShape Shape() const {
+    AttentionShape s;
+    s.num_heads = layout.num_heads;
+    s.num_kv_heads = layout.num_kv_heads;
+    s.head_dim = config.head_dim;
+    return s;
+  }
+
+  // c (m, n) = a (m, k) * w^T with w (n, k) row-major, fp32 accumulation.
+  absl::Status Gemm(const void* a, int64_t m, int64_t k, const DeviceBuffer& w, int64_t n, void* c,
+                    bool c_fp32) const {
+    const float alpha = 1, beta = 0;
+    const cudaDataType_t t = CudaType(options.kv_dtype);
+    CUBLAS_RETURN_IF_ERROR(cublasGemmEx(im.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                        static_cast<int>(m), static_cast<int>(k), &alpha, w.get(), t,
+                                        static_cast<int>(k), a, t, static_cast<int>(k), &beta, c,
+                                        c_fp32 ? CUDA_R_32F : t, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  }
+
+  absl::Status AllReduce(float* data, int64_t n) const {
+    if (comm == nullptr || comm->world_size() == 1) return absl::OkStatus();
+    return comm->AllReduceSum(data, n, im.stream);
+  }
+
+  // The decoder layers over `rows` rows; attention for the first
+  // `prefill_rows` rows (PreparePrefill done) and the decode rows after them
+  // (PrepareDecode done).
+  absl::Status Layers(int64_t rows, int64_t prefill_rows, bool decode) const {
+    const DType t = options.kv_dtype;
+    const int64_t hidden = config.hidden_size, d = config.head_dim;
+    const int64_t q_width = int64_t{layout.num_heads} * d;
+    const int64_t qkv_width = q_width + 2 * int64_t{layout.num_kv_heads} * d;
+    const int64_t inter = layout.intermediate;
+    const float eps = static_cast<float>(config.rms_norm_eps);
+    const AttentionShape shape = Shape();
+    float* x = static_cast<float*>(im.x.get());
+    float* delta = static_cast<float*>(im.delta.get());
+    char* q = static_cast<char*>(im.q.get());
+    char* attn = static_cast<char*>(im.attn.get());
+    CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(t, im.embed.get(), im.tokens(), rows, config.hidden_size, x, im.stream));
+    for (int l = 0; l < config.num_layers; ++l) {
+      const CudaLlamaModel::Impl::Layer& w = im.layers[l];
+      const KvPoolView view = View(l);
+      CUDA_RETURN_IF_ERROR(cuda::LaunchAddRmsNorm(t, x, l == 0 ? nullptr : delta, nullptr,
+                                                  static_cast<const float*>(w.input_norm.get()), rows,
+                                                  config.hidden_size, eps, im.h.get(), im.stream));
+      RETURN_IF_ERROR(Gemm(im.h.get(), rows, hidden, w.qkv, qkv_width, im.qkv.get(), true));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchRopeAppend(
+          t, static_cast<const float*>(im.qkv.get()), static_cast<const float*>(w.qkv_bias.get()),
+          static_cast<const float*>(im.rope_cos.get()), static_cast<const float*>(im.rope_sin.get()),
+          im.positions(), im.slots(), rows, layout.num_heads, layout.num_kv_heads, config.head_dim, view, q,
+          im.stream));
+      if (prefill_rows > 0) RETURN_IF_ERROR(im.attention->LaunchPrefill(view, shape, q, attn, im.stream));
+      if (decode) {
+        const size_t off = static_cast<size_t>(prefill_rows * q_width) * DTypeBytes(t);
+        RETURN_IF_ERROR(im.attention->LaunchDecode(view, shape, q + off, attn + off, im.stream));
+      }
+      RETURN_IF_ERROR(Gemm(attn, rows, q_width, w.o, hidden, delta, true));
+      RETURN_IF_ERROR(AllReduce(delta, rows * hidden));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchAddRmsNorm(t, x, delta, nullptr, static_cast<const float*>(w.post_norm.get()),
+                                                  rows, config.hidden_size, eps, im.h.get(), im.stream));
+      RETURN_IF_ERROR(Gemm(im.h.get(), rows, hidden, w.gate_up, 2 * inter, im.gate_up.get(), false));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchSwiGlu(t, im.gate_up.get(), rows, static_cast<int>(inter), im.act.get(),
+                                              im.stream));
+      RETURN_IF_ERROR(Gemm(im.act.get(), rows, inter, w.down, hidden, delta, true));
+      RETURN_IF_ERROR(AllReduce(delta, rows * hidden));
+    }
+    return absl::OkStatus();
+  }
+
+  // Final norm (with the last layer's residual), LM head and greedy picks for
+  // logits rows [first, first + n) of the gather list; n <= logits_block.
+  absl::Status Head(int64_t first, int64_t n) const {
+    const DType t = options.kv_dtype;
+    const DeviceBuffer& out_embed = im.lm_head.get() != nullptr ? im.lm_head : im.embed;
+    CUDA_RETURN_IF_ERROR(cuda::LaunchAddRmsNorm(t, static_cast<float*>(im.x.get()),
+                                                static_cast<const float*>(im.delta.get()), im.gather() + first,
+                                                static_cast<const float*>(im.final_norm.get()), n,
+                                                config.hidden_size, static_cast<float>(config.rms_norm_eps),
+                                                im.h.get(), im.stream));
+    RETURN_IF_ERROR(Gemm(im.h.get(), n, config.hidden_size, out_embed, config.vocab_size, im.logits.get(), true));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchGreedy(static_cast<const float*>(im.logits.get()), n, config.vocab_size,
+                                            im.pick_tokens() + first, im.pick_logprobs() + first, im.stream));
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::vector<float>* logits,
+                                 std::vector<int32_t>* tokens, std::vector<float>* logprobs) {
+  Impl& im = *impl_;
+  if (im.k_pool.get() == nullptr) return absl::FailedPreconditionError("the KV pool is not allocated");
+  RETURN_IF_ERROR(step_.Plan(batch, config_, options_.chunk_size, options_.num_kv_chunks));
+  const int64_t rows = step_.num_rows();
+  const int64_t prefill_rows = step_.prefill_rows();
+  if (rows > im.max_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the step has %d rows; this worker's workspace holds %d (the coordinator's --max_tokens_per_step)",
+        rows, im.max_rows));
+  }
+  const int64_t num_out = static_cast<int64_t>(batch.logits_rows.size());
+  if (num_out > im.max_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the step asks for %d logits rows; this worker holds %d", num_out, im.max_rows));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  RETURN_IF_ERROR(CopyKv(batch.copies));
+
+  // A decode-only step whose logits rows are its rows in order replays the
+  // graph of its bucket.
+  const int decode_rows = batch.decode == nullptr ? 0 : batch.decode->num_seqs();
+  bool use_graph = cuda_.cuda_graphs && prefill_rows == 0 && decode_rows > 0 &&
+                   decode_rows <= cuda_.max_graph_batch && GraphBucket(decode_rows) <= im.max_rows &&
+                   num_out == decode_rows;
+  for (int64_t i = 0; use_graph && i < num_out; ++i) use_graph = batch.logits_rows[i] == i;
+  const int64_t launch_rows = use_graph ? GraphBucket(decode_rows) : rows;
+
+  // Inputs, padded to the launch rows: token 0 at position 0, KV not written.
+  int32_t* h_tokens = im.host_inputs.at<int32_t>(0);
+  int32_t* h_positions = h_tokens + im.max_rows;
+  int32_t* h_gather = h_tokens + 2 * im.max_rows;
+  int64_t* h_slots = reinterpret_cast<int64_t*>(h_tokens + 4 * im.max_rows);
+  for (int64_t r = 0; r < launch_rows; ++r) {
+    const bool real = r < rows;
+    h_tokens[r] = real ? batch.tokens[r] : 0;
+    h_positions[r] = real ? step_.positions()[r] : 0;
+    h_slots[r] = real ? step_.slots()[r] : -1;
+  }
+  // The rows the head reads: a graph's are its bucket's rows in order.
+  const int64_t n_gather = use_graph ? launch_rows : num_out;
+  for (int64_t i = 0; i < n_gather; ++i) h_gather[i] = use_graph ? static_cast<int32_t>(i) : batch.logits_rows[i];
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.tokens(), h_tokens, launch_rows * 4, cudaMemcpyHostToDevice, im.stream));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(im.positions(), h_positions, launch_rows * 4, cudaMemcpyHostToDevice, im.stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.slots(), h_slots, launch_rows * 8, cudaMemcpyHostToDevice, im.stream));
+  if (n_gather > 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.gather(), h_gather, n_gather * 4, cudaMemcpyHostToDevice, im.stream));
+  }
+
+  StepLauncher launch{config_, options_, layout_, im, comm_};
+  // Attention plans: once per step, for every layer.
+  if (prefill_rows > 0) {
+    RETURN_IF_ERROR(im.attention->PreparePrefill(batch.prefill, launch.View(0), launch.Shape(), im.stream));
+  }
+  if (decode_rows > 0) {
+    RETURN_IF_ERROR(im.attention->PrepareDecode(options_.decode_impl, *batch.decode, launch.View(0), launch.Shape(), im.stream));
+  }
+
+  if (use_graph) {
+    const int bucket = static_cast<int>(launch_rows);
+    if (!im.graphs.empty() && im.graphs.begin()->second.attention_generation != im.attention->buffer_generation()) {
+      im.DropGraphs();  // a buffer the graphs read was reallocated
+    }
+    auto it = im.graphs.find(bucket);
+    if (it == im.graphs.end()) {
+      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(im.stream, cudaStreamCaptureModeThreadLocal));
+      absl::Status captured = launch.Layers(launch_rows, 0, /*decode=*/true);
+      for (int64_t first = 0; captured.ok() && first < launch_rows; first += im.logits_block) {
+        captured = launch.Head(first, std::min(im.logits_block, launch_rows - first));
+      }
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(im.stream, &graph);
+      if (!captured.ok()) {
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        return captured;
+      }
+      CUDA_RETURN_IF_ERROR(end);
+      Impl::Graph g;
+      g.attention_generation = im.attention->buffer_generation();
+      const cudaError_t inst = cudaGraphInstantiate(&g.exec, graph, 0);
+      cudaGraphDestroy(graph);
+      CUDA_RETURN_IF_ERROR(inst);
+      it = im.graphs.emplace(bucket, g).first;
+    }
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec, im.stream));
+  } else {
+    RETURN_IF_ERROR(launch.Layers(rows, prefill_rows, decode_rows > 0));
+  }
+
+  // Outputs. The graph computed every bucket row's logits in blocks and kept
+  // only the last block's logits; the eager path goes block by block.
+  if (greedy) {
+    if (!use_graph) {
+      for (int64_t first = 0; first < num_out; first += im.logits_block) {
+        RETURN_IF_ERROR(launch.Head(first, std::min(im.logits_block, num_out - first)));
+      }
+    }
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.host_picks.at<int32_t>(0), im.pick_tokens(), num_out * 4,
+                                         cudaMemcpyDeviceToHost, im.stream));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.host_picks.at<float>(im.max_rows * 4), im.pick_logprobs(),
+                                         num_out * 4, cudaMemcpyDeviceToHost, im.stream));
+  } else {
+    logits->resize(static_cast<size_t>(num_out) * config_.vocab_size);
+    for (int64_t first = 0; first < num_out; first += im.logits_block) {
+      const int64_t n = std::min(im.logits_block, num_out - first);
+      // A graph of one block left its logits in place; with more, its last
+      // block overwrote the first ones, so they are redone (host logits are
+      // the non-greedy path, already a large copy).
+      if (!use_graph || launch_rows > im.logits_block) RETURN_IF_ERROR(launch.Head(first, n));
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits->data() + first * config_.vocab_size, im.logits.get(),
+                                           n * config_.vocab_size * 4, cudaMemcpyDeviceToHost, im.stream));
+    }
+  }
+  if (comm_ != nullptr && comm_->world_size() > 1) {
+    RETURN_IF_ERROR(comm_->Wait(im.stream));
+  } else {
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+  }
+  if (greedy) {
+    tokens->assign(im.host_picks.at<int32_t>(0), im.host_picks.at<int32_t>(0) + num_out);
+    logprobs->assign(im.host_picks.at<float>(im.max_rows * 4), im.host_picks.at<float>(im.max_rows * 4) + num_out);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace chunkattn

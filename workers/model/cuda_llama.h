@@ -1,0 +1,113 @@
+// The Llama-family decoder on one GPU (built when CUDA is): the same model and
+// step semantics as LlamaModel, which is its oracle, in fp16 or bf16.
+//
+// Per layer: fused residual-add + RMSNorm (fp32 residual stream), cuBLAS
+// GEMMs (16-bit inputs, fp32 accumulate; the q/k/v and row-parallel outputs
+// in fp32), fused bias + rotary embedding + KV append into the chunked pool,
+// chunked prefill and two-phase partition decode attention (kernels/cuda),
+// SwiGLU, and with tensor parallelism an NCCL all-reduce (fp32) after o_proj
+// and after down_proj. The greedy pick and its logprob run on the GPU.
+//
+// Decode-only steps run as one CUDA graph per batch-size bucket (1, 2, 4, 8,
+// 16, then multiples of 16): the rows past the batch are padding whose KV is
+// never written, and the graph reads everything that changes between steps
+// (tokens, positions, slots, the attention plan) from device buffers, so a
+// step only uploads those and replays. The (C, i, j) plan is re-uploaded
+// only when the context version changes.
+//
+// Memory: the weights and a workspace for `max_rows` rows are allocated at
+// Create; the KV pool by AllocateKvPool (the worker sizes it from what is
+// free then, KvCapacity).
+//
+// Thread-compatible: one thread drives it; the device is set on each call.
+#ifndef CHUNKATTN_WORKERS_MODEL_CUDA_LLAMA_H_
+#define CHUNKATTN_WORKERS_MODEL_CUDA_LLAMA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "workers/model/model.h"
+#include "workers/model/weights.h"
+
+namespace chunkattn {
+
+class NcclCommunicator;
+
+struct CudaModelOptions {
+  int device = 0;
+  // Most rows (tokens) one step may have: sizes the activation workspace.
+  int64_t max_rows = 2048;
+  // Largest decode batch replayed from a CUDA graph; larger ones run eagerly.
+  int max_graph_batch = 256;
+  bool cuda_graphs = true;
+};
+
+// The graph bucket of a decode batch of `n` rows: the smallest of 1, 2, 4, 8,
+// 16, 32, 48, ... that holds it (0 for n < 1).
+int GraphBucket(int n);
+
+// The number of KV chunks of `chunk_bytes` that fit when the process may use
+// `fraction` of `total_bytes` in all and `free_bytes` are free now (weights and
+// workspace already allocated): free - (1 - fraction) * total, in chunks,
+// less `reserve_bytes` for allocations still to come. 0 when nothing fits.
+int64_t KvChunksForMemory(int64_t free_bytes, int64_t total_bytes, double fraction,
+                          int64_t reserve_bytes, int64_t chunk_bytes);
+
+class CudaLlamaModel final : public Model {
+ public:
+  // `weights` are converted to options.kv_dtype (fp16 or bf16: the one dtype
+  // of weights, activations and KV on the GPU) and uploaded; their host copy
+  // is released as it goes. `comm` (null for one rank) is borrowed. The KV
+  // pool is allocated here when options.num_kv_chunks > 0.
+  static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Create(const ModelConfig& config,
+                                                                ModelWeights weights,
+                                                                const ModelOptions& options,
+                                                                const CudaModelOptions& cuda,
+                                                                NcclCommunicator* comm);
+  ~CudaLlamaModel() override;
+
+  const ModelConfig& config() const override { return config_; }
+  const ModelOptions& options() const override { return options_; }
+  std::string device() const override;
+  const ShardLayout& layout() const { return layout_; }
+
+  // KV chunks that fit in what the device has free now, keeping the process
+  // within `gpu_memory_fraction` of the device's memory.
+  absl::StatusOr<int64_t> KvCapacity(double gpu_memory_fraction) const;
+  // Allocates the pool once (FAILED_PRECONDITION the second time).
+  absl::Status AllocateKvPool(int64_t num_chunks);
+
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  bool has_device_greedy() const override { return true; }
+  absl::Status ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
+                             std::vector<float>& logprobs) override;
+  absl::Status CopyKv(absl::Span<const KvCopy> copies) override;
+
+  // Decode graphs captured so far (for tests).
+  int num_graphs() const;
+
+  struct Impl;  // device state, opaque
+
+ private:
+  CudaLlamaModel(const ModelConfig& config, const ModelOptions& options, const CudaModelOptions& cuda,
+                 NcclCommunicator* comm);
+
+  // Runs the step; leaves logits or greedy picks of the logits rows on the host.
+  absl::Status Run(const ForwardBatch& batch, bool greedy, std::vector<float>* logits,
+                   std::vector<int32_t>* tokens, std::vector<float>* logprobs);
+
+  ModelConfig config_;
+  ModelOptions options_;
+  CudaModelOptions cuda_;
+  ShardLayout layout_;
+  NcclCommunicator* comm_;
+  StepRows step_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_WORKERS_MODEL_CUDA_LLAMA_H_

@@ -1,0 +1,100 @@
+// The interface a worker drives a model shard through, whatever it runs on:
+// LlamaModel (CPU, fp32, the oracle) and CudaLlamaModel (GPU, fp16/bf16).
+// Also the types of one iteration's work, and StepRows: the validation and
+// the per-row positions and KV slots of a step, shared by every
+// implementation so a malformed batch is refused the same way everywhere.
+//
+// Thread-compatible: one thread (the worker's) drives a model.
+#ifndef CHUNKATTN_WORKERS_MODEL_MODEL_H_
+#define CHUNKATTN_WORKERS_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/api/attention.h"
+#include "kernels/api/chunk_context.h"
+#include "kernels/cpu/attention.h"
+#include "workers/model/config.h"
+
+namespace chunkattn {
+
+struct ModelOptions {
+  int chunk_size = 64;             // tokens per KV chunk
+  int64_t num_kv_chunks = 0;       // KV pool capacity, chunks
+  DType kv_dtype = DType::kFloat32;
+  cpu::DecodeImpl decode_impl = cpu::DecodeImpl::kTpp;
+};
+
+// One iteration's work. Rows of the step, in order: the prefill tokens,
+// sequence by sequence as in `prefill`, then one decode token per sequence of
+// `decode` in context order.
+struct ForwardBatch {
+  std::vector<int32_t> tokens;  // (num_rows) input token ids
+  // Prefill pieces: sequence s feeds tokens at positions prefix_len[s] ...;
+  // its chunk list must hold room for them. May be empty.
+  PrefillBatch prefill;
+  // Decode: sequence s feeds one token at position seq_len[s] - 1 (seq_len
+  // counts it). Null when the step has no decode tokens.
+  const ChunkContext* decode = nullptr;
+  std::vector<KvCopy> copies;        // applied before any KV write
+  std::vector<int32_t> logits_rows;  // rows whose next-token logits are wanted
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const ModelOptions& options() const = 0;
+  // "cpu" or "cuda:N".
+  virtual std::string device() const = 0;
+
+  // Runs one step and writes (batch.logits_rows.size(), vocab) fp32 logits
+  // to host memory. INVALID_ARGUMENT for a malformed batch, checked before
+  // anything is written (StepRows); the KV of the step's tokens is in the
+  // pool afterwards.
+  virtual absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+
+  // Whether ForwardGreedy picks tokens where the logits are (a GPU model
+  // then copies back two numbers per row instead of a vocabulary of logits).
+  virtual bool has_device_greedy() const { return false; }
+  // Forward, then per logits row the greedy token (argmax, ties to the lowest
+  // id, NaN as -inf) and its log-softmax: what Sampler gives at temperature 0
+  // without repetition penalty. UNIMPLEMENTED unless has_device_greedy().
+  virtual absl::Status ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
+                                     std::vector<float>& logprobs);
+
+  // Copy-on-write KV copies without a forward pass (a step with no rows).
+  virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;
+};
+
+// Positions and KV slots of every row of a step, after validating the batch
+// (token ids, logits rows, prefill pieces, the decode context and lengths,
+// positions against the model's context). Keeps the decode plan of the last
+// context version, which CPU attention also runs on.
+class StepRows {
+ public:
+  absl::Status Plan(const ForwardBatch& batch, const ModelConfig& config, int chunk_size,
+                    int64_t num_chunks);
+
+  int64_t num_rows() const { return static_cast<int64_t>(positions_.size()); }
+  int64_t prefill_rows() const { return prefill_rows_; }
+  const std::vector<int32_t>& positions() const { return positions_; }
+  const std::vector<int64_t>& slots() const { return slots_; }
+  // The plan of the context of the last batch with decode rows.
+  const cpu::DecodePlan& decode_plan() const { return plan_; }
+
+ private:
+  bool have_plan_ = false;
+  cpu::DecodePlan plan_;
+  int64_t prefill_rows_ = 0;
+  std::vector<int32_t> positions_;
+  std::vector<int64_t> slots_;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_WORKERS_MODEL_MODEL_H_

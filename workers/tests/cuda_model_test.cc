@@ -1,0 +1,452 @@
+// The CUDA model against its oracle, the CPU model, on the same weights
+// (rounded to the GPU's 16-bit dtype first, so only activation rounding
+// differs): chunked prefill over a matched prefix, TPP and sequence decode
+// of sequences sharing prefixes, mixed steps, copy-on-write, CUDA graph
+// replay against eager steps, device greedy picks, tensor parallelism over
+// NCCL when two GPUs are visible, and bad inputs. Every test skips without
+// a GPU.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/device.h"
+#include "workers/collectives/nccl_communicator.h"
+#include "workers/model/context_builder.h"
+#include "workers/model/cuda_llama.h"
+#include "workers/model/llama.h"
+
+namespace chunkattn {
+namespace {
+
+constexpr int kChunk = 16;
+
+#define SKIP_WITHOUT_GPU()                                                   \
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible"
+
+ModelConfig SmallConfig(int head_dim, bool bias, bool tied) {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.vocab_size = 512;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = head_dim;
+  c.hidden_size = c.num_heads * head_dim;
+  c.intermediate_size = 2 * c.hidden_size + 64;
+  c.num_layers = 2;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000;
+  c.max_context = 1024;
+  c.attention_bias = bias;
+  c.tie_word_embeddings = tied;
+  if (tied) {  // also cover llama3 rope scaling
+    c.rope_scaling.kind = RopeScalingKind::kLlama3;
+    c.rope_scaling.factor = 8;
+    c.rope_scaling.original_max_position_embeddings = 256;
+  }
+  return c;
+}
+
+float Round(float x, DType t) {
+  return t == DType::kBFloat16 ? BFloat16ToFloat(FloatToBFloat16(x)) : HalfToFloat(FloatToHalf(x));
+}
+
+// The weights the GPU sees, as fp32: matrices rounded to `t` (norms and
+// biases stay fp32 on the GPU too).
+void RoundMatrices(ModelWeights& w, DType t) {
+  auto round = [t](std::vector<float>& v) {
+    for (float& x : v) x = Round(x, t);
+  };
+  round(w.embed);
+  round(w.lm_head);
+  for (LayerWeights& l : w.layers) {
+    round(l.qkv);
+    round(l.o);
+    round(l.gate_up);
+    round(l.down);
+  }
+}
+
+struct Pair {
+  std::unique_ptr<LlamaModel> cpu;
+  std::unique_ptr<CudaLlamaModel> gpu;
+};
+
+Pair MakePair(const ModelConfig& config, DType t, cpu::DecodeImpl impl, bool graphs, int64_t max_rows = 512,
+              uint64_t seed = 7) {
+  absl::StatusOr<ModelWeights> w = DummyWeights(config, {}, seed);
+  EXPECT_TRUE(w.ok()) << w.status();
+  RoundMatrices(*w, t);
+  ModelOptions o;
+  o.chunk_size = kChunk;
+  o.num_kv_chunks = 256;
+  o.decode_impl = impl;
+  Pair p;
+  ModelOptions co = o;
+  co.kv_dtype = DType::kFloat32;
+  auto cpu_model = LlamaModel::Create(config, *w, co, nullptr, nullptr);
+  EXPECT_TRUE(cpu_model.ok()) << cpu_model.status();
+  if (cpu_model.ok()) p.cpu = std::move(*cpu_model);
+  o.kv_dtype = t;
+  CudaModelOptions cuda;
+  cuda.max_rows = max_rows;
+  cuda.max_graph_batch = 64;
+  cuda.cuda_graphs = graphs;
+  auto gpu_model = CudaLlamaModel::Create(config, std::move(*w), o, cuda, nullptr);
+  EXPECT_TRUE(gpu_model.ok()) << gpu_model.status();
+  if (gpu_model.ok()) p.gpu = std::move(*gpu_model);
+  return p;
+}
+
+// max |a - b| / max |b|.
+double RelError(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, std::abs(double{a[i]} - double{b[i]}));
+    scale = std::max(scale, std::abs(double{b[i]}));
+  }
+  return diff / scale;
+}
+
+// Relative logits error allowed against the fp32 CPU model with the same
+// (rounded) weights: the activations' rounding through two layers.
+double Tolerance(DType t) { return t == DType::kBFloat16 ? 6e-2 : 1e-2; }
+
+std::vector<int32_t> RandomTokens(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = d(rng);
+  return t;
+}
+
+int32_t Argmax(const float* x, int n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+
+// A small serving scenario driven by hand: `n` sequences, prompts sharing a
+// prefix of `shared` tokens, prefilled (the first in full, the others over
+// the matched prefix), then `steps` decode steps with the CPU's greedy
+// tokens fed to both models. Checks every step's logits.
+void RunScenario(const ModelConfig& config, DType t, cpu::DecodeImpl impl, bool graphs, int n, int shared,
+                 int steps) {
+  Pair m = MakePair(config, t, impl, graphs);
+  ASSERT_TRUE(m.cpu && m.gpu);
+  const int vocab = config.vocab_size;
+  std::mt19937 rng(11);
+  const std::vector<int32_t> prefix = RandomTokens(rng, shared, vocab);
+  std::vector<std::vector<int32_t>> seqs(n);
+  std::vector<std::vector<int32_t>> chunks(n);
+  int32_t next_chunk = 0;
+  const int shared_chunks = shared / kChunk;
+  std::vector<int32_t> prefix_chunks;
+  for (int c = 0; c < shared_chunks; ++c) prefix_chunks.push_back(next_chunk++);
+  for (int s = 0; s < n; ++s) {
+    seqs[s] = prefix;
+    const std::vector<int32_t> own = RandomTokens(rng, 5 + 7 * s % 23, vocab);
+    seqs[s].insert(seqs[s].end(), own.begin(), own.end());
+    chunks[s] = prefix_chunks;
+    while (static_cast<int>(chunks[s].size()) * kChunk < static_cast<int>(seqs[s].size())) {
+      chunks[s].push_back(next_chunk++);
+    }
+  }
+  // Prefill: sequence 0 in full (it computes the shared prefix), the others
+  // from the matched prefix on, all in one step.
+  ForwardBatch pre;
+  pre.prefill.q_begin = {0};
+  pre.prefill.chunk_begin = {0};
+  for (int s = 0; s < n; ++s) {
+    const int from = s == 0 ? 0 : shared_chunks * kChunk;
+    if (s == 1) {
+      // Sequence 0 must be in the pool before the others read its prefix.
+      std::vector<float> cpu_logits, gpu_logits;
+      ASSERT_TRUE(m.cpu->Forward(pre, cpu_logits).ok());
+      absl::Status st = m.gpu->Forward(pre, gpu_logits);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_LT(RelError(gpu_logits, cpu_logits), Tolerance(t)) << "prefill of sequence 0";
+      pre = ForwardBatch();
+      pre.prefill.q_begin = {0};
+      pre.prefill.chunk_begin = {0};
+    }
+    pre.tokens.insert(pre.tokens.end(), seqs[s].begin() + from, seqs[s].end());
+    pre.prefill.prefix_len.push_back(from);
+    pre.prefill.q_begin.push_back(static_cast<int32_t>(pre.tokens.size()));
+    pre.prefill.chunk_ids.insert(pre.prefill.chunk_ids.end(), chunks[s].begin(), chunks[s].end());
+    pre.prefill.chunk_begin.push_back(static_cast<int32_t>(pre.prefill.chunk_ids.size()));
+    pre.logits_rows.push_back(static_cast<int32_t>(pre.tokens.size()) - 1);
+  }
+  std::vector<float> cpu_logits, gpu_logits;
+  ASSERT_TRUE(m.cpu->Forward(pre, cpu_logits).ok());
+  absl::Status st = m.gpu->Forward(pre, gpu_logits);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_LT(RelError(gpu_logits, cpu_logits), Tolerance(t)) << "prefill over the matched prefix";
+  // The first tokens: sequence 0's came with its own prefill.
+  for (int s = 1; s < n; ++s) seqs[s].push_back(Argmax(cpu_logits.data() + (s - 1) * vocab, vocab));
+  seqs[0].push_back(RandomTokens(rng, 1, vocab)[0]);
+
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> lens(n);
+    for (int s = 0; s < n; ++s) {
+      lens[s] = static_cast<int32_t>(seqs[s].size());
+      if (static_cast<int>(chunks[s].size()) * kChunk < lens[s]) chunks[s].push_back(next_chunk++);
+    }
+    absl::StatusOr<ChunkContext> ctx = BuildChunkContext(chunks, lens, kChunk, next_chunk);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ForwardBatch b;
+    b.decode = &*ctx;
+    for (int s = 0; s < n; ++s) {
+      b.tokens.push_back(seqs[s].back());
+      b.logits_rows.push_back(s);
+    }
+    ASSERT_TRUE(m.cpu->Forward(b, cpu_logits).ok());
+    st = m.gpu->Forward(b, gpu_logits);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_LT(RelError(gpu_logits, cpu_logits), Tolerance(t)) << "decode step " << step;
+    // The same step again through the device greedy path (its KV writes are
+    // the same values to the same slots): picks are the argmax of the GPU's
+    // own logits, logprobs their log-softmax.
+    std::vector<int32_t> picks;
+    std::vector<float> logprobs;
+    st = m.gpu->ForwardGreedy(b, picks, logprobs);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(picks.size(), static_cast<size_t>(n));
+    for (int s = 0; s < n; ++s) {
+      const float* row = gpu_logits.data() + s * vocab;
+      EXPECT_EQ(picks[s], Argmax(row, vocab)) << "step " << step << " row " << s;
+      double sum = 0;
+      const float mx = *std::max_element(row, row + vocab);
+      for (int i = 0; i < vocab; ++i) sum += std::exp(double{row[i]} - mx);
+      EXPECT_NEAR(logprobs[s], row[picks[s]] - mx - std::log(sum), 1e-3);
+      seqs[s].push_back(Argmax(cpu_logits.data() + s * vocab, vocab));
+    }
+  }
+  if (graphs) {
+    EXPECT_GT(m.gpu->num_graphs(), 0);
+  } else {
+    EXPECT_EQ(m.gpu->num_graphs(), 0);
+  }
+}
+
+struct Variant {
+  int head_dim;
+  DType dtype;
+  cpu::DecodeImpl impl;
+  bool graphs;
+  bool bias;
+  bool tied;
+};
+
+class CudaModelTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(CudaModelTest, ServingScenarioMatchesCpuModel) {
+  SKIP_WITHOUT_GPU();
+  const Variant& v = GetParam();
+  RunScenario(SmallConfig(v.head_dim, v.bias, v.tied), v.dtype, v.impl, v.graphs, /*n=*/12, /*shared=*/48,
+              /*steps=*/20);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, CudaModelTest,
+    ::testing::Values(Variant{64, DType::kFloat16, cpu::DecodeImpl::kTpp, true, false, false},
+                      Variant{64, DType::kFloat16, cpu::DecodeImpl::kTpp, false, false, false},
+                      Variant{64, DType::kFloat16, cpu::DecodeImpl::kSequence, true, false, false},
+                      Variant{128, DType::kFloat16, cpu::DecodeImpl::kTpp, true, true, false},
+                      Variant{64, DType::kBFloat16, cpu::DecodeImpl::kTpp, true, false, true},
+                      Variant{128, DType::kBFloat16, cpu::DecodeImpl::kSequence, false, true, true}),
+    [](const ::testing::TestParamInfo<Variant>& info) {
+      const Variant& v = info.param;
+      return absl::StrFormat("%s_d%d_%s_%s%s%s", v.dtype == DType::kBFloat16 ? "bf16" : "fp16", v.head_dim,
+                             v.impl == cpu::DecodeImpl::kTpp ? "tpp" : "seq", v.graphs ? "graphs" : "eager",
+                             v.bias ? "_bias" : "", v.tied ? "_tied_llama3rope" : "");
+    });
+
+TEST(CudaModelBasics, GraphsAndEagerAgree) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = SmallConfig(64, false, false);
+  Pair graph = MakePair(config, DType::kFloat16, cpu::DecodeImpl::kTpp, true);
+  Pair eager = MakePair(config, DType::kFloat16, cpu::DecodeImpl::kTpp, false);
+  ASSERT_TRUE(graph.gpu && eager.gpu);
+  // Batches of 1..20 decode rows (buckets 1, 2, 4, 8, 16, 32) over fresh
+  // one-chunk prompts.
+  std::mt19937 rng(3);
+  int32_t next_chunk = 0;
+  for (int n : {1, 2, 3, 5, 8, 13, 20}) {
+    std::vector<std::vector<int32_t>> chunks(n);
+    std::vector<int32_t> lens(n, 1);
+    ForwardBatch b;
+    for (int s = 0; s < n; ++s) {
+      chunks[s] = {next_chunk++};
+      b.tokens.push_back(RandomTokens(rng, 1, config.vocab_size)[0]);
+      b.logits_rows.push_back(s);
+    }
+    absl::StatusOr<ChunkContext> ctx = BuildChunkContext(chunks, lens, kChunk, next_chunk);
+    ASSERT_TRUE(ctx.ok());
+    b.decode = &*ctx;
+    std::vector<float> a, e;
+    ASSERT_TRUE(graph.gpu->Forward(b, a).ok());
+    ASSERT_TRUE(eager.gpu->Forward(b, e).ok());
+    // Different GEMM shapes (padded bucket rows) may sum in another order.
+    EXPECT_LT(RelError(a, e), 2e-3) << n << " rows";
+  }
+  EXPECT_EQ(graph.gpu->num_graphs(), 6);
+}
+
+TEST(CudaModelBasics, MixedStepAndCopyOnWrite) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = SmallConfig(64, true, false);
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    Pair m = MakePair(config, t, cpu::DecodeImpl::kTpp, true);
+    ASSERT_TRUE(m.cpu && m.gpu);
+    std::mt19937 rng(5);
+    // Sequence A: 20 tokens in chunks 0, 1. Prefill it.
+    const std::vector<int32_t> a = RandomTokens(rng, 20, config.vocab_size);
+    ForwardBatch pa;
+    pa.tokens = a;
+    pa.prefill.prefix_len = {0};
+    pa.prefill.q_begin = {0, 20};
+    pa.prefill.chunk_begin = {0, 2};
+    pa.prefill.chunk_ids = {0, 1};
+    pa.logits_rows = {19};
+    std::vector<float> lc, lg;
+    ASSERT_TRUE(m.cpu->Forward(pa, lc).ok());
+    ASSERT_TRUE(m.gpu->Forward(pa, lg).ok());
+    EXPECT_LT(RelError(lg, lc), Tolerance(t));
+    // One step: B forks A's partial chunk 1 by copy-on-write into chunk 2 and
+    // prefills 6 tokens after A's 20; A decodes one token in chunk 1.
+    const std::vector<int32_t> b_new = RandomTokens(rng, 6, config.vocab_size);
+    absl::StatusOr<ChunkContext> ctx = BuildChunkContext({{0, 1}}, {21}, kChunk, 3);
+    ASSERT_TRUE(ctx.ok());
+    ForwardBatch mixed;
+    mixed.copies = {{1, 2, 4}};
+    mixed.tokens = b_new;
+    mixed.tokens.push_back(7);
+    mixed.prefill.prefix_len = {20};
+    mixed.prefill.q_begin = {0, 6};
+    mixed.prefill.chunk_begin = {0, 2};
+    mixed.prefill.chunk_ids = {0, 2};
+    mixed.decode = &*ctx;
+    mixed.logits_rows = {6, 5, 0};
+    ASSERT_TRUE(m.cpu->Forward(mixed, lc).ok());
+    absl::Status st = m.gpu->Forward(mixed, lg);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_LT(RelError(lg, lc), Tolerance(t)) << DTypeName(t);
+  }
+}
+
+TEST(CudaModelBasics, RefusesBadInputs) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = SmallConfig(64, false, false);
+  absl::StatusOr<ModelWeights> w = DummyWeights(config, {}, 1);
+  ASSERT_TRUE(w.ok());
+  ModelOptions o;
+  o.chunk_size = kChunk;
+  o.kv_dtype = DType::kFloat32;
+  CudaModelOptions cuda;
+  cuda.max_rows = 8;
+  EXPECT_EQ(CudaLlamaModel::Create(config, *w, o, cuda, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ModelConfig odd = SmallConfig(32, false, false);
+  absl::StatusOr<ModelWeights> wo = DummyWeights(odd, {}, 1);
+  ASSERT_TRUE(wo.ok());
+  o.kv_dtype = DType::kFloat16;
+  EXPECT_EQ(CudaLlamaModel::Create(odd, *wo, o, cuda, nullptr).status().code(), absl::StatusCode::kUnimplemented);
+
+  auto model = CudaLlamaModel::Create(config, *w, o, cuda, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ForwardBatch b;
+  b.tokens = {1, 2};
+  b.prefill.prefix_len = {0};
+  b.prefill.q_begin = {0, 2};
+  b.prefill.chunk_begin = {0, 1};
+  b.prefill.chunk_ids = {0};
+  b.logits_rows = {1};
+  std::vector<float> logits;
+  EXPECT_EQ((*model)->Forward(b, logits).code(), absl::StatusCode::kFailedPrecondition);  // no pool yet
+  absl::StatusOr<int64_t> capacity = (*model)->KvCapacity(0.9);
+  ASSERT_TRUE(capacity.ok());
+  EXPECT_GT(*capacity, 16);
+  EXPECT_EQ((*model)->KvCapacity(1.5).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*model)->AllocateKvPool(16).ok());
+  EXPECT_EQ((*model)->AllocateKvPool(16).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*model)->Forward(b, logits).ok());
+
+  ForwardBatch bad = b;
+  bad.tokens[0] = config.vocab_size;
+  EXPECT_EQ((*model)->Forward(bad, logits).code(), absl::StatusCode::kInvalidArgument);
+  bad = b;
+  bad.prefill.chunk_ids = {16};  // outside the pool
+  EXPECT_EQ((*model)->Forward(bad, logits).code(), absl::StatusCode::kInvalidArgument);
+  bad = b;
+  bad.copies = {{0, 99, 4}};
+  EXPECT_EQ((*model)->Forward(bad, logits).code(), absl::StatusCode::kInvalidArgument);
+  // More rows than the workspace holds.
+  ForwardBatch big;
+  big.tokens.assign(9, 1);
+  big.prefill.prefix_len = {0};
+  big.prefill.q_begin = {0, 9};
+  big.prefill.chunk_begin = {0, 1};
+  big.prefill.chunk_ids = {1};
+  EXPECT_EQ((*model)->Forward(big, logits).code(), absl::StatusCode::kInvalidArgument);
+  // Still usable after the refusals.
+  EXPECT_TRUE((*model)->Forward(b, logits).ok());
+}
+
+TEST(CudaModelBasics, TensorParallelOverNcclMatchesOneRank) {
+  SKIP_WITHOUT_GPU();
+  if (cuda::DeviceCount() < 2) GTEST_SKIP() << "needs two GPUs";
+  const ModelConfig config = SmallConfig(64, false, false);
+  const DType t = DType::kFloat16;
+  Pair whole = MakePair(config, t, cpu::DecodeImpl::kTpp, true);
+  ASSERT_TRUE(whole.gpu);
+  absl::StatusOr<std::string> id = NcclCommunicator::MakeUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::mt19937 rng(9);
+  const std::vector<int32_t> prompt = RandomTokens(rng, 40, config.vocab_size);
+  ForwardBatch b;
+  b.tokens = prompt;
+  b.prefill.prefix_len = {0};
+  b.prefill.q_begin = {0, 40};
+  b.prefill.chunk_begin = {0, 3};
+  b.prefill.chunk_ids = {0, 1, 2};
+  b.logits_rows = {39};
+  std::vector<float> expected;
+  ASSERT_TRUE(whole.gpu->Forward(b, expected).ok());
+  std::vector<std::vector<float>> got(2);
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto comm = NcclCommunicator::Create(r, 2, *id, r, absl::Seconds(60));
+      if (!comm.ok()) {
+        status[r] = comm.status();
+        return;
+      }
+      absl::StatusOr<ModelWeights> w = DummyWeights(config, {r, 2}, 7);
+      RoundMatrices(*w, t);
+      ModelOptions o;
+      o.chunk_size = kChunk;
+      o.num_kv_chunks = 256;
+      o.kv_dtype = t;
+      CudaModelOptions cuda;
+      cuda.device = r;
+      auto model = CudaLlamaModel::Create(config, std::move(*w), o, cuda, comm->get());
+      if (!model.ok()) {
+        status[r] = model.status();
+        return;
+      }
+      status[r] = (*model)->Forward(b, got[r]);
+    });
+  }
+  for (auto& th : ranks) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    EXPECT_LT(RelError(got[r], expected), 1e-2) << "rank " << r;
+  }
+  EXPECT_EQ(got[0], got[1]);  // all-reduce leaves every rank the same values
+}
+
+}  // namespace
+}  // namespace chunkattn
