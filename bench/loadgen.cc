@@ -11,7 +11,9 @@
 //   peak KV             the coordinator's peak used chunks x bytes per chunk, and
 //                       what the same sequences would have needed unshared
 //   peak batch          the most running requests seen by polling every 20 ms
-// Run it against a freshly started coordinator: the peaks are since start.
+// The KV peaks are this run's: it resets the coordinator's peaks first (but
+// prompts cached by earlier runs stay cached; use a fresh --seed or
+// --cache_namespace per run).
 //
 //   chunkattn-loadgen --server 127.0.0.1:50051 --rate 2 --requests 64 --np 1024 --ns 512 --nc 64 --json out.json
 #include <algorithm>
@@ -154,6 +156,20 @@ int Main(int argc, char** argv) {
   std::vector<double> arrival(requests);
   for (int i = 1; i < requests; ++i) arrival[i] = arrival[i - 1] + gap(rng);
 
+  // The peaks this run reports start now (the coordinator may have served
+  // other workloads since it started).
+  {
+    grpc::ClientContext ctx;
+    client::SetDeadline(&ctx, 30);
+    v1::GetCacheStatsRequest reset;
+    reset.set_reset_peaks(true);
+    v1::CacheStats before;
+    const grpc::Status st = stub->GetCacheStats(&ctx, reset, &before);
+    if (!st.ok()) {
+      client::PrintRpcError(st);
+      return 1;
+    }
+  }
   // Poll the running batch while the load runs.
   std::atomic<bool> done{false};
   std::atomic<uint64_t> peak_running{0};

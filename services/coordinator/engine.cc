@@ -145,6 +145,12 @@ void Engine::Cancel(int64_t id) {
   inbox_cv_.Signal();
 }
 
+void Engine::ResetPeaks() {
+  absl::MutexLock lock(&inbox_mu_);
+  inbox_.push_back(Command{Command::kResetPeaks, 0, {}, nullptr});
+  inbox_cv_.Signal();
+}
+
 Engine::Snapshot Engine::snapshot() const {
   absl::MutexLock lock(&snapshot_mu_);
   return snapshot_;
@@ -207,6 +213,10 @@ void Engine::DrainInbox(bool serving) {
     commands.swap(inbox_);
   }
   for (Command& c : commands) {
+    if (c.kind == Command::kResetPeaks) {
+      if (scheduler_ != nullptr) scheduler_->ResetPeaks();
+      continue;
+    }
     if (c.kind == Command::kCancel) {
       if (live_.count(c.id) == 0) continue;
       if (scheduler_ != nullptr) scheduler_->Abort(c.id);

@@ -78,6 +78,9 @@ class Engine {
   // Stops a request (client cancel, deadline): its chunks are released and
   // its sink finishes with CANCELLED. Unknown ids are ignored.
   void Cancel(int64_t id);
+  // Restarts the scheduler's peak KV use from now, in inbox order (so before
+  // any request submitted after this call).
+  void ResetPeaks();
 
   // Whether the workers are joined and requests are served.
   bool ready() const { return ready_.load(); }
@@ -101,7 +104,7 @@ class Engine {
  private:
   struct Live;
   struct Command {
-    enum Kind { kSubmit, kCancel } kind;
+    enum Kind { kSubmit, kCancel, kResetPeaks } kind;
     int64_t id = 0;
     EngineRequest request;
     std::shared_ptr<ResponseSink> sink;

@@ -306,10 +306,12 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerContext* context,
-                                                           const v1::GetCacheStatsRequest*, v1::CacheStats* out) {
+                                                           const v1::GetCacheStatsRequest* request,
+                                                           v1::CacheStats* out) {
   auto* reactor = context->DefaultReactor();
   if (Denied(*context, reactor)) return reactor;
   const Engine::Snapshot snap = engine_->snapshot();
+  if (request->reset_peaks()) engine_->ResetPeaks();
   const CacheStats& c = snap.cache;
   out->set_capacity_chunks(c.capacity_chunks);
   out->set_used_chunks(c.used_chunks);

@@ -627,6 +627,12 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
   return absl::OkStatus();
 }
 
+void Scheduler::ResetPeaks() {
+  peak_used_ = 0;
+  peak_unshared_ = 0;
+  UpdatePeaks();
+}
+
 void Scheduler::UpdatePeaks() {
   int64_t unshared = 0;
   for (const auto& [id, seq] : seqs_) unshared += CeilDiv(static_cast<int64_t>(seq->tokens.size()), options_.chunk_size);

@@ -146,6 +146,8 @@ class Scheduler {
   // Ids of every request in flight (running or waiting), oldest first.
   std::vector<RequestId> RequestIds() const;
   SchedulerStats stats() const;
+  // Restarts the peaks of stats() from the current use.
+  void ResetPeaks();
   CacheStats cache_stats() const { return forest_->stats(); }
   const PrefixForest& forest() const { return *forest_; }
   const SchedulerOptions& options() const { return options_; }

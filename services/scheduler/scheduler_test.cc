@@ -258,6 +258,11 @@ TEST(SchedulerTest, InBatchSharingComputesTheCommonPrefixOnce) {
     arrivals[0].emplace_back(r + 1, spec);
   }
   h.Run(arrivals);
+  // Peaks are since the last reset: after one, an idle scheduler's are zero.
+  EXPECT_GT(h.scheduler().stats().peak_used_chunks, 0);
+  h.scheduler().ResetPeaks();
+  EXPECT_EQ(h.scheduler().stats().peak_used_chunks, 0);
+  EXPECT_EQ(h.scheduler().stats().peak_unshared_chunks, 0);
   int zero = 0;
   for (const auto& [id, cached] : h.cached_) {
     if (cached == 0) {

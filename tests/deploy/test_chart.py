@@ -206,6 +206,10 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertEqual(gpus, 1 if device == 'cuda' else None)
         if device == 'cuda':
             self.assertEqual(args['kv_dtype'], 'bfloat16')
+            self.assertEqual(wargs['gpu_memory_fraction'], '0.9')
+            self.assertEqual(wargs['cuda_graphs'], 'true')
+        else:
+            self.assertNotIn('gpu_memory_fraction', wargs)
 
         # TLS / tokens: the files the flags name are mounted from the secrets.
         mounts = {m['mountPath']: m['name'] for m in c['volumeMounts']}
@@ -281,7 +285,8 @@ class LintAndTemplateTest(unittest.TestCase):
             ('--set', 'cache.chunkSize=48', 'chunkSize'),
             ('--set-string', 'cache.prefixSharing=yes', 'prefixSharing'),
             ('--set', 'cache.kvDtype=int8', 'kvDtype'),
-            ('--set', 'worker.kvCacheMiB=0', 'kvCacheMiB'),
+            ('--set', 'worker.kvCacheMiB=-1', 'kvCacheMiB'),
+            ('--set', 'worker.gpuMemoryFraction=1.5', 'gpuMemoryFraction'),
             ('--set', 'worker.kvCacheMib=512', 'kvCacheMib'),  # a typo is not ignored
             ('--set', 'coordinator.grpcPort=70000', 'grpcPort'),
             ('--set', 'model.source=s3', 'source'),

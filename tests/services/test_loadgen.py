@@ -69,6 +69,19 @@ class LoadgenTest(harness.ServiceTestCase):
         if on['peak_running_requests'] >= 2:  # sequences ran together: their shared chunks were one copy
             self.assertLess(on['peak_kv_bytes'], on['peak_kv_unshared_bytes'])
         print('sharing on: %s\nsharing off: %s' % (on, off))
+        # A later run on the same coordinator reports its own peaks: one short
+        # request needs at most ceil((n_p + n_c) / chunk) chunks, far fewer
+        # than the first run's peak.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, 'small.json')
+            r = run_loadgen('--server', '127.0.0.1:%d' % self.shared.port, '--rate', 20, '--requests', 1,
+                            '--np', 20, '--ns', 0, '--nc', 4, '--seed', 99, '--json', path)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(path) as f:
+                small = json.load(f)
+        self.assertGreaterEqual(small['peak_used_chunks'], 1)
+        self.assertLessEqual(small['peak_used_chunks'], -(-24 // chunk))
+        self.assertLess(small['peak_used_chunks'], on['peak_used_chunks'])
 
     def test_bad_flags_exit_2(self):
         server = '127.0.0.1:%d' % self.shared.port
