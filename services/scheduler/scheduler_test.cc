@@ -274,6 +274,45 @@ TEST(SchedulerTest, InBatchSharingComputesTheCommonPrefixOnce) {
   EXPECT_EQ(zero, 1);
 }
 
+// Models keep their decode plan per context version, so the executor refuses
+// a changed context that reuses the version in force (a network input).
+TEST(PlanExecutorTest, RefusesANewContextWithTheVersionInForce) {
+  auto weights = DummyWeights(TinyConfig(), {0, 1}, 7);
+  ASSERT_TRUE(weights.ok());
+  ModelOptions mo;
+  mo.chunk_size = 16;
+  mo.num_kv_chunks = 8;
+  auto model = LlamaModel::Create(TinyConfig(), std::move(*weights), mo, nullptr, nullptr);
+  ASSERT_TRUE(model.ok());
+  PlanExecutor executor(model->get(), /*samples=*/false);
+  internal::v1::StepResult result;
+  internal::v1::StepPlan prefill;  // 5 tokens into chunk 0
+  for (int t = 0; t < 5; ++t) prefill.add_tokens(t + 1);
+  prefill.add_prefill_prefix_len(0);
+  prefill.add_prefill_q_begin(0);
+  prefill.add_prefill_q_begin(5);
+  prefill.add_prefill_chunk_begin(0);
+  prefill.add_prefill_chunk_begin(1);
+  prefill.add_prefill_chunk_ids(0);
+  ASSERT_TRUE(executor.Execute(prefill, &result).ok());
+  auto decode = [](int32_t chunk, uint64_t version) {
+    internal::v1::StepPlan plan;
+    plan.add_tokens(9);
+    plan.set_has_decode(true);
+    plan.add_seq_len(6);
+    auto* ctx = plan.mutable_context();
+    ctx->set_version(version);
+    ctx->add_seq_ids(1);
+    ctx->add_private_begin(0);
+    ctx->add_private_end(1);
+    ctx->add_private_chunk(chunk);
+    ctx->add_private_tokens(6);
+    return plan;
+  };
+  ASSERT_TRUE(executor.Execute(decode(0, 1), &result).ok());
+  EXPECT_EQ(executor.Execute(decode(3, 1), &result).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SchedulerTest, RejectsRequestsThatCanNeverFit) {
   Harness h(8, 64, true);
   RequestSpec spec;

@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -57,16 +58,31 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_ != nullptr) {
-    // A broken group may have kernels waiting on a dead peer: abort, which
-    // also frees; a healthy one is finalized by destroy.
-    if (broken_) {
-      ncclCommAbort(Comm(comm_));
-    } else {
+  if (comm_ != nullptr && !broken_) {
+    // Finalize flushes outstanding work; on a non-blocking communicator it
+    // completes asynchronously, so poll it within the timeout.
+    ncclResult_t r = ncclCommFinalize(Comm(comm_));
+    const absl::Time deadline = absl::Now() + timeout_;
+    while (r == ncclInProgress && absl::Now() < deadline) {
+      std::this_thread::yield();
+      if (ncclCommGetAsyncError(Comm(comm_), &r) != ncclSuccess) break;
+    }
+    if (r == ncclSuccess) {
       ncclCommDestroy(Comm(comm_));
+      comm_ = nullptr;
     }
   }
+  // A broken group, or one that did not finalize, may have kernels waiting
+  // on a dead peer: abort, which also frees.
+  if (comm_ != nullptr) ncclCommAbort(Comm(comm_));
   if (done_ != nullptr) cudaEventDestroy(done_);
+}
+
+void NcclCommunicator::Abort(std::string reason) {
+  broken_ = true;
+  broken_reason_ = std::move(reason);
+  if (comm_ != nullptr) ncclCommAbort(Comm(comm_));
+  comm_ = nullptr;
 }
 
 absl::Status NcclCommunicator::Broken() {
@@ -78,16 +94,14 @@ absl::Status NcclCommunicator::Settle(int result, const char* what) {
   const absl::Time deadline = absl::Now() + timeout_;
   while (r == ncclInProgress && comm_ != nullptr) {
     if (absl::Now() > deadline) {
-      broken_ = true;
-      broken_reason_ = absl::StrFormat("%s did not complete within %s", what, absl::FormatDuration(timeout_));
+      Abort(absl::StrFormat("%s did not complete within %s", what, absl::FormatDuration(timeout_)));
       return absl::DeadlineExceededError(broken_reason_);
     }
     std::this_thread::yield();
     if (ncclCommGetAsyncError(Comm(comm_), &r) != ncclSuccess) break;
   }
   if (r == ncclSuccess) return absl::OkStatus();
-  broken_ = true;
-  broken_reason_ = absl::StrFormat("%s: %s", what, ncclGetErrorString(r));
+  Abort(absl::StrFormat("%s: %s", what, ncclGetErrorString(r)));
   return absl::UnavailableError(broken_reason_);
 }
 
@@ -114,19 +128,11 @@ absl::Status NcclCommunicator::Wait(cudaStream_t stream) {
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(Comm(comm_), &async);
     if (async != ncclSuccess && async != ncclInProgress) {
-      broken_ = true;
-      broken_reason_ = absl::StrFormat("a collective failed: %s", ncclGetErrorString(async));
-      ncclCommAbort(Comm(comm_));
-      comm_ = nullptr;
+      Abort(absl::StrFormat("a collective failed: %s", ncclGetErrorString(async)));
       return absl::UnavailableError(broken_reason_);
     }
     if (absl::Now() > deadline) {
-      broken_ = true;
-      broken_reason_ = absl::StrFormat("a step's collectives did not complete within %s",
-                                       absl::FormatDuration(timeout_));
-      // Abort makes the NCCL kernels waiting on the dead peer return.
-      ncclCommAbort(Comm(comm_));
-      comm_ = nullptr;
+      Abort(absl::StrFormat("a step's collectives did not complete within %s", absl::FormatDuration(timeout_)));
       return absl::DeadlineExceededError(broken_reason_);
     }
     std::this_thread::yield();

@@ -47,6 +47,8 @@ class NcclCommunicator {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   absl::Duration timeout() const { return timeout_; }
+  // After a failure or a timeout: every call fails, the group must be rebuilt.
+  bool broken() const { return broken_; }
 
   // Enqueues data[k] = sum over ranks of data[k] on `stream`; data is (n)
   // fp32 on this rank's device. n == 0 is a no-op.
@@ -63,6 +65,9 @@ class NcclCommunicator {
   // Polls a non-blocking call to completion (ncclInProgress) and maps errors.
   absl::Status Settle(int result, const char* what);
   absl::Status Broken();
+  // Marks the group broken and aborts it (NCCL kernels waiting on a dead
+  // peer return).
+  void Abort(std::string reason);
 
   int rank_;
   int world_size_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -127,6 +128,7 @@ struct CudaLlamaModel::Impl {
   PinnedBuffer host_inputs, host_picks;
 
   std::map<int, Graph> graphs;  // by bucket
+  std::set<int> warmed;         // buckets run eagerly once (before their capture)
 
   int32_t* tokens() const { return static_cast<int32_t*>(inputs.get()); }
   int32_t* positions() const { return tokens() + max_rows; }
@@ -154,7 +156,11 @@ CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const ModelOptions& op
                                const CudaModelOptions& cuda, NcclCommunicator* comm)
     : config_(config), options_(options), cuda_(cuda), comm_(comm), impl_(std::make_unique<Impl>()) {}
 
-CudaLlamaModel::~CudaLlamaModel() = default;
+CudaLlamaModel::~CudaLlamaModel() {
+  // A step left in flight may wait on a dead peer: the communicator's wait
+  // is bounded and aborts the group, where Impl's plain sync would hang.
+  if (comm_ != nullptr && comm_->world_size() > 1 && !comm_->broken()) (void)comm_->Wait(impl_->stream);
+}
 
 std::string CudaLlamaModel::device() const { return absl::StrFormat("cuda:%d", cuda_.device); }
 
@@ -189,11 +195,22 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
   const int64_t hidden = config.hidden_size, d = config.head_dim;
   const int64_t q_width = int64_t{l.num_heads} * d, kv_width = int64_t{l.num_kv_heads} * d;
   const int64_t qkv_width = q_width + 2 * kv_width;
-  if (static_cast<int>(weights.layers.size()) != config.num_layers ||
-      static_cast<int64_t>(weights.embed.size()) != int64_t{config.vocab_size} * hidden ||
-      static_cast<int64_t>(weights.layers[0].qkv.size()) != qkv_width * hidden) {
-    return absl::InvalidArgumentError("weights do not match the config");
+  if (hidden % 8 != 0 || hidden > cuda::kMaxNormHidden) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "hidden size %d: the GPU kernels need a multiple of 8 up to %d", hidden, cuda::kMaxNormHidden));
   }
+  const int64_t inter = l.intermediate;
+  auto sized = [](const std::vector<float>& v, int64_t n) { return static_cast<int64_t>(v.size()) == n; };
+  bool match = static_cast<int>(weights.layers.size()) == config.num_layers &&
+               sized(weights.embed, int64_t{config.vocab_size} * hidden) && sized(weights.final_norm, hidden) &&
+               (weights.lm_head.empty() || sized(weights.lm_head, int64_t{config.vocab_size} * hidden));
+  for (size_t i = 0; match && i < weights.layers.size(); ++i) {
+    const LayerWeights& w = weights.layers[i];
+    match = sized(w.input_norm, hidden) && sized(w.post_norm, hidden) && sized(w.qkv, qkv_width * hidden) &&
+            (w.qkv_bias.empty() || sized(w.qkv_bias, qkv_width)) && sized(w.o, hidden * q_width) &&
+            sized(w.gate_up, 2 * inter * hidden) && sized(w.down, hidden * inter);
+  }
+  if (!match) return absl::InvalidArgumentError("weights do not match the config");
 
   std::unique_ptr<CudaLlamaModel> m(new CudaLlamaModel(config, options, cuda, comm));
   m->layout_ = l;
@@ -245,10 +262,9 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
 
   // Workspace.
   const int64_t r = cuda.max_rows;
-  const int64_t inter = l.intermediate;
   const size_t e16 = 2;
   im.max_rows = r;
-  im.logits_block = std::clamp<int64_t>(cuda.max_graph_batch, 16, r);
+  im.logits_block = std::min<int64_t>(std::max<int64_t>(cuda.max_graph_batch, 16), r);
   ASSIGN_OR_RETURN(im.inputs, DeviceBuffer::Allocate(Aligned(r * 6 * sizeof(int32_t))));
   ASSIGN_OR_RETURN(im.x, DeviceBuffer::Allocate(Aligned(r * hidden * 4)));
   ASSIGN_OR_RETURN(im.delta, DeviceBuffer::Allocate(Aligned(r * hidden * 4)));
@@ -267,6 +283,15 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
   RETURN_IF_ERROR(im.host_inputs.Allocate(r * 6 * sizeof(int32_t)));
   RETURN_IF_ERROR(im.host_picks.Allocate(r * 8));
 
+  if (comm != nullptr && comm->world_size() > 1) {
+    // Connect the group now, so its buffers exist before KvCapacity measures
+    // what is free and before any graph capture.
+    RETURN_IF_ERROR(comm->AllReduceSum(static_cast<float*>(im.delta.get()), hidden, im.stream));
+    RETURN_IF_ERROR(comm->Wait(im.stream));
+  }
+  // The uploads and memsets above ran on the legacy stream, which our
+  // non-blocking stream does not wait for.
+  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   if (options.num_kv_chunks > 0) RETURN_IF_ERROR(m->AllocateKvPool(options.num_kv_chunks));
   return m;
 }
@@ -295,10 +320,13 @@ absl::Status CudaLlamaModel::AllocateKvPool(int64_t num_chunks) {
     return absl::InvalidArgumentError(absl::StrFormat("KV pool of %d chunks", num_chunks));
   }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  im.layer_elements = num_chunks * layout_.num_kv_heads * options_.chunk_size * config_.head_dim;
-  const size_t bytes = static_cast<size_t>(im.layer_elements) * config_.num_layers * DTypeBytes(options_.kv_dtype);
-  ASSIGN_OR_RETURN(im.k_pool, DeviceBuffer::Allocate(bytes));
-  ASSIGN_OR_RETURN(im.v_pool, DeviceBuffer::Allocate(bytes));
+  const int64_t layer_elements = num_chunks * layout_.num_kv_heads * options_.chunk_size * config_.head_dim;
+  const size_t bytes = static_cast<size_t>(layer_elements) * config_.num_layers * DTypeBytes(options_.kv_dtype);
+  ASSIGN_OR_RETURN(DeviceBuffer k, DeviceBuffer::Allocate(bytes));
+  ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::Allocate(bytes));
+  im.k_pool = std::move(k);
+  im.v_pool = std::move(v);
+  im.layer_elements = layer_elements;
   options_.num_kv_chunks = num_chunks;
   return absl::OkStatus();
 }
@@ -450,6 +478,9 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
                                  std::vector<int32_t>* tokens, std::vector<float>* logprobs) {
   Impl& im = *impl_;
   if (im.k_pool.get() == nullptr) return absl::FailedPreconditionError("the KV pool is not allocated");
+  if (comm_ != nullptr && comm_->broken()) {
+    return absl::UnavailableError("the NCCL group is broken: the session must be rebuilt");
+  }
   RETURN_IF_ERROR(step_.Plan(batch, config_, options_.chunk_size, options_.num_kv_chunks));
   const int64_t rows = step_.num_rows();
   const int64_t prefill_rows = step_.prefill_rows();
@@ -464,7 +495,9 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
         absl::StrFormat("the step asks for %d logits rows; this worker holds %d", num_out, im.max_rows));
   }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
-  RETURN_IF_ERROR(CopyKv(batch.copies));
+  StepLauncher launch{config_, options_, layout_, im, comm_};
+  // The GPU writes K/V wherever a slot points: check them all here.
+  RETURN_IF_ERROR(ValidateSlots(launch.View(0), step_.slots()));
 
   // A decode-only step whose logits rows are its rows in order replays the
   // graph of its bucket.
@@ -497,14 +530,15 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.gather(), h_gather, n_gather * 4, cudaMemcpyHostToDevice, im.stream));
   }
 
-  StepLauncher launch{config_, options_, layout_, im, comm_};
-  // Attention plans: once per step, for every layer.
+  // Attention plans: once per step, for every layer. They validate the
+  // batch, so they come before the first write (the copies).
   if (prefill_rows > 0) {
     RETURN_IF_ERROR(im.attention->PreparePrefill(batch.prefill, launch.View(0), launch.Shape(), im.stream));
   }
   if (decode_rows > 0) {
     RETURN_IF_ERROR(im.attention->PrepareDecode(options_.decode_impl, *batch.decode, launch.View(0), launch.Shape(), im.stream));
   }
+  RETURN_IF_ERROR(CopyKv(batch.copies));
 
   if (use_graph) {
     const int bucket = static_cast<int>(launch_rows);
@@ -512,12 +546,21 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
       im.DropGraphs();  // a buffer the graphs read was reallocated
     }
     auto it = im.graphs.find(bucket);
-    if (it == im.graphs.end()) {
-      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(im.stream, cudaStreamCaptureModeThreadLocal));
-      absl::Status captured = launch.Layers(launch_rows, 0, /*decode=*/true);
-      for (int64_t first = 0; captured.ok() && first < launch_rows; first += im.logits_block) {
-        captured = launch.Head(first, std::min(im.logits_block, launch_rows - first));
+    // A bucket's first step runs eagerly: lazy setup (NCCL connections,
+    // cuBLAS heuristics) must not happen inside a capture.
+    const bool warm_up = it == im.graphs.end() && im.warmed.insert(bucket).second;
+    auto run_bucket = [&]() -> absl::Status {
+      RETURN_IF_ERROR(launch.Layers(launch_rows, 0, /*decode=*/true));
+      for (int64_t first = 0; first < launch_rows; first += im.logits_block) {
+        RETURN_IF_ERROR(launch.Head(first, std::min(im.logits_block, launch_rows - first)));
       }
+      return absl::OkStatus();
+    };
+    if (warm_up) {
+      RETURN_IF_ERROR(run_bucket());
+    } else if (it == im.graphs.end()) {
+      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(im.stream, cudaStreamCaptureModeThreadLocal));
+      const absl::Status captured = run_bucket();
       cudaGraph_t graph = nullptr;
       const cudaError_t end = cudaStreamEndCapture(im.stream, &graph);
       if (!captured.ok()) {
@@ -532,7 +575,9 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
       CUDA_RETURN_IF_ERROR(inst);
       it = im.graphs.emplace(bucket, g).first;
     }
-    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec, im.stream));
+    if (!warm_up) {
+      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec, im.stream));
+    }
   } else {
     RETURN_IF_ERROR(launch.Layers(rows, prefill_rows, decode_rows > 0));
   }
@@ -550,6 +595,9 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.host_picks.at<float>(im.max_rows * 4), im.pick_logprobs(),
                                          num_out * 4, cudaMemcpyDeviceToHost, im.stream));
   } else {
+    // Copies into pageable memory block the host until the stream reaches
+    // them: wait for the collectives first, with the group's timeout.
+    if (comm_ != nullptr && comm_->world_size() > 1) RETURN_IF_ERROR(comm_->Wait(im.stream));
     logits->resize(static_cast<size_t>(num_out) * config_.vocab_size);
     for (int64_t first = 0; first < num_out; first += im.logits_block) {
       const int64_t n = std::min(im.logits_block, num_out - first);

@@ -13,7 +13,9 @@
 // never written, and the graph reads everything that changes between steps
 // (tokens, positions, slots, the attention plan) from device buffers, so a
 // step only uploads those and replays. The (C, i, j) plan is re-uploaded
-// only when the context version changes.
+// only when the context version changes. A bucket's first step runs eagerly
+// (lazy NCCL and cuBLAS setup stays out of the capture); its second is
+// captured.
 //
 // Memory: the weights and a workspace for `max_rows` rows are allocated at
 // Create; the KV pool by AllocateKvPool (the worker sizes it from what is

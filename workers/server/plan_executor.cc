@@ -12,6 +12,11 @@ using internal::v1::StepPlan;
 using internal::v1::StepResult;
 
 absl::Status PlanExecutor::SetContext(const internal::v1::DecodeContext& dc) {
+  // The models keep plans per version: a changed context must say so.
+  if (have_context_ && dc.version() == ctx_.version) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("context version %d is already in use: a new context needs a new version", dc.version()));
+  }
   ChunkContext ctx;
   ctx.chunk_size = model_->options().chunk_size;
   ctx.version = dc.version();
@@ -128,9 +133,13 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
     RETURN_IF_ERROR(model_->CopyKv(batch.copies));
   } else {
     // Ranks that do not sample take the cheap path: no logits to the host.
-    bool greedy = true;
-    if (samples_) {
-      ASSIGN_OR_RETURN(greedy, LookupSamplers(plan));
+    // A bad sample is reported after the forward pass, so rank 0 still joins
+    // the step's collectives and its peers do not wait out the timeout.
+    absl::StatusOr<bool> samplers = samples_ ? LookupSamplers(plan) : absl::StatusOr<bool>(true);
+    const bool greedy = samplers.ok() && *samplers;
+    if (!samplers.ok()) {
+      RETURN_IF_ERROR(model_->Forward(batch, logits_));
+      return samplers.status();
     }
     if (greedy && model_->has_device_greedy()) {
       RETURN_IF_ERROR(model_->ForwardGreedy(batch, greedy_tokens_, greedy_logprobs_));

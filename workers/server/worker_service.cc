@@ -152,12 +152,15 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   }
   if (req->world_size() > 1 && req->rendezvous().empty()) return fail("rendezvous is empty");
 
-  // A new session ends the old one: drop it first so its memory goes back.
+  // A new session ends the old one: drop it first so its memory goes back
+  // (outside mu_: tearing a GPU session down may wait on its collectives).
+  std::shared_ptr<Session> old;
   {
     absl::MutexLock lock(&mu_);
     if (session_ != nullptr) session_->broken = true;
-    session_.reset();
+    old = std::move(session_);
   }
+  old.reset();
   if (req->rank() == 0) {
     absl::MutexLock lock(&store_mu_);
     const std::string prefix = req->session() + "/";

@@ -285,11 +285,14 @@ TEST(CudaModelBasics, GraphsAndEagerAgree) {
     absl::StatusOr<ChunkContext> ctx = BuildChunkContext(chunks, lens, kChunk, next_chunk);
     ASSERT_TRUE(ctx.ok());
     b.decode = &*ctx;
-    std::vector<float> a, e;
-    ASSERT_TRUE(graph.gpu->Forward(b, a).ok());
+    std::vector<float> a, e, again;
+    ASSERT_TRUE(graph.gpu->Forward(b, a).ok());  // the bucket's eager warm-up
     ASSERT_TRUE(eager.gpu->Forward(b, e).ok());
     // Different GEMM shapes (padded bucket rows) may sum in another order.
     EXPECT_LT(RelError(a, e), 2e-3) << n << " rows";
+    // The same step again (same KV to the same slots) captures and replays.
+    ASSERT_TRUE(graph.gpu->Forward(b, again).ok());
+    EXPECT_EQ(again, a) << n << " rows: the replay differs from the eager run of the same bucket";
   }
   EXPECT_EQ(graph.gpu->num_graphs(), 6);
 }
