@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace chunkattn::cuda {
@@ -380,17 +381,6 @@ __global__ void __launch_bounds__(256) AppendKernel(const AppendParams p) {
     *reinterpret_cast<uint4*>(static_cast<char*>(p.pool_v) + dst) =
         *reinterpret_cast<const uint4*>(static_cast<const char*>(p.v) + src);
   }
-}
-
-template <typename T>
-__device__ __forceinline__ float ToFloat(T x);
-template <>
-__device__ __forceinline__ float ToFloat(__half x) {
-  return __half2float(x);
-}
-template <>
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) {
-  return __bfloat162float(x);
 }
 
 // Naive: one block per (sequence, head) writes the scaled scores of all keys.

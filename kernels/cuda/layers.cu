@@ -16,6 +16,7 @@
 
 #include "kernels/api/attention.h"  // KvPoolView (its Abseil includes are declarations only here)
 #include "kernels/api/kv_layout.h"
+#include "kernels/cuda/convert.cuh"
 
 namespace chunkattn::cuda {
 namespace {
@@ -45,29 +46,6 @@ __device__ __forceinline__ Vec<T, N> Load(const T* p) {
 template <int N, typename T>
 __device__ __forceinline__ void Store(T* p, const Vec<T, N>& x) {
   *reinterpret_cast<Vec<T, N>*>(p) = x;
-}
-
-template <typename T>
-__device__ __forceinline__ float ToFloat(T x);
-template <>
-__device__ __forceinline__ float ToFloat(__half x) {
-  return __half2float(x);
-}
-template <>
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-// Round to nearest even.
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
 }
 
 // exp(x) within about 3 ulp (flushed to 0 below 2^-126; NaN gives 0). Under

@@ -120,6 +120,7 @@ struct CudaLlamaModel::Impl {
   DeviceBuffer embed, lm_head, final_norm, rope_cos, rope_sin;
   DeviceBuffer k_pool, v_pool;
   int64_t layer_elements = 0;  // of K (or V) per layer
+  KvPoolView pool_view;        // the pool's geometry
 
   // Workspace for max_rows rows (logits for logits_block rows).
   int64_t max_rows = 0, logits_block = 0;
@@ -129,6 +130,15 @@ struct CudaLlamaModel::Impl {
 
   std::map<int, Graph> graphs;  // by bucket
   std::set<int> warmed;         // buckets run eagerly once (before their capture)
+
+  // Layer l's K and V: pool_view with k/v of layer 0, offset.
+  KvPoolView View(int l) const {
+    const size_t layer_bytes = static_cast<size_t>(layer_elements) * DTypeBytes(pool_view.dtype);
+    KvPoolView v = pool_view;
+    v.k = static_cast<char*>(k_pool.get()) + l * layer_bytes;
+    v.v = static_cast<char*>(v_pool.get()) + l * layer_bytes;
+    return v;
+  }
 
   int32_t* tokens() const { return static_cast<int32_t*>(inputs.get()); }
   int32_t* positions() const { return tokens() + max_rows; }
@@ -186,12 +196,8 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
     return absl::InvalidArgumentError("max_rows must be in [1, 2^20] and max_graph_batch >= 0");
   }
   const ShardLayout& l = weights.layout;
-  const int world = comm == nullptr ? 1 : comm->world_size();
-  if (world != l.world_size || (comm != nullptr && comm->rank() != l.rank)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "weights are shard %d of %d but the communicator is rank %d of %d", l.rank, l.world_size,
-        comm == nullptr ? 0 : comm->rank(), world));
-  }
+  RETURN_IF_ERROR(CheckShardMatchesGroup(l, comm == nullptr ? 0 : comm->rank(),
+                                         comm == nullptr ? 1 : comm->world_size()));
   const int64_t hidden = config.hidden_size, d = config.head_dim;
   const int64_t q_width = int64_t{l.num_heads} * d, kv_width = int64_t{l.num_kv_heads} * d;
   const int64_t qkv_width = q_width + 2 * kv_width;
@@ -328,6 +334,11 @@ absl::Status CudaLlamaModel::AllocateKvPool(int64_t num_chunks) {
   im.v_pool = std::move(v);
   im.layer_elements = layer_elements;
   options_.num_kv_chunks = num_chunks;
+  im.pool_view.dtype = options_.kv_dtype;
+  im.pool_view.num_chunks = num_chunks;
+  im.pool_view.num_kv_heads = layout_.num_kv_heads;
+  im.pool_view.chunk_size = options_.chunk_size;
+  im.pool_view.head_dim = config_.head_dim;
   return absl::OkStatus();
 }
 
@@ -336,17 +347,8 @@ absl::Status CudaLlamaModel::CopyKv(absl::Span<const KvCopy> copies) {
   if (im.k_pool.get() == nullptr) return absl::FailedPreconditionError("the KV pool is not allocated");
   if (copies.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(ValidateKvCopies(copies, options_.num_kv_chunks, options_.chunk_size));
-  const size_t layer_bytes = static_cast<size_t>(im.layer_elements) * DTypeBytes(options_.kv_dtype);
   for (int l = 0; l < config_.num_layers; ++l) {
-    KvPoolView view;
-    view.k = static_cast<char*>(im.k_pool.get()) + l * layer_bytes;
-    view.v = static_cast<char*>(im.v_pool.get()) + l * layer_bytes;
-    view.dtype = options_.kv_dtype;
-    view.num_chunks = options_.num_kv_chunks;
-    view.num_kv_heads = layout_.num_kv_heads;
-    view.chunk_size = options_.chunk_size;
-    view.head_dim = config_.head_dim;
-    RETURN_IF_ERROR(im.attention->CopyKv(view, copies, im.stream));
+    RETURN_IF_ERROR(im.attention->CopyKv(im.View(l), copies, im.stream));
   }
   return absl::OkStatus();
 }
@@ -370,18 +372,7 @@ struct StepLauncher {
   CudaLlamaModel::Impl& im;  // NOLINT: a view for the step's duration
   NcclCommunicator* comm;
 
-  KvPoolView View(int l) const {
-    const size_t layer_bytes = static_cast<size_t>(im.layer_elements) * DTypeBytes(options.kv_dtype);
-    KvPoolView v;
-    v.k = static_cast<char*>(im.k_pool.get()) + l * layer_bytes;
-    v.v = static_cast<char*>(im.v_pool.get()) + l * layer_bytes;
-    v.dtype = options.kv_dtype;
-    v.num_chunks = options.num_kv_chunks;
-    v.num_kv_heads = layout.num_kv_heads;
-    v.chunk_size = options.chunk_size;
-    v.head_dim = config.head_dim;
-    return v;
-  }
+  KvPoolView View(int l) const { return im.View(l); }
 
   AttentionShape Shape() const {
     AttentionShape s;

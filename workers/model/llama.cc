@@ -108,12 +108,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
         kMaxHeadDim));
   }
   const ShardLayout& l = weights.layout;
-  const int world = comm == nullptr ? 1 : comm->world_size();
-  if (world != l.world_size || (comm != nullptr && comm->rank() != l.rank)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "weights are shard %d of %d but the communicator is rank %d of %d", l.rank, l.world_size,
-        comm == nullptr ? 0 : comm->rank(), world));
-  }
+  RETURN_IF_ERROR(CheckShardMatchesGroup(l, comm == nullptr ? 0 : comm->rank(),
+                                         comm == nullptr ? 1 : comm->world_size()));
   const int64_t hidden = config.hidden_size, d = config.head_dim;
   const int64_t width = int64_t{l.num_heads + 2 * l.num_kv_heads} * d;
   if (static_cast<int>(weights.layers.size()) != config.num_layers ||

@@ -9,6 +9,15 @@ absl::Status Model::ForwardGreedy(const ForwardBatch&, std::vector<int32_t>&, st
   return absl::UnimplementedError("this model picks greedy tokens on the host (Sampler)");
 }
 
+absl::Status CheckShardMatchesGroup(const ShardLayout& l, int rank, int world_size) {
+  if (world_size != l.world_size || rank != l.rank) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "weights are shard %d of %d but the communicator is rank %d of %d", l.rank, l.world_size, rank,
+        world_size));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepRows::Plan(const ForwardBatch& batch, const ModelConfig& config, int c,
                             int64_t num_chunks) {
   positions_.clear();

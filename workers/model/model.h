@@ -18,6 +18,7 @@
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"
 #include "workers/model/config.h"
+#include "workers/model/weights.h"
 
 namespace chunkattn {
 
@@ -70,6 +71,10 @@ class Model {
   // Copy-on-write KV copies without a forward pass (a step with no rows).
   virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;
 };
+
+// INVALID_ARGUMENT unless weights sharded for `layout` belong to rank `rank`
+// of a group of `world_size` (a model without a communicator is rank 0 of 1).
+absl::Status CheckShardMatchesGroup(const ShardLayout& layout, int rank, int world_size);
 
 // Positions and KV slots of every row of a step, after validating the batch
 // (token ids, logits rows, prefill pieces, the decode context and lengths,

@@ -21,6 +21,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/tests/cuda_test_util.h"
 #include "kernels/tests/attention_test_util.h"
 #include "kernels/tests/random_forest.h"
 
@@ -57,22 +58,8 @@ struct DevicePool {
   KvPoolView view;
 };
 
-// Values stored as `t` (raw bits) and the floats they represent.
-struct Rounded {
-  std::vector<uint16_t> bits;
-  std::vector<float> values;
-};
-
-Rounded Round(DType t, const std::vector<float>& x) {
-  Rounded r;
-  r.bits.resize(x.size());
-  r.values.resize(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    StoreAs(t, r.bits.data(), static_cast<int64_t>(i), x[i]);
-    r.values[i] = LoadAs(t, r.bits.data(), static_cast<int64_t>(i));
-  }
-  return r;
-}
+using testing::Round;
+using testing::Rounded;
 
 // A poisoned device output of `elems` 2-byte values.
 DeviceBuffer PoisonedOutput(size_t elems) {

@@ -33,6 +33,7 @@
 #include "kernels/api/attention.h"
 #include "kernels/cuda/cuda_attention.h"  // DeviceBuffer
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/tests/cuda_test_util.h"
 
 namespace chunkattn::cuda {
 namespace {
@@ -90,22 +91,8 @@ std::vector<float> Normal(std::mt19937& rng, size_t n, float scale) {
   return x;
 }
 
-// Values stored as `t`: the raw bits and the floats they hold.
-struct Stored {
-  std::vector<uint16_t> bits;
-  std::vector<float> values;
-};
-
-Stored Store(DType t, const std::vector<float>& x) {
-  Stored s;
-  s.bits.resize(x.size());
-  s.values.resize(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    StoreAs(t, s.bits.data(), static_cast<int64_t>(i), x[i]);
-    s.values[i] = LoadAs(t, s.bits.data(), static_cast<int64_t>(i));
-  }
-  return s;
-}
+using testing::Round;
+using testing::Rounded;
 
 std::vector<float> Values(DType t, const std::vector<uint16_t>& bits) {
   std::vector<float> v(bits.size());
@@ -231,7 +218,7 @@ TEST(LayersEmbed, CopiesTableRowsExactly) {
   for (DType dtype : kStorageTypes) {
     for (int hidden : {64, 192, 4096}) {  // fewer vectors than threads, a partial warp, several per thread
       SCOPED_TRACE(absl::StrFormat("%s, hidden %d", DTypeName(dtype), hidden));
-      const Stored table = Store(dtype, Normal(rng, int64_t{vocab} * hidden, 1.0f));
+      const Rounded table = Round(dtype, Normal(rng, int64_t{vocab} * hidden, 1.0f));
       std::vector<int32_t> tokens(rows);
       std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
       for (int32_t& t : tokens) t = pick(rng);
@@ -457,7 +444,7 @@ TEST(LayersSwiGlu, MatchesFloat64) {
       // Saturated and tiny gates in row 0.
       const float special[] = {-90.0f, -30.0f, -10.0f, -1e-3f, 0.0f, 1e-3f, 10.0f, 30.0f, 90.0f};
       for (int i = 0; i < static_cast<int>(std::size(special)); ++i) gate_up[i] = special[i];
-      const Stored in = Store(dtype, gate_up);
+      const Rounded in = Round(dtype, gate_up);
       std::vector<double> want(int64_t{rows} * inter);
       for (int r = 0; r < rows; ++r) {
         for (int i = 0; i < inter; ++i) {
@@ -571,7 +558,7 @@ TEST(LayersGraph, CapturedEmbedAndNormReplayOnNewTokens) {
   const DType dtype = DType::kBFloat16;
   const int vocab = 20, hidden = 256, rows = 5;
   const float eps = 1e-6f;
-  const Stored table = Store(dtype, Normal(rng, int64_t{vocab} * hidden, 1.0f));
+  const Rounded table = Round(dtype, Normal(rng, int64_t{vocab} * hidden, 1.0f));
   std::vector<float> weight = Normal(rng, hidden, 0.1f);
   for (float& w : weight) w += 1.0f;
   DeviceBuffer d_table = Upload(table.bits), d_weight = Upload(weight);
