@@ -50,10 +50,7 @@ class PinnedBuffer {
     CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes));
     return absl::OkStatus();
   }
-  template <typename T>
-  T* at(size_t byte_offset) const {
-    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
-  }
+  void* get() const { return ptr_; }
 
  private:
   void* ptr_ = nullptr;
@@ -140,12 +137,28 @@ struct CudaLlamaModel::Impl {
     return v;
   }
 
-  int32_t* tokens() const { return static_cast<int32_t*>(inputs.get()); }
-  int32_t* positions() const { return tokens() + max_rows; }
-  int32_t* gather() const { return tokens() + 2 * max_rows; }
-  int64_t* slots() const { return reinterpret_cast<int64_t*>(tokens() + 4 * max_rows); }
-  int32_t* pick_tokens() const { return static_cast<int32_t*>(picks.get()); }
-  float* pick_logprobs() const { return reinterpret_cast<float*>(pick_tokens() + max_rows); }
+  // The step's inputs, laid out alike in the pinned staging buffer and on
+  // the device (6 * max_rows int32s): tokens, positions, gather, then slots
+  // (int64, 8-byte aligned).
+  struct Inputs {
+    int32_t* tokens;
+    int32_t* positions;
+    int32_t* gather;
+    int64_t* slots;
+  };
+  Inputs InputsAt(void* base) const {
+    int32_t* const i32 = static_cast<int32_t*>(base);
+    return {i32, i32 + max_rows, i32 + 2 * max_rows, reinterpret_cast<int64_t*>(i32 + 4 * max_rows)};
+  }
+  // Greedy picks, alike on the device and in the pinned buffer (8 * max_rows bytes).
+  struct Picks {
+    int32_t* tokens;
+    float* logprobs;
+  };
+  Picks PicksAt(void* base) const {
+    int32_t* const i32 = static_cast<int32_t*>(base);
+    return {i32, reinterpret_cast<float*>(i32 + max_rows)};
+  }
 
   void DropGraphs() {
     for (auto& [bucket, g] : graphs) cudaGraphExecDestroy(g.exec);
@@ -313,10 +326,8 @@ absl::StatusOr<int64_t> CudaLlamaModel::KvCapacity(double gpu_memory_fraction) c
   // Room for what is allocated later: the attention plan and partial
   // buffers, the graphs, NCCL's buffers.
   const int64_t reserve = int64_t{512} << 20;
-  const int64_t chunk_bytes = int64_t{2} * config_.num_layers * layout_.num_kv_heads *
-                              options_.chunk_size * config_.head_dim * DTypeBytes(options_.kv_dtype);
   return KvChunksForMemory(static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes),
-                           gpu_memory_fraction, reserve, chunk_bytes);
+                           gpu_memory_fraction, reserve, KvShapeOf(config_, layout_, options_).ChunkBytes());
 }
 
 absl::Status CudaLlamaModel::AllocateKvPool(int64_t num_chunks) {
@@ -415,7 +426,8 @@ struct StepLauncher {
     float* delta = static_cast<float*>(im.delta.get());
     char* q = static_cast<char*>(im.q.get());
     char* attn = static_cast<char*>(im.attn.get());
-    CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(t, im.embed.get(), im.tokens(), rows, config.hidden_size, x, im.stream));
+    const CudaLlamaModel::Impl::Inputs in = im.InputsAt(im.inputs.get());
+    CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(t, im.embed.get(), in.tokens, rows, config.hidden_size, x, im.stream));
     for (int l = 0; l < config.num_layers; ++l) {
       const CudaLlamaModel::Impl::Layer& w = im.layers[l];
       const KvPoolView view = View(l);
@@ -426,7 +438,7 @@ struct StepLauncher {
       CUDA_RETURN_IF_ERROR(cuda::LaunchRopeAppend(
           t, static_cast<const float*>(im.qkv.get()), static_cast<const float*>(w.qkv_bias.get()),
           static_cast<const float*>(im.rope_cos.get()), static_cast<const float*>(im.rope_sin.get()),
-          im.positions(), im.slots(), rows, layout.num_heads, layout.num_kv_heads, config.head_dim, view, q,
+          in.positions, in.slots, rows, layout.num_heads, layout.num_kv_heads, config.head_dim, view, q,
           im.stream));
       if (prefill_rows > 0) RETURN_IF_ERROR(im.attention->LaunchPrefill(view, shape, q, attn, im.stream));
       if (decode) {
@@ -451,14 +463,15 @@ struct StepLauncher {
   absl::Status Head(int64_t first, int64_t n) const {
     const DType t = options.kv_dtype;
     const DeviceBuffer& out_embed = im.lm_head.get() != nullptr ? im.lm_head : im.embed;
+    const CudaLlamaModel::Impl::Picks picks = im.PicksAt(im.picks.get());
     CUDA_RETURN_IF_ERROR(cuda::LaunchAddRmsNorm(t, static_cast<float*>(im.x.get()),
-                                                static_cast<const float*>(im.delta.get()), im.gather() + first,
+                                                static_cast<const float*>(im.delta.get()), im.InputsAt(im.inputs.get()).gather + first,
                                                 static_cast<const float*>(im.final_norm.get()), n,
                                                 config.hidden_size, static_cast<float>(config.rms_norm_eps),
                                                 im.h.get(), im.stream));
     RETURN_IF_ERROR(Gemm(im.h.get(), n, config.hidden_size, out_embed, config.vocab_size, im.logits.get(), true));
     CUDA_RETURN_IF_ERROR(cuda::LaunchGreedy(static_cast<const float*>(im.logits.get()), n, config.vocab_size,
-                                            im.pick_tokens() + first, im.pick_logprobs() + first, im.stream));
+                                            picks.tokens + first, picks.logprobs + first, im.stream));
     return absl::OkStatus();
   }
 };
@@ -500,25 +513,23 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
   const int64_t launch_rows = use_graph ? GraphBucket(decode_rows) : rows;
 
   // Inputs, padded to the launch rows: token 0 at position 0, KV not written.
-  int32_t* h_tokens = im.host_inputs.at<int32_t>(0);
-  int32_t* h_positions = h_tokens + im.max_rows;
-  int32_t* h_gather = h_tokens + 2 * im.max_rows;
-  int64_t* h_slots = reinterpret_cast<int64_t*>(h_tokens + 4 * im.max_rows);
+  const Impl::Inputs host = im.InputsAt(im.host_inputs.get());
+  const Impl::Inputs dev = im.InputsAt(im.inputs.get());
   for (int64_t r = 0; r < launch_rows; ++r) {
     const bool real = r < rows;
-    h_tokens[r] = real ? batch.tokens[r] : 0;
-    h_positions[r] = real ? step_.positions()[r] : 0;
-    h_slots[r] = real ? step_.slots()[r] : -1;
+    host.tokens[r] = real ? batch.tokens[r] : 0;
+    host.positions[r] = real ? step_.positions()[r] : 0;
+    host.slots[r] = real ? step_.slots()[r] : -1;
   }
   // The rows the head reads: a graph's are its bucket's rows in order.
   const int64_t n_gather = use_graph ? launch_rows : num_out;
-  for (int64_t i = 0; i < n_gather; ++i) h_gather[i] = use_graph ? static_cast<int32_t>(i) : batch.logits_rows[i];
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.tokens(), h_tokens, launch_rows * 4, cudaMemcpyHostToDevice, im.stream));
+  for (int64_t i = 0; i < n_gather; ++i) host.gather[i] = use_graph ? static_cast<int32_t>(i) : batch.logits_rows[i];
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.tokens, host.tokens, launch_rows * 4, cudaMemcpyHostToDevice, im.stream));
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(im.positions(), h_positions, launch_rows * 4, cudaMemcpyHostToDevice, im.stream));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.slots(), h_slots, launch_rows * 8, cudaMemcpyHostToDevice, im.stream));
+      cudaMemcpyAsync(dev.positions, host.positions, launch_rows * 4, cudaMemcpyHostToDevice, im.stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.slots, host.slots, launch_rows * 8, cudaMemcpyHostToDevice, im.stream));
   if (n_gather > 0) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.gather(), h_gather, n_gather * 4, cudaMemcpyHostToDevice, im.stream));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.gather, host.gather, n_gather * 4, cudaMemcpyHostToDevice, im.stream));
   }
 
   // Attention plans: once per step, for every layer. They validate the
@@ -581,10 +592,12 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
         RETURN_IF_ERROR(launch.Head(first, std::min(im.logits_block, num_out - first)));
       }
     }
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.host_picks.at<int32_t>(0), im.pick_tokens(), num_out * 4,
-                                         cudaMemcpyDeviceToHost, im.stream));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.host_picks.at<float>(im.max_rows * 4), im.pick_logprobs(),
-                                         num_out * 4, cudaMemcpyDeviceToHost, im.stream));
+    const Impl::Picks dev_picks = im.PicksAt(im.picks.get());
+    const Impl::Picks host_picks = im.PicksAt(im.host_picks.get());
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host_picks.tokens, dev_picks.tokens, num_out * 4, cudaMemcpyDeviceToHost, im.stream));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(host_picks.logprobs, dev_picks.logprobs, num_out * 4, cudaMemcpyDeviceToHost, im.stream));
   } else {
     // Copies into pageable memory block the host until the stream reaches
     // them: wait for the collectives first, with the group's timeout.
@@ -606,8 +619,9 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
   }
   if (greedy) {
-    tokens->assign(im.host_picks.at<int32_t>(0), im.host_picks.at<int32_t>(0) + num_out);
-    logprobs->assign(im.host_picks.at<float>(im.max_rows * 4), im.host_picks.at<float>(im.max_rows * 4) + num_out);
+    const Impl::Picks host_picks = im.PicksAt(im.host_picks.get());
+    tokens->assign(host_picks.tokens, host_picks.tokens + num_out);
+    logprobs->assign(host_picks.logprobs, host_picks.logprobs + num_out);
   }
   return absl::OkStatus();
 }

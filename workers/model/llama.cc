@@ -118,13 +118,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
       static_cast<int64_t>(weights.layers[0].qkv.size()) != width * hidden) {
     return absl::InvalidArgumentError("weights do not match the config");
   }
-  KvPoolShape kv_shape;
-  kv_shape.num_layers = config.num_layers;
-  kv_shape.num_kv_heads = l.num_kv_heads;
-  kv_shape.head_dim = config.head_dim;
-  kv_shape.chunk_size = options.chunk_size;
-  kv_shape.dtype = options.kv_dtype;
-  ASSIGN_OR_RETURN(auto kv, KvPool::Create(kv_shape, options.num_kv_chunks));
+  ASSIGN_OR_RETURN(auto kv, KvPool::Create(KvShapeOf(config, l, options), options.num_kv_chunks));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(weights), options, comm, pool));
   model->kv_ = std::move(kv);
   return model;

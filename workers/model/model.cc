@@ -9,6 +9,16 @@ absl::Status Model::ForwardGreedy(const ForwardBatch&, std::vector<int32_t>&, st
   return absl::UnimplementedError("this model picks greedy tokens on the host (Sampler)");
 }
 
+KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options) {
+  KvPoolShape shape;
+  shape.num_layers = config.num_layers;
+  shape.num_kv_heads = layout.num_kv_heads;
+  shape.head_dim = config.head_dim;
+  shape.chunk_size = options.chunk_size;
+  shape.dtype = options.kv_dtype;
+  return shape;
+}
+
 absl::Status CheckShardMatchesGroup(const ShardLayout& l, int rank, int world_size) {
   if (world_size != l.world_size || rank != l.rank) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -18,6 +18,7 @@
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"
 #include "workers/model/config.h"
+#include "workers/model/kv_pool.h"
 #include "workers/model/weights.h"
 
 namespace chunkattn {
@@ -71,6 +72,10 @@ class Model {
   // Copy-on-write KV copies without a forward pass (a step with no rows).
   virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;
 };
+
+// The KV pool of one rank of `config` sharded as `layout`, with the options
+// chunk size and dtype.
+KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options);
 
 // INVALID_ARGUMENT unless weights sharded for `layout` belong to rank `rank`
 // of a group of `world_size` (a model without a communicator is rank 0 of 1).

@@ -189,13 +189,8 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   session->model_options.kv_dtype = *kv_dtype;
   session->model_options.decode_impl = impl == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
 
-  KvPoolShape shape;
-  shape.num_layers = session->config.num_layers;
-  shape.num_kv_heads = session->weights.layout.num_kv_heads;
-  shape.head_dim = session->config.head_dim;
-  shape.chunk_size = c;
-  shape.dtype = *kv_dtype;
-  const int64_t chunk_bytes = shape.ChunkBytes();
+  const int64_t chunk_bytes =
+      KvShapeOf(session->config, session->weights.layout, session->model_options).ChunkBytes();
   const uint32_t timeout_ms = req->collective_timeout_ms() > 0 ? req->collective_timeout_ms() : 30000;
   std::shared_ptr<GrpcStore> store;
   if (req->world_size() > 1) {

@@ -18,6 +18,7 @@
 #include "workers/model/context_builder.h"
 #include "workers/model/cuda_llama.h"
 #include "workers/model/llama.h"
+#include "workers/tests/model_test_util.h"
 
 namespace chunkattn {
 namespace {
@@ -102,16 +103,14 @@ Pair MakePair(const ModelConfig& config, DType t, cpu::DecodeImpl impl, bool gra
   return p;
 }
 
-// max |a - b| / max |b|.
+// testing::RelError over whole vectors; a non-finite GPU value is an
+// infinite error (std::max would skip a NaN).
 double RelError(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff = std::max(diff, std::abs(double{a[i]} - double{b[i]}));
-    scale = std::max(scale, std::abs(double{b[i]}));
+  for (float x : a) {
+    if (!std::isfinite(x)) return INFINITY;
   }
-  return diff / scale;
+  return testing::RelError(a.data(), b.data(), std::min(a.size(), b.size()));
 }
 
 // Relative logits error allowed against the fp32 CPU model with the same
@@ -125,7 +124,8 @@ std::vector<int32_t> RandomTokens(std::mt19937& rng, int n, int vocab) {
   return t;
 }
 
-int32_t Argmax(const float* x, int n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+using testing::Argmax;
+using testing::OnePrefill;
 
 // A small serving scenario driven by hand: `n` sequences, prompts sharing a
 // prefix of `shared` tokens, prefilled (the first in full, the others over
@@ -306,12 +306,7 @@ TEST(CudaModelBasics, MixedStepAndCopyOnWrite) {
     std::mt19937 rng(5);
     // Sequence A: 20 tokens in chunks 0, 1. Prefill it.
     const std::vector<int32_t> a = RandomTokens(rng, 20, config.vocab_size);
-    ForwardBatch pa;
-    pa.tokens = a;
-    pa.prefill.prefix_len = {0};
-    pa.prefill.q_begin = {0, 20};
-    pa.prefill.chunk_begin = {0, 2};
-    pa.prefill.chunk_ids = {0, 1};
+    ForwardBatch pa = OnePrefill(a, 0, {0, 1});
     pa.logits_rows = {19};
     std::vector<float> lc, lg;
     ASSERT_TRUE(m.cpu->Forward(pa, lc).ok());
@@ -359,12 +354,7 @@ TEST(CudaModelBasics, RefusesBadInputs) {
 
   auto model = CudaLlamaModel::Create(config, *w, o, cuda, nullptr);
   ASSERT_TRUE(model.ok()) << model.status();
-  ForwardBatch b;
-  b.tokens = {1, 2};
-  b.prefill.prefix_len = {0};
-  b.prefill.q_begin = {0, 2};
-  b.prefill.chunk_begin = {0, 1};
-  b.prefill.chunk_ids = {0};
+  ForwardBatch b = OnePrefill({1, 2}, 0, {0});
   b.logits_rows = {1};
   std::vector<float> logits;
   EXPECT_EQ((*model)->Forward(b, logits).code(), absl::StatusCode::kFailedPrecondition);  // no pool yet
@@ -386,12 +376,8 @@ TEST(CudaModelBasics, RefusesBadInputs) {
   bad.copies = {{0, 99, 4}};
   EXPECT_EQ((*model)->Forward(bad, logits).code(), absl::StatusCode::kInvalidArgument);
   // More rows than the workspace holds.
-  ForwardBatch big;
-  big.tokens.assign(9, 1);
-  big.prefill.prefix_len = {0};
-  big.prefill.q_begin = {0, 9};
-  big.prefill.chunk_begin = {0, 1};
-  big.prefill.chunk_ids = {1};
+  ForwardBatch big = OnePrefill(std::vector<int32_t>(9, 1), 0, {1});
+  big.logits_rows.clear();
   EXPECT_EQ((*model)->Forward(big, logits).code(), absl::StatusCode::kInvalidArgument);
   // Still usable after the refusals.
   EXPECT_TRUE((*model)->Forward(b, logits).ok());
@@ -408,12 +394,7 @@ TEST(CudaModelBasics, TensorParallelOverNcclMatchesOneRank) {
   ASSERT_TRUE(id.ok()) << id.status();
   std::mt19937 rng(9);
   const std::vector<int32_t> prompt = RandomTokens(rng, 40, config.vocab_size);
-  ForwardBatch b;
-  b.tokens = prompt;
-  b.prefill.prefix_len = {0};
-  b.prefill.q_begin = {0, 40};
-  b.prefill.chunk_begin = {0, 3};
-  b.prefill.chunk_ids = {0, 1, 2};
+  ForwardBatch b = OnePrefill(prompt, 0, {0, 1, 2});
   b.logits_rows = {39};
   std::vector<float> expected;
   ASSERT_TRUE(whole.gpu->Forward(b, expected).ok());

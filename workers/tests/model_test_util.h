@@ -103,19 +103,27 @@ inline std::unique_ptr<LlamaModel> LoadModelOrDie(const std::string& dir, ShardS
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-// One sequence's prefill piece: `tokens` at positions prefix_len..., chunks
-// `chunks` (enough for prefix_len + tokens). Returns logits of every row.
-inline std::vector<float> PrefillPiece(Model& model, const std::vector<int32_t>& tokens,
-                                       int prefix_len, const std::vector<int32_t>& chunks,
-                                       std::vector<KvCopy> copies = {}) {
+// A step of one sequence's prefill piece: `tokens` at positions
+// prefix_len..., chunks `chunks` (enough for prefix_len + tokens), the logits
+// of every row wanted.
+inline ForwardBatch OnePrefill(const std::vector<int32_t>& tokens, int prefix_len,
+                               const std::vector<int32_t>& chunks) {
   ForwardBatch b;
   b.tokens = tokens;
   b.prefill.prefix_len = {prefix_len};
   b.prefill.q_begin = {0, static_cast<int32_t>(tokens.size())};
   b.prefill.chunk_begin = {0, static_cast<int32_t>(chunks.size())};
   b.prefill.chunk_ids = chunks;
-  b.copies = std::move(copies);
   for (size_t r = 0; r < tokens.size(); ++r) b.logits_rows.push_back(static_cast<int32_t>(r));
+  return b;
+}
+
+// Runs OnePrefill on `model`. Returns logits of every row.
+inline std::vector<float> PrefillPiece(Model& model, const std::vector<int32_t>& tokens,
+                                       int prefix_len, const std::vector<int32_t>& chunks,
+                                       std::vector<KvCopy> copies = {}) {
+  ForwardBatch b = OnePrefill(tokens, prefix_len, chunks);
+  b.copies = std::move(copies);
   std::vector<float> logits;
   const absl::Status st = model.Forward(b, logits);
   EXPECT_TRUE(st.ok()) << st;
