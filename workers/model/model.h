@@ -73,8 +73,8 @@ class Model {
   virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;
 };
 
-// The KV pool of one rank of `config` sharded as `layout`, with the options
-// chunk size and dtype.
+// The KV pool of one rank of `config` sharded as `layout`, with the chunk size
+// and dtype of `options`.
 KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options);
 
 // INVALID_ARGUMENT unless weights sharded for `layout` belong to rank `rank`
