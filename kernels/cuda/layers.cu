@@ -17,6 +17,7 @@
 #include "kernels/api/attention.h"  // KvPoolView (its Abseil includes are declarations only here)
 #include "kernels/api/kv_layout.h"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace chunkattn::cuda {
 namespace {
@@ -58,60 +59,6 @@ __device__ __forceinline__ float PreciseExp(float x) {
   float r = fmaf(n, -0.693359375f, x);  // ln2 = 0.693359375 - 2.12194440e-4, the first part exact in n
   r = fmaf(n, 2.12194440e-4f, r);
   return ldexpf(exp2f(r * 1.44269504088896341f), static_cast<int>(n));
-}
-
-template <typename V>
-__device__ __forceinline__ V WarpSum(V v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The block's sum, the same bits in every thread (blockDim.x a multiple of
-// 32). `smem` holds 32 values and is not reused within the block.
-template <typename V>
-__device__ __forceinline__ V BlockSum(V v, V* smem) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  v = WarpSum(v);
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  return WarpSum(lane < static_cast<int>(blockDim.x >> 5) ? smem[lane] : V(0));
-}
-
-// (v, id) <- the larger value, the lower id on equal values.
-__device__ __forceinline__ void ArgMaxMerge(float& v, int& id, float v2, int id2) {
-  if (v2 > v || (v2 == v && id2 < id)) {
-    v = v2;
-    id = id2;
-  }
-}
-
-__device__ __forceinline__ void WarpArgMax(float& v, int& id) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-    const int id2 = __shfl_xor_sync(0xffffffffu, id, o);
-    ArgMaxMerge(v, id, v2, id2);
-  }
-}
-
-// The block's ArgMaxMerge of every thread's (v, id), in every thread.
-__device__ __forceinline__ void BlockArgMax(float& v, int& id, float* smem_v, int* smem_id) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  WarpArgMax(v, id);
-  if (lane == 0) {
-    smem_v[warp] = v;
-    smem_id[warp] = id;
-  }
-  __syncthreads();
-  if (lane < static_cast<int>(blockDim.x >> 5)) {
-    v = smem_v[lane];
-    id = smem_id[lane];
-  } else {
-    v = -INFINITY;
-    id = INT_MAX;
-  }
-  WarpArgMax(v, id);
 }
 
 // x[r, :] = float(table[tokens[r], :]); eight elements (16 bytes) per step.

@@ -1,6 +1,6 @@
 // The Llama decoder's layer primitives on the GPU, besides attention and the
 // GEMMs: embedding lookup, residual add + RMSNorm, RoPE + KV append, SwiGLU
-// and greedy sampling. Plain C++ over device pointers (no Abseil), like
+// and sampling. Plain C++ over device pointers (no Abseil), like
 // launch.h; the GPU model validates inputs and turns the results into
 // absl::Status.
 //
@@ -30,6 +30,7 @@
 
 #include "kernels/api/dtype.h"
 #include "kernels/cuda/rope_table.h"  // FillRopeTables, for the tables LaunchRopeAppend reads
+#include "kernels/cuda/sample_row.h"  // SampleRowParams, the per-sample input of LaunchSample
 
 namespace chunkattn {
 struct KvPoolView;  // kernels/api/attention.h
@@ -39,6 +40,9 @@ namespace chunkattn::cuda {
 
 // The largest `hidden` of LaunchAddRmsNorm (a row is held in registers).
 inline constexpr int kMaxNormHidden = 16384;
+// The largest vocabulary LaunchSample takes with a history (its bitmap of
+// history tokens lives in shared memory: 32 KiB).
+inline constexpr int kMaxPenaltyVocab = 1 << 18;
 
 // x[r, :] = float(table[tokens[r], :]): the fp32 residual stream's first value.
 //   table:  (vocab, hidden) of T
@@ -106,6 +110,25 @@ cudaError_t LaunchSwiGlu(DType dtype, const void* gate_up, int64_t rows, int int
 // REQUIRES: 0 < vocab <= 2^30. Loads are vectorized when vocab % 4 == 0.
 cudaError_t LaunchGreedy(const float* logits, int64_t rows, int vocab, int32_t* token, float* logprob,
                          cudaStream_t stream);
+
+// Sampling with the CPU Sampler's full semantics (temperature, top-k, top-p,
+// min-p, repetition penalty, the seeded draw), one block per sample; the
+// algorithm and its exactness are in sample_row.h. Samples may share a row.
+//   logits:  (rows, vocab) fp32: logits rows row_offset ... row_offset + rows - 1
+//   params:  (samples) on the device; params[s].row in [row_offset,
+//            row_offset + rows)
+//   history: the history tokens that params[s].history_begin/end index, on
+//            the device; null when no sample has a penalty
+//   token:   (samples) int32; -1 for a row with a +inf logit or no finite
+//            logit (and for a sample breaking the two REQUIRES below)
+//   logprob: (samples) fp32, the raw logits' log-softmax at the token
+// vocab <= kMaxSampleVocab (sample_row.h).
+// REQUIRES: params valid (ValidateSamplingParams), history tokens in
+// [0, vocab), history != nullptr if any penalty != 1 (then vocab <=
+// kMaxPenaltyVocab), rows in range.
+cudaError_t LaunchSample(const float* logits, int64_t rows, int vocab, int64_t row_offset,
+                         const SampleRowParams* params, int64_t samples, const int32_t* history, int32_t* token,
+                         float* logprob, cudaStream_t stream);
 
 }  // namespace chunkattn::cuda
 

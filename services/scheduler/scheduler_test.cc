@@ -14,6 +14,7 @@
 #include "kernels/api/status_macros.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
+#include "workers/sampler/row_sampling.h"
 #include "workers/server/plan_executor.h"
 
 namespace chunkattn {
@@ -34,12 +35,13 @@ ModelConfig TinyConfig() {
   return c;
 }
 
-// The CPU model posing as one that picks greedy tokens on its device (as
-// the CUDA model does): PlanExecutor's other path, with picks made here from
-// the host logits (argmax, ties to the lowest id; log-softmax).
-class DeviceGreedyModel final : public Model {
+// The CPU model posing as one that samples on its device (as the CUDA model
+// does): PlanExecutor's other paths, with greedy picks made here from the
+// host logits (argmax, ties to the lowest id; log-softmax) and full sampling
+// by the GPU sampler's row algorithm run on the host.
+class DeviceSamplingModel final : public Model {
  public:
-  explicit DeviceGreedyModel(std::unique_ptr<LlamaModel> inner) : inner_(std::move(inner)) {}
+  explicit DeviceSamplingModel(std::unique_ptr<LlamaModel> inner) : inner_(std::move(inner)) {}
 
   const ModelConfig& config() const override { return inner_->config(); }
   const ModelOptions& options() const override { return inner_->options(); }
@@ -67,10 +69,24 @@ class DeviceGreedyModel final : public Model {
     }
     return absl::OkStatus();
   }
+  bool has_device_sampling() const override { return true; }
+  absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
+                             absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out) override {
+    ++sample_calls;
+    PackedSamples packed;
+    RETURN_IF_ERROR(PackSamples(rows, inputs, config().vocab_size,
+                                static_cast<int64_t>(batch.logits_rows.size()), &packed));
+    std::vector<float> logits;
+    RETURN_IF_ERROR(inner_->Forward(batch, logits));
+    out.resize(inputs.size());
+    SampleRowsOnHost(logits, config().vocab_size, packed, absl::MakeSpan(out));
+    return absl::OkStatus();
+  }
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return inner_->CopyKv(copies); }
 
   int host_calls = 0;
   int greedy_calls = 0;
+  int sample_calls = 0;
 
  private:
   std::unique_ptr<LlamaModel> inner_;
@@ -80,7 +96,7 @@ class DeviceGreedyModel final : public Model {
 // the network.
 class Harness {
  public:
-  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_greedy = false) {
+  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_sampling = false) {
     config_ = TinyConfig();
     auto weights = DummyWeights(config_, {0, 1}, 7);
     EXPECT_TRUE(weights.ok()) << weights.status();
@@ -89,9 +105,9 @@ class Harness {
     mo.num_kv_chunks = num_chunks;
     auto model = LlamaModel::Create(config_, std::move(*weights), mo, nullptr, nullptr);
     EXPECT_TRUE(model.ok()) << model.status();
-    if (device_greedy) {
-      auto wrapped = std::make_unique<DeviceGreedyModel>(std::move(*model));
-      greedy_model_ = wrapped.get();
+    if (device_sampling) {
+      auto wrapped = std::make_unique<DeviceSamplingModel>(std::move(*model));
+      device_model_ = wrapped.get();
       model_ = std::move(wrapped);
     } else {
       model_ = std::move(*model);
@@ -146,7 +162,7 @@ class Harness {
   std::map<RequestId, int32_t> cached_;
   int steps_ = 0;
   int contexts_sent_ = 0;
-  DeviceGreedyModel* greedy_model_ = nullptr;
+  DeviceSamplingModel* device_model_ = nullptr;
 
  private:
   ModelConfig config_;
@@ -160,7 +176,9 @@ struct Workload {
   std::vector<std::pair<RequestId, RequestSpec>> all;
 };
 
-Workload MakeWorkload(uint64_t seed, int requests, int max_new) {
+// Greedy requests, or with `sampled` each request's own mix of temperature,
+// top-k, top-p, min-p and repetition penalty, seeded.
+Workload MakeWorkload(uint64_t seed, int requests, int max_new, bool sampled = false) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> tok(0, 95);  // never EOS in prompts
   std::vector<std::vector<TokenId>> systems(3);
@@ -175,6 +193,14 @@ Workload MakeWorkload(uint64_t seed, int requests, int max_new) {
     const int suffix = std::uniform_int_distribution<int>(1, 25)(rng);
     for (int k = 0; k < suffix; ++k) spec.prompt.push_back(tok(rng));
     spec.sampling.temperature = 0;
+    if (sampled) {
+      spec.sampling.temperature = std::vector<float>{0.0f, 0.6f, 1.0f, 1.3f}[rng() % 4];
+      spec.sampling.top_k = std::vector<int>{0, 5, 40}[rng() % 3];
+      spec.sampling.top_p = std::vector<float>{1.0f, 0.9f, 0.5f}[rng() % 3];
+      spec.sampling.min_p = std::vector<float>{0.0f, 0.05f}[rng() % 2];
+      spec.sampling.repetition_penalty = std::vector<float>{1.0f, 1.2f, 0.9f}[rng() % 3];
+      spec.sampling.seed = rng();
+    }
     spec.max_new_tokens = std::uniform_int_distribution<int>(1, max_new)(rng);
     spec.n = (r % 4 == 3) ? 2 : 1;
     spec.ignore_eos = r % 2 == 0;
@@ -186,9 +212,9 @@ Workload MakeWorkload(uint64_t seed, int requests, int max_new) {
 }
 
 void ExpectSameAsAlone(int32_t chunks, int32_t budget, bool sharing, uint64_t seed, bool expect_preemption,
-                       int max_new = 24, bool device_greedy = false) {
-  Workload w = MakeWorkload(seed, 14, max_new);
-  Harness h(chunks, budget, sharing, device_greedy);
+                       int max_new = 24, bool device_sampling = false, bool sampled = false) {
+  Workload w = MakeWorkload(seed, 14, max_new, sampled);
+  Harness h(chunks, budget, sharing, device_sampling);
   auto together = h.Run(w.arrivals);
   for (const auto& [id, spec] : w.all) {
     Harness alone(256, 2048, false);
@@ -226,21 +252,31 @@ TEST(SchedulerTest, NoSharingBaselineMatchesAloneRuns) { ExpectSameAsAlone(256, 
 // All-greedy steps take the device-greedy path (the GPU's), and give the
 // tokens the host Sampler gives alone runs.
 TEST(SchedulerTest, DeviceGreedyPathMatchesSamplerPath) {
-  ExpectSameAsAlone(256, 24, true, 5, false, 24, /*device_greedy=*/true);
-  Harness h(256, 2048, true, /*device_greedy=*/true);
+  ExpectSameAsAlone(256, 24, true, 5, false, 24, /*device_sampling=*/true);
+  Harness h(256, 2048, true, /*device_sampling=*/true);
   Workload w = MakeWorkload(6, 6, 8);
   h.Run(w.arrivals);
-  EXPECT_GT(h.greedy_model_->greedy_calls, 0);
-  EXPECT_EQ(h.greedy_model_->host_calls, 0);
-  // One request sampling at temperature 1 sends its steps through the host
-  // Sampler.
-  Harness mixed(256, 2048, true, /*device_greedy=*/true);
+  EXPECT_GT(h.device_model_->greedy_calls, 0);
+  EXPECT_EQ(h.device_model_->sample_calls, 0);
+  EXPECT_EQ(h.device_model_->host_calls, 0);
+  // One request sampling at temperature 1 sends its steps through the
+  // device's full sampler, still with no logits to the host.
+  Harness mixed(256, 2048, true, /*device_sampling=*/true);
   RequestSpec hot = w.all[0].second;
   hot.sampling.temperature = 1;
   hot.sampling.seed = 3;
   hot.max_new_tokens = 4;
   mixed.Run({{0, {{100, hot}}}});
-  EXPECT_GT(mixed.greedy_model_->host_calls, 0);
+  EXPECT_GT(mixed.device_model_->sample_calls, 0);
+  EXPECT_EQ(mixed.device_model_->host_calls, 0);
+}
+
+// Sampled requests (temperature, top-k/p, min-p, penalty histories, n = 2,
+// chunked prefill) through the device sampler's algorithm give the tokens
+// the host Sampler gives the same requests run alone.
+TEST(SchedulerTest, DeviceSamplingPathMatchesSamplerPath) {
+  ExpectSameAsAlone(256, 24, true, 7, false, 24, /*device_sampling=*/true, /*sampled=*/true);
+  ExpectSameAsAlone(256, 2048, true, 8, false, 24, /*device_sampling=*/true, /*sampled=*/true);
 }
 
 TEST(SchedulerTest, InBatchSharingComputesTheCommonPrefixOnce) {

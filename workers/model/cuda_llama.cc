@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <set>
 #include <thread>
 #include <utility>
@@ -46,7 +47,10 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
+  // Replaces any earlier allocation.
   absl::Status Allocate(size_t bytes) {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
     CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes));
     return absl::OkStatus();
   }
@@ -97,6 +101,31 @@ absl::StatusOr<DeviceBuffer> UploadF32(const void* src, size_t bytes) {
 // Bytes of `n` elements rounded up to 256 (every workspace array starts aligned).
 size_t Aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// A device array and its pinned staging copy, grown on demand. Grown only
+// between steps (the stream is idle then) and never read by a graph.
+struct Staged {
+  DeviceBuffer dev;
+  PinnedBuffer host;
+  size_t capacity = 0;
+
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= capacity) return absl::OkStatus();
+    const size_t want = Aligned(std::max(bytes, 2 * capacity));
+    ASSIGN_OR_RETURN(dev, DeviceBuffer::Allocate(want));
+    RETURN_IF_ERROR(host.Allocate(want));
+    capacity = want;
+    return absl::OkStatus();
+  }
+  // Reserves `bytes` and copies them from `src` through the pinned copy.
+  absl::Status Upload(const void* src, size_t bytes, cudaStream_t stream) {
+    if (bytes == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(Reserve(bytes));
+    std::memcpy(host.get(), src, bytes);
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.get(), host.get(), bytes, cudaMemcpyHostToDevice, stream));
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
 
 struct CudaLlamaModel::Impl {
@@ -124,6 +153,9 @@ struct CudaLlamaModel::Impl {
   DeviceBuffer inputs;  // tokens, positions, gather (i32) and slots (i64)
   DeviceBuffer x, delta, h, qkv, q, attn, gate_up, act, logits, picks, cublas_workspace;
   PinnedBuffer host_inputs, host_picks;
+  // ForwardSample: the packed samples, their histories, and their picks
+  // (tokens, then logprobs, for the step's samples).
+  Staged sample_params, sample_history, sample_picks;
 
   std::map<int, Graph> graphs;  // by bucket
   std::set<int> warmed;         // buckets run eagerly once (before their capture)
@@ -365,12 +397,45 @@ absl::Status CudaLlamaModel::CopyKv(absl::Span<const KvCopy> copies) {
 }
 
 absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<float>& logits) {
-  return Run(batch, /*greedy=*/false, &logits, nullptr, nullptr);
+  return Run(batch, Output::kLogits, &logits);
 }
 
 absl::Status CudaLlamaModel::ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
                                            std::vector<float>& logprobs) {
-  return Run(batch, /*greedy=*/true, nullptr, &tokens, &logprobs);
+  RETURN_IF_ERROR(Run(batch, Output::kGreedy, nullptr));
+  const int64_t n = static_cast<int64_t>(batch.logits_rows.size());
+  const Impl::Picks picks = impl_->PicksAt(impl_->host_picks.get());
+  tokens.assign(picks.tokens, picks.tokens + n);
+  logprobs.assign(picks.logprobs, picks.logprobs + n);
+  return absl::OkStatus();
+}
+
+bool CudaLlamaModel::has_device_sampling() const { return config_.vocab_size <= cuda::kMaxPenaltyVocab; }
+
+absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
+                                           absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out) {
+  if (!has_device_sampling()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "a vocabulary of %d tokens samples on the host (the device takes up to %d)", config_.vocab_size,
+        cuda::kMaxPenaltyVocab));
+  }
+  RETURN_IF_ERROR(PackSamples(rows, inputs, config_.vocab_size, static_cast<int64_t>(batch.logits_rows.size()),
+                              &packed_));
+  // By row, so each block of logits rows samples one contiguous range.
+  const size_t n = packed_.params.size();
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0);
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](int32_t a, int32_t b) { return packed_.params[a].row < packed_.params[b].row; });
+  std::vector<cuda::SampleRowParams> sorted(n);
+  for (size_t k = 0; k < n; ++k) sorted[k] = packed_.params[order_[k]];
+  packed_.params.swap(sorted);
+  RETURN_IF_ERROR(Run(batch, Output::kSample, nullptr));
+  const int32_t* tokens = static_cast<const int32_t*>(impl_->sample_picks.host.get());
+  const float* logprobs = reinterpret_cast<const float*>(tokens + n);
+  out.resize(n);
+  for (size_t k = 0; k < n; ++k) out[order_[k]] = {tokens[k], logprobs[k]};
+  return absl::OkStatus();
 }
 
 namespace {
@@ -458,9 +523,10 @@ struct StepLauncher {
     return absl::OkStatus();
   }
 
-  // Final norm (with the last layer's residual), LM head and greedy picks for
-  // logits rows [first, first + n) of the gather list; n <= logits_block.
-  absl::Status Head(int64_t first, int64_t n) const {
+  // Final norm (with the last layer's residual), LM head and, if `greedy`,
+  // the greedy picks for logits rows [first, first + n) of the gather list;
+  // n <= logits_block.
+  absl::Status Head(int64_t first, int64_t n, bool greedy) const {
     const DType t = options.kv_dtype;
     const DeviceBuffer& out_embed = im.lm_head.get() != nullptr ? im.lm_head : im.embed;
     const CudaLlamaModel::Impl::Picks picks = im.PicksAt(im.picks.get());
@@ -470,6 +536,7 @@ struct StepLauncher {
                                                 config.hidden_size, static_cast<float>(config.rms_norm_eps),
                                                 im.h.get(), im.stream));
     RETURN_IF_ERROR(Gemm(im.h.get(), n, config.hidden_size, out_embed, config.vocab_size, im.logits.get(), true));
+    if (!greedy) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(cuda::LaunchGreedy(static_cast<const float*>(im.logits.get()), n, config.vocab_size,
                                             picks.tokens + first, picks.logprobs + first, im.stream));
     return absl::OkStatus();
@@ -478,8 +545,7 @@ struct StepLauncher {
 
 }  // namespace
 
-absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::vector<float>* logits,
-                                 std::vector<int32_t>* tokens, std::vector<float>* logprobs) {
+absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::vector<float>* logits) {
   Impl& im = *impl_;
   if (im.k_pool.get() == nullptr) return absl::FailedPreconditionError("the KV pool is not allocated");
   if (comm_ != nullptr && comm_->broken()) {
@@ -531,6 +597,16 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
   if (n_gather > 0) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.gather, host.gather, n_gather * 4, cudaMemcpyHostToDevice, im.stream));
   }
+  const int64_t num_samples = output == Output::kSample ? static_cast<int64_t>(packed_.params.size()) : 0;
+  if (num_samples > 0) {
+    RETURN_IF_ERROR(im.sample_params.Upload(packed_.params.data(), num_samples * sizeof(cuda::SampleRowParams),
+                                            im.stream));
+    // A penalized sample needs the history array even when it is empty.
+    if (packed_.penalized) RETURN_IF_ERROR(im.sample_history.Reserve(sizeof(int32_t)));
+    RETURN_IF_ERROR(im.sample_history.Upload(packed_.history.data(), packed_.history.size() * sizeof(int32_t),
+                                             im.stream));
+    RETURN_IF_ERROR(im.sample_picks.Reserve(num_samples * 8));
+  }
 
   // Attention plans: once per step, for every layer. They validate the
   // batch, so they come before the first write (the copies).
@@ -554,7 +630,7 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
     auto run_bucket = [&]() -> absl::Status {
       RETURN_IF_ERROR(launch.Layers(launch_rows, 0, /*decode=*/true));
       for (int64_t first = 0; first < launch_rows; first += im.logits_block) {
-        RETURN_IF_ERROR(launch.Head(first, std::min(im.logits_block, launch_rows - first)));
+        RETURN_IF_ERROR(launch.Head(first, std::min(im.logits_block, launch_rows - first), /*greedy=*/true));
       }
       return absl::OkStatus();
     };
@@ -585,11 +661,14 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
   }
 
   // Outputs. The graph computed every bucket row's logits in blocks and kept
-  // only the last block's logits; the eager path goes block by block.
-  if (greedy) {
+  // only the last block's logits; the eager path goes block by block. A graph
+  // of one block left its logits in place; with more, its last block
+  // overwrote the first ones, so they are redone.
+  const bool redo_head = !use_graph || launch_rows > im.logits_block;
+  if (output == Output::kGreedy) {
     if (!use_graph) {
       for (int64_t first = 0; first < num_out; first += im.logits_block) {
-        RETURN_IF_ERROR(launch.Head(first, std::min(im.logits_block, num_out - first)));
+        RETURN_IF_ERROR(launch.Head(first, std::min(im.logits_block, num_out - first), /*greedy=*/true));
       }
     }
     const Impl::Picks dev_picks = im.PicksAt(im.picks.get());
@@ -598,6 +677,27 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
         cudaMemcpyAsync(host_picks.tokens, dev_picks.tokens, num_out * 4, cudaMemcpyDeviceToHost, im.stream));
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host_picks.logprobs, dev_picks.logprobs, num_out * 4, cudaMemcpyDeviceToHost, im.stream));
+  } else if (output == Output::kSample) {
+    const auto* params = static_cast<const cuda::SampleRowParams*>(im.sample_params.dev.get());
+    const int32_t* history = packed_.penalized ? static_cast<const int32_t*>(im.sample_history.dev.get()) : nullptr;
+    int32_t* tokens = static_cast<int32_t*>(im.sample_picks.dev.get());
+    float* logprobs = reinterpret_cast<float*>(tokens + num_samples);
+    int64_t s0 = 0;  // the block's samples: [s0, s1), sorted by row
+    for (int64_t first = 0; first < num_out && s0 < num_samples; first += im.logits_block) {
+      const int64_t n = std::min(im.logits_block, num_out - first);
+      int64_t s1 = s0;
+      while (s1 < num_samples && packed_.params[s1].row < first + n) ++s1;
+      if (s1 == s0) continue;
+      if (redo_head) RETURN_IF_ERROR(launch.Head(first, n, /*greedy=*/false));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchSample(static_cast<const float*>(im.logits.get()), n, config_.vocab_size,
+                                              first, params + s0, s1 - s0, history, tokens + s0, logprobs + s0,
+                                              im.stream));
+      s0 = s1;
+    }
+    if (num_samples > 0) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.sample_picks.host.get(), tokens, num_samples * 8,
+                                           cudaMemcpyDeviceToHost, im.stream));
+    }
   } else {
     // Copies into pageable memory block the host until the stream reaches
     // them: wait for the collectives first, with the group's timeout.
@@ -605,10 +705,7 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
     logits->resize(static_cast<size_t>(num_out) * config_.vocab_size);
     for (int64_t first = 0; first < num_out; first += im.logits_block) {
       const int64_t n = std::min(im.logits_block, num_out - first);
-      // A graph of one block left its logits in place; with more, its last
-      // block overwrote the first ones, so they are redone (host logits are
-      // the non-greedy path, already a large copy).
-      if (!use_graph || launch_rows > im.logits_block) RETURN_IF_ERROR(launch.Head(first, n));
+      if (redo_head) RETURN_IF_ERROR(launch.Head(first, n, /*greedy=*/false));
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits->data() + first * config_.vocab_size, im.logits.get(),
                                            n * config_.vocab_size * 4, cudaMemcpyDeviceToHost, im.stream));
     }
@@ -617,11 +714,6 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, bool greedy, std::ve
     RETURN_IF_ERROR(comm_->Wait(im.stream));
   } else {
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
-  }
-  if (greedy) {
-    const Impl::Picks host_picks = im.PicksAt(im.host_picks.get());
-    tokens->assign(host_picks.tokens, host_picks.tokens + num_out);
-    logprobs->assign(host_picks.logprobs, host_picks.logprobs + num_out);
   }
   return absl::OkStatus();
 }

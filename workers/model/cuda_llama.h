@@ -6,7 +6,9 @@
 // in fp32), fused bias + rotary embedding + KV append into the chunked pool,
 // chunked prefill and two-phase partition decode attention (kernels/cuda),
 // SwiGLU, and with tensor parallelism an NCCL all-reduce (fp32) after o_proj
-// and after down_proj. The greedy pick and its logprob run on the GPU.
+// and after down_proj. Sampling runs on the GPU: the greedy pick and its
+// logprob inside the step, or the full Sampler semantics (LaunchSample) after
+// it; only the tokens and logprobs come back.
 //
 // Decode-only steps run as one CUDA graph per batch-size bucket (1, 2, 4, 8,
 // 16, then multiples of 16): the rows past the batch are padding whose KV is
@@ -33,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "workers/model/model.h"
 #include "workers/model/weights.h"
+#include "workers/sampler/row_sampling.h"
 
 namespace chunkattn {
 
@@ -86,6 +89,11 @@ class CudaLlamaModel final : public Model {
   bool has_device_greedy() const override { return true; }
   absl::Status ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
                              std::vector<float>& logprobs) override;
+  // The history bitmap of a penalized sample lives in shared memory: larger
+  // vocabularies sample on the host.
+  bool has_device_sampling() const override;
+  absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
+                             absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out) override;
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override;
 
   // Decode graphs captured so far (for tests).
@@ -97,9 +105,13 @@ class CudaLlamaModel final : public Model {
   CudaLlamaModel(const ModelConfig& config, const ModelOptions& options, const CudaModelOptions& cuda,
                  NcclCommunicator* comm);
 
-  // Runs the step; leaves logits or greedy picks of the logits rows on the host.
-  absl::Status Run(const ForwardBatch& batch, bool greedy, std::vector<float>* logits,
-                   std::vector<int32_t>* tokens, std::vector<float>* logprobs);
+  enum class Output {
+    kLogits,  // every logits row's logits into *logits
+    kGreedy,  // every logits row's greedy pick into the pinned picks
+    kSample,  // the samples of packed_ into the pinned picks, in packed_ order
+  };
+  // Runs the step and leaves its output on the host.
+  absl::Status Run(const ForwardBatch& batch, Output output, std::vector<float>* logits);
 
   ModelConfig config_;
   ModelOptions options_;
@@ -107,6 +119,10 @@ class CudaLlamaModel final : public Model {
   ShardLayout layout_;
   NcclCommunicator* comm_;
   StepRows step_;
+  // ForwardSample's samples, sorted by logits row (order_[k] is the caller's
+  // index of packed sample k).
+  PackedSamples packed_;
+  std::vector<int32_t> order_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,11 @@ absl::Status Model::ForwardGreedy(const ForwardBatch&, std::vector<int32_t>&, st
   return absl::UnimplementedError("this model picks greedy tokens on the host (Sampler)");
 }
 
+absl::Status Model::ForwardSample(const ForwardBatch&, absl::Span<const int32_t>, absl::Span<const SampleInput>,
+                                  std::vector<SampleResult>&) {
+  return absl::UnimplementedError("this model samples on the host (Sampler)");
+}
+
 KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options) {
   KvPoolShape shape;
   shape.num_layers = config.num_layers;

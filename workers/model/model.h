@@ -20,6 +20,7 @@
 #include "workers/model/config.h"
 #include "workers/model/kv_pool.h"
 #include "workers/model/weights.h"
+#include "workers/sampler/sampler.h"
 
 namespace chunkattn {
 
@@ -68,6 +69,18 @@ class Model {
   // without repetition penalty. UNIMPLEMENTED unless has_device_greedy().
   virtual absl::Status ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
                                      std::vector<float>& logprobs);
+
+  // Whether ForwardSample samples where the logits are, with the Sampler's
+  // full semantics (a GPU model copies back two numbers per sample).
+  virtual bool has_device_sampling() const { return false; }
+  // Forward, then sample s from logits row rows[s] (an index into
+  // batch.logits_rows; samples may share a row) with inputs[s]: Sampler's
+  // semantics, the same token up to the rounding kernels/cuda/sample_row.h
+  // bounds. out[s].token is -1 for a row the Sampler refuses for its logits.
+  // INVALID_ARGUMENT for inputs the Sampler refuses, before the step runs.
+  // UNIMPLEMENTED unless has_device_sampling().
+  virtual absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
+                                     absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out);
 
   // Copy-on-write KV copies without a forward pass (a step with no rows).
   virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;

@@ -245,6 +245,8 @@ double UniformForStep(uint64_t seed, uint64_t step) {
   return static_cast<double>(h >> 11) * 0x1.0p-53;  // the top 53 bits fill a mantissa
 }
 
+float SamplerExp(float x) { return Exp4(Splat(x))[0]; }
+
 absl::Status Sampler::Sample(absl::Span<const float> logits, int vocab,
                              absl::Span<const SampleInput> inputs, absl::Span<SampleResult> out) {
   if (vocab <= 0) {
@@ -366,6 +368,11 @@ absl::Status Sampler::SampleOne(const float* row, int vocab, const SampleInput& 
     }
   }
   // If rounding left target >= the final cum, the last candidate was taken.
+  // None at all is left only when the penalty overflowed a logit to +inf.
+  if (token < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence %d: the repetition penalty overflowed a logit", seq));
+  }
   result->token = token;
   result->logprob = lse.LogProb(row[token]);
   return absl::OkStatus();

@@ -62,6 +62,11 @@ struct SampleResult {
 // that must stay in lockstep with the sampler.
 double UniformForStep(uint64_t seed, uint64_t step);
 
+// exp(x) as the sampler computes its weights (about 2 ulp, 0 below -87.3 and
+// for NaN). Exposed so tests can hold the GPU sampler's scalar copy
+// (kernels/cuda/sample_row.h) to the same bits.
+float SamplerExp(float x);
+
 class Sampler {
  public:
   Sampler() = default;

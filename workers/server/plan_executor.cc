@@ -143,11 +143,19 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
     }
     if (greedy && model_->has_device_greedy()) {
       RETURN_IF_ERROR(model_->ForwardGreedy(batch, greedy_tokens_, greedy_logprobs_));
-      if (samples_) RETURN_IF_ERROR(TakeGreedy(plan, result));
+      if (samples_) {
+        picks_.resize(sample_rows_.size());
+        for (size_t k = 0; k < sample_rows_.size(); ++k) {
+          picks_[k] = {greedy_tokens_[sample_rows_[k]], greedy_logprobs_[sample_rows_[k]]};
+        }
+      }
+    } else if (samples_ && model_->has_device_sampling()) {
+      RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows_, sample_inputs_, picks_));
     } else {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
-      if (samples_) RETURN_IF_ERROR(Sample(plan, result));
+      if (samples_) RETURN_IF_ERROR(SampleOnHost(plan));
     }
+    if (samples_) RETURN_IF_ERROR(Report(result));
   }
   for (int64_t key : plan.sampler_ends()) samplers_.erase(key);
   result->set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - start));
@@ -158,6 +166,8 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
   const int rows = plan.logits_rows_size();
   const int n = plan.samples_size();
   sample_states_.resize(n);
+  sample_rows_.resize(n);
+  sample_inputs_.resize(n);
   bool greedy = true;
   for (int k = 0; k < n; ++k) {
     const auto& row = plan.samples(k);
@@ -169,49 +179,42 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     if (it == samplers_.end()) {
       return absl::InvalidArgumentError(absl::StrFormat("sample %d: unknown sampler key %d", k, row.key()));
     }
-    const SamplingParams& p = it->second.params;
+    SamplerState& state = it->second;
+    const SamplingParams& p = state.params;
     greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f;
-    sample_states_[k] = &it->second;
+    sample_states_[k] = &state;
+    sample_rows_[k] = row.row();
+    sample_inputs_[k].params = &state.params;
+    sample_inputs_[k].history = state.history;
+    sample_inputs_[k].step = row.step();
   }
   return greedy;
 }
 
-absl::Status PlanExecutor::TakeGreedy(const StepPlan& plan, StepResult* result) {
-  for (int k = 0; k < plan.samples_size(); ++k) {
-    const int row = plan.samples(k).row();
-    const int32_t token = greedy_tokens_[row];
-    if (token < 0) {
-      // What Sampler says of the same row on the host.
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "logits row %d has a +inf logit or no finite logit", row));
-    }
-    result->add_tokens(token);
-    result->add_logprobs(greedy_logprobs_[row]);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PlanExecutor::Sample(const StepPlan& plan, StepResult* result) {
+absl::Status PlanExecutor::SampleOnHost(const StepPlan& plan) {
   const int vocab = model_->config().vocab_size;
   const int n = plan.samples_size();
+  picks_.resize(n);
   if (n == 0) return absl::OkStatus();
   sample_logits_.resize(static_cast<size_t>(n) * vocab);
-  std::vector<SampleInput> inputs(n);
   for (int k = 0; k < n; ++k) {
-    const auto& row = plan.samples(k);
-    std::copy_n(logits_.begin() + static_cast<ptrdiff_t>(row.row()) * vocab, vocab,
+    std::copy_n(logits_.begin() + static_cast<ptrdiff_t>(sample_rows_[k]) * vocab, vocab,
                 sample_logits_.begin() + static_cast<ptrdiff_t>(k) * vocab);
-    inputs[k].params = &sample_states_[k]->params;
-    inputs[k].history = sample_states_[k]->history;
-    inputs[k].step = row.step();
   }
-  std::vector<SampleResult> out(n);
-  RETURN_IF_ERROR(sampler_.Sample(sample_logits_, vocab, inputs, absl::MakeSpan(out)));
-  for (int k = 0; k < n; ++k) {
-    result->add_tokens(out[k].token);
-    result->add_logprobs(out[k].logprob);
+  return sampler_.Sample(sample_logits_, vocab, sample_inputs_, absl::MakeSpan(picks_));
+}
+
+absl::Status PlanExecutor::Report(StepResult* result) {
+  for (size_t k = 0; k < picks_.size(); ++k) {
+    if (picks_[k].token < 0) {
+      // What the Sampler says of the same row on the host.
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logits row %d has a +inf logit or no finite logit", sample_rows_[k]));
+    }
+    result->add_tokens(picks_[k].token);
+    result->add_logprobs(picks_[k].logprob);
     if (sample_states_[k]->params.repetition_penalty != 1.0f) {
-      sample_states_[k]->history.push_back(out[k].token);
+      sample_states_[k]->history.push_back(picks_[k].token);
     }
   }
   return absl::OkStatus();

@@ -3,9 +3,10 @@
 // context between versions (a plan carries the (C, i, j) context only when it
 // changed, and the new lengths every step), and on rank 0 samples the rows
 // the plan names, keeping each sample stream's token history for the
-// repetition penalty. When every sample of a step is greedy without a
-// penalty and the model can pick on its device (GPU), only the picks come
-// back to the host; otherwise the logits rows go through the CPU Sampler.
+// repetition penalty. A model that samples on its device (GPU) sends back
+// only the picks: the greedy ones from inside the step when every sample is
+// greedy without a penalty, else the full Sampler semantics after it. Other
+// models' logits rows go through the CPU Sampler.
 //
 // Every plan comes from the network, so every field is checked before the
 // model runs (INVALID_ARGUMENT): the model validates the batch, and this
@@ -46,10 +47,13 @@ class PlanExecutor {
 
   absl::Status SetContext(const internal::v1::DecodeContext& dc);
   absl::Status UpdateLengths(const internal::v1::StepPlan& plan);
-  // The samplers of the plan's samples, checked; whether all are greedy.
+  // The samplers and inputs of the plan's samples, checked; whether all
+  // are greedy.
   absl::StatusOr<bool> LookupSamplers(const internal::v1::StepPlan& plan);
-  absl::Status Sample(const internal::v1::StepPlan& plan, internal::v1::StepResult* result);
-  absl::Status TakeGreedy(const internal::v1::StepPlan& plan, internal::v1::StepResult* result);
+  // picks_ from the host logits_ through the CPU Sampler.
+  absl::Status SampleOnHost(const internal::v1::StepPlan& plan);
+  // picks_ into the result, and each penalized stream's history.
+  absl::Status Report(internal::v1::StepResult* result);
 
   Model* model_;
   bool samples_;
@@ -61,7 +65,11 @@ class PlanExecutor {
   std::vector<int32_t> tail_entry_;
   absl::flat_hash_map<int64_t, SamplerState> samplers_;
   Sampler sampler_;
-  std::vector<SamplerState*> sample_states_;  // per plan sample
+  // Per plan sample: its stream, logits row, Sampler input and pick.
+  std::vector<SamplerState*> sample_states_;
+  std::vector<int32_t> sample_rows_;
+  std::vector<SampleInput> sample_inputs_;
+  std::vector<SampleResult> picks_;
   std::vector<float> logits_;
   std::vector<int32_t> greedy_tokens_;
   std::vector<float> greedy_logprobs_;

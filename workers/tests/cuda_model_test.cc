@@ -220,8 +220,42 @@ void RunScenario(const ModelConfig& config, DType t, cpu::DecodeImpl impl, bool 
       const float mx = *std::max_element(row, row + vocab);
       for (int i = 0; i < vocab; ++i) sum += std::exp(double{row[i]} - mx);
       EXPECT_NEAR(logprobs[s], row[picks[s]] - mx - std::log(sum), 1e-3);
-      seqs[s].push_back(Argmax(cpu_logits.data() + s * vocab, vocab));
     }
+    // And through the device's full sampler: two samples per row (as n = 2
+    // gives), temperature / top-k / top-p / min-p / penalty over the
+    // sequence so far, against the host Sampler on the GPU's own logits
+    // (the step recomputes them bit for bit: same graph or kernels, same KV).
+    std::vector<SamplingParams> params(2 * n);
+    std::vector<int32_t> rows(2 * n);
+    std::vector<SampleInput> inputs(2 * n);
+    for (int k = 0; k < 2 * n; ++k) {
+      SamplingParams& p = params[k];
+      p.temperature = k % 3 == 0 ? 0.0f : 0.8f;
+      p.top_k = k % 4 == 1 ? 20 : 0;
+      p.top_p = k % 5 == 2 ? 0.9f : 1.0f;
+      p.min_p = k % 7 == 3 ? 0.05f : 0.0f;
+      p.repetition_penalty = k % 2 == 1 ? 1.3f : 1.0f;
+      p.seed = 1000 + k;
+      rows[k] = k / 2;
+      inputs[k].params = &p;
+      inputs[k].history = seqs[k / 2];
+      inputs[k].step = step;
+    }
+    std::vector<SampleResult> sampled;
+    st = m.gpu->ForwardSample(b, rows, inputs, sampled);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(sampled.size(), inputs.size());
+    Sampler sampler;
+    for (int k = 0; k < 2 * n; ++k) {
+      SampleResult want;
+      ASSERT_TRUE(sampler
+                      .Sample(absl::MakeConstSpan(gpu_logits.data() + rows[k] * vocab, vocab), vocab,
+                              {&inputs[k], 1}, absl::MakeSpan(&want, 1))
+                      .ok());
+      EXPECT_EQ(sampled[k].token, want.token) << "step " << step << " sample " << k;
+      EXPECT_NEAR(sampled[k].logprob, want.logprob, 1e-4) << "step " << step << " sample " << k;
+    }
+    for (int s = 0; s < n; ++s) seqs[s].push_back(Argmax(cpu_logits.data() + s * vocab, vocab));
   }
   if (graphs) {
     EXPECT_GT(m.gpu->num_graphs(), 0);
@@ -379,6 +413,23 @@ TEST(CudaModelBasics, RefusesBadInputs) {
   ForwardBatch big = OnePrefill(std::vector<int32_t>(9, 1), 0, {1});
   big.logits_rows.clear();
   EXPECT_EQ((*model)->Forward(big, logits).code(), absl::StatusCode::kInvalidArgument);
+  // Samples the Sampler would refuse, refused before the step runs.
+  SamplingParams hot;
+  hot.temperature = 1;
+  hot.repetition_penalty = 1.2f;
+  const std::vector<int32_t> bad_history = {config.vocab_size};
+  SampleInput in;
+  in.params = &hot;
+  std::vector<SampleResult> sampled;
+  EXPECT_EQ((*model)->ForwardSample(b, {1}, {in}, sampled).code(), absl::StatusCode::kInvalidArgument)
+      << "row 1 of one logits row";
+  in.history = bad_history;
+  EXPECT_EQ((*model)->ForwardSample(b, {0}, {in}, sampled).code(), absl::StatusCode::kInvalidArgument)
+      << "history token outside the vocabulary";
+  in.history = {};
+  EXPECT_TRUE((*model)->ForwardSample(b, {0}, {in}, sampled).ok());
+  ASSERT_EQ(sampled.size(), 1u);
+  EXPECT_GE(sampled[0].token, 0);
   // Still usable after the refusals.
   EXPECT_TRUE((*model)->Forward(b, logits).ok());
 }

@@ -188,6 +188,15 @@ TEST(LayersContract, RejectsBadArgumentsBeforeAnyCudaCall) {
   EXPECT_EQ(LaunchGreedy(f, 1, 0, i32, f, nullptr), kBad);
   EXPECT_EQ(LaunchGreedy(f, -1, 10, i32, f, nullptr), kBad);
   EXPECT_EQ(LaunchGreedy(f, 1, 10, nullptr, f, nullptr), kBad);
+
+  const SampleRowParams* sp = reinterpret_cast<const SampleRowParams*>(p);
+  EXPECT_EQ(LaunchSample(f, 1, 0, 0, sp, 1, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, kMaxSampleVocab + 1, 0, sp, 1, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, kMaxPenaltyVocab + 1, 0, sp, 1, i32, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, -1, 10, 0, sp, 1, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, 10, 0, sp, -1, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, 10, 0, nullptr, 1, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, 10, 0, sp, 1, nullptr, i32, nullptr, nullptr), kBad);
 }
 
 TEST(LayersContract, ZeroRowsIsANoOp) {
@@ -206,6 +215,7 @@ TEST(LayersContract, ZeroRowsIsANoOp) {
     EXPECT_EQ(LaunchSwiGlu(dtype, nullptr, 0, 64, nullptr, nullptr), cudaSuccess);
   }
   EXPECT_EQ(LaunchGreedy(nullptr, 0, 32000, nullptr, nullptr, nullptr), cudaSuccess);
+  EXPECT_EQ(LaunchSample(nullptr, 0, 32000, 0, nullptr, 0, nullptr, nullptr, nullptr, nullptr), cudaSuccess);
 }
 
 // ---------------------------------------------------------------------------
@@ -546,6 +556,135 @@ TEST(LayersGreedy, MatchesFloat64Semantics) {
     EXPECT_NEAR(logprob[11], -std::log(static_cast<double>(vocab)), 1e-4);
     EXPECT_EQ(token[12], vocab - 2);
   }
+}
+
+// ---------------------------------------------------------------------------
+// Full sampling: the device runs sample_row.h's algorithm block-wide; the
+// same code run sequentially on the host (which workers/sampler's tests hold
+// to the CPU Sampler) is the reference. Weights are bit-equal and masses are
+// exact integers, so tokens must match exactly; logprobs differ only in the
+// order of one float64 sum.
+
+struct SampleLaunch {
+  std::vector<float> logits;  // (rows, vocab)
+  int vocab = 0;
+  std::vector<SampleRowParams> params;
+  std::vector<int32_t> history;
+};
+
+SampleRowParams RandomSampleParams(std::mt19937& rng, int vocab, int rows, int64_t history_size) {
+  auto pick = [&rng](auto const& options) { return options[rng() % options.size()]; };
+  SampleRowParams p;
+  p.row = static_cast<int32_t>(rng() % rows);
+  p.temperature = pick(std::vector<float>{0.0f, 0.3f, 0.7f, 1.0f, 1.0f, 1.5f});
+  p.top_k = pick(std::vector<int>{0, 0, 1, 2, 50, vocab - 1, vocab + 1});
+  p.top_p = pick(std::vector<float>{1.0f, 1.0f, 0.95f, 0.5f, 0.1f});
+  p.min_p = pick(std::vector<float>{0.0f, 0.0f, 0.05f, 0.3f});
+  p.penalty = pick(std::vector<float>{1.0f, 1.0f, 1.3f, 0.8f});
+  if (p.penalty != 1.0f && history_size > 0) {
+    p.history_begin = static_cast<int32_t>(rng() % history_size);
+    p.history_end = p.history_begin + static_cast<int32_t>(rng() % (history_size - p.history_begin + 1));
+  }
+  p.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  return p;
+}
+
+// Launches `c` with its rows split in blocks of `block` rows (as the GPU
+// model does with its logits buffer) and checks every sample against the
+// host run of the same algorithm.
+void ExpectSampleMatchesHost(const SampleLaunch& c, int block) {
+  const int rows = static_cast<int>(c.logits.size() / c.vocab);
+  std::vector<SampleRowParams> order = c.params;  // grouped by block, as the model packs them
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const SampleRowParams& a, const SampleRowParams& b) { return a.row / block < b.row / block; });
+  const int64_t n = static_cast<int64_t>(order.size());
+  DeviceBuffer d_params = Upload(order);
+  DeviceBuffer d_history = c.history.empty() ? Alloc(4) : Upload(c.history);
+  DeviceBuffer d_token = Poisoned(n * 4), d_logprob = Poisoned(n * 4);
+  int64_t s0 = 0;
+  for (int first = 0; first < rows; first += block) {
+    const int in_block = std::min(block, rows - first);
+    int64_t s1 = s0;
+    while (s1 < n && order[s1].row < first + in_block) ++s1;
+    // Only this block's rows are on the device, as in the model's buffer.
+    std::vector<float> part(c.logits.begin() + int64_t{first} * c.vocab,
+                            c.logits.begin() + int64_t{first + in_block} * c.vocab);
+    DeviceBuffer d_logits = Upload(part);
+    ASSERT_EQ(LaunchSample(static_cast<const float*>(d_logits.get()), in_block, c.vocab, first,
+                           static_cast<const SampleRowParams*>(d_params.get()) + s0, s1 - s0,
+                           static_cast<const int32_t*>(d_history.get()), static_cast<int32_t*>(d_token.get()) + s0,
+                           static_cast<float*>(d_logprob.get()) + s0, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    s0 = s1;
+  }
+  ASSERT_EQ(s0, n);
+  const std::vector<int32_t> token = Download<int32_t>(d_token, n);
+  const std::vector<float> logprob = Download<float>(d_logprob, n);
+  for (int64_t s = 0; s < n; ++s) {
+    const SampleRowParams& p = order[s];
+    const SampleRowResult want =
+        SampleRowOnHost(c.logits.data() + int64_t{p.row} * c.vocab, c.vocab, p, c.history.data());
+    SCOPED_TRACE(absl::StrFormat("sample %d: row %d, T %g, top_k %d, top_p %g, min_p %g, penalty %g, u %g", s, p.row,
+                                 p.temperature, p.top_k, p.top_p, p.min_p, p.penalty, p.u));
+    EXPECT_EQ(token[s], want.token);
+    if (want.token < 0) {
+      EXPECT_TRUE(std::isnan(logprob[s])) << logprob[s];
+    } else {
+      EXPECT_NEAR(logprob[s], want.logprob, 1e-5 * (1 + std::abs(want.logprob)));
+    }
+  }
+}
+
+TEST(LayersSample, MatchesTheHostRowAlgorithm) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  // Vocabularies: tiny, odd, a tile boundary, Llama 2, Llama 3, Qwen2.
+  for (int vocab : {1, 7, 512, 1001, 32000, 128256, 152064}) {
+    SCOPED_TRACE(absl::StrFormat("vocab %d", vocab));
+    SampleLaunch c;
+    c.vocab = vocab;
+    const int rows = 6;
+    c.logits = Normal(rng, int64_t{rows} * vocab, vocab > 1000 ? 3.0f : 1.0f);
+    auto row = [&](int r) { return c.logits.data() + int64_t{r} * vocab; };
+    // Row 1: NaN and -inf sprinkled. Row 2: few distinct values (ties at the
+    // cuts). Row 3: a +inf (every sample of it gets -1). Row 4: all equal.
+    for (int i = 0; i < vocab; i += 13) row(1)[i] = kNaN;
+    for (int i = 5; i < vocab; i += 17) row(1)[i] = -kInf;
+    for (int i = 0; i < vocab; ++i) row(2)[i] = static_cast<float>(rng() % 3) * 0.5f;
+    row(3)[vocab / 2] = kInf;
+    std::fill_n(row(4), vocab, 0.25f);
+    c.history.resize(300);
+    for (int32_t& t : c.history) t = static_cast<int32_t>(rng() % vocab);
+    for (int s = 0; s < 48; ++s) c.params.push_back(RandomSampleParams(rng, vocab, rows, 300));
+    ExpectSampleMatchesHost(c, 4);
+    ExpectSampleMatchesHost(c, rows);
+  }
+}
+
+TEST(LayersSample, RefusesContractBreachesWithoutTouchingMemory) {
+  SKIP_WITHOUT_GPU();
+  const int vocab = 100;
+  std::vector<float> logits(2 * vocab, 0.0f);
+  DeviceBuffer d_logits = Upload(logits);
+  std::vector<SampleRowParams> params(3);
+  params[0].row = 5;  // outside the launch's rows [3, 5)
+  params[1].row = 3;
+  params[1].penalty = 1.5f;  // a penalty, but no history passed
+  params[2].row = 4;
+  params[2].temperature = 1.0f;  // a valid one
+  DeviceBuffer d_params = Upload(params);
+  DeviceBuffer d_token = Poisoned(12), d_logprob = Poisoned(12);
+  ASSERT_EQ(LaunchSample(static_cast<const float*>(d_logits.get()), 2, vocab, 3,
+                         static_cast<const SampleRowParams*>(d_params.get()), 3, nullptr,
+                         static_cast<int32_t*>(d_token.get()), static_cast<float*>(d_logprob.get()), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int32_t> token = Download<int32_t>(d_token, 3);
+  EXPECT_EQ(token[0], -1);
+  EXPECT_EQ(token[1], -1);
+  EXPECT_GE(token[2], 0);
+  EXPECT_LT(token[2], vocab);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,69 @@
+#include "workers/sampler/row_sampling.h"
+
+#include "absl/strings/str_format.h"
+
+namespace chunkattn {
+
+absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const SampleInput> inputs, int vocab,
+                         int64_t num_rows, PackedSamples* out) {
+  if (rows.size() != inputs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d sample rows for %d sample inputs", rows.size(), inputs.size()));
+  }
+  if (vocab <= 0 || vocab > cuda::kMaxSampleVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("vocab must be in [1, %d] to sample on the device, got %d", cuda::kMaxSampleVocab, vocab));
+  }
+  out->params.resize(inputs.size());
+  out->history.clear();
+  out->penalized = false;
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const SampleInput& in = inputs[s];
+    if (rows[s] < 0 || rows[s] >= num_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sample %d names logits row %d of %d", s, rows[s], num_rows));
+    }
+    if (in.params == nullptr) return absl::InvalidArgumentError(absl::StrFormat("sample %d: params is null", s));
+    if (absl::Status status = ValidateSamplingParams(*in.params); !status.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("sample %d: %s", s, status.message()));
+    }
+    const SamplingParams& p = *in.params;
+    cuda::SampleRowParams& d = out->params[s];
+    d = cuda::SampleRowParams();
+    d.row = rows[s];
+    d.temperature = p.temperature;
+    d.top_k = p.top_k;
+    d.top_p = p.top_p;
+    d.min_p = p.min_p;
+    d.penalty = p.repetition_penalty;
+    d.u = UniformForStep(p.seed, in.step);
+    if (p.repetition_penalty == 1.0f) continue;
+    out->penalized = true;
+    if (out->history.size() + in.history.size() > static_cast<size_t>(INT32_MAX)) {
+      return absl::InvalidArgumentError("the samples' histories exceed 2^31 tokens");
+    }
+    d.history_begin = static_cast<int32_t>(out->history.size());
+    for (const int32_t t : in.history) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("sample %d: history token %d outside [0, %d)", s, t, vocab));
+      }
+      out->history.push_back(t);
+    }
+    d.history_end = static_cast<int32_t>(out->history.size());
+  }
+  return absl::OkStatus();
+}
+
+void SampleRowsOnHost(absl::Span<const float> logits, int vocab, const PackedSamples& packed,
+                      absl::Span<SampleResult> out) {
+  for (size_t s = 0; s < packed.params.size(); ++s) {
+    const cuda::SampleRowParams& p = packed.params[s];
+    const cuda::SampleRowResult r = cuda::SampleRowOnHost(logits.data() + static_cast<size_t>(p.row) * vocab,
+                                                          vocab, p, packed.history.data());
+    out[s].token = r.token;
+    out[s].logprob = r.logprob;
+  }
+}
+
+}  // namespace chunkattn
