@@ -15,7 +15,9 @@
 # 3. chunkattn-kernel-bench --device cuda: the paper's Table 3 grid (fp16,
 #    b=32, h=32, d=128, c=64), GQA 32/8, bf16, d=64 and chunk sizes 32/128;
 # 4. bench/torch_baseline.py on the same grid (FlashAttention and naive).
-# 5. the CUDA model against the CPU model (chunkattn_model_cuda_test).
+# 5. the CUDA model against the CPU model (chunkattn_model_cuda_test);
+# 6. chunkattn-generate --device cuda:0 on the Llama-2-7B shape (dummy fp16
+#    weights), greedy and sampled on the GPU (generate-cuda-*.txt).
 # Results land in $OUT as bench/results/cuda-<gpu>-*.json files.
 #
 # And the end-to-end run (issue 8), one call per sharing setting (each stays
@@ -33,7 +35,7 @@ case "$mode" in
   bundle)
     cmake -S "$root" -B "$root/build" -G Ninja -DCHUNKATTN_CUDA=ON >/dev/null
     bins="chunkattn_kernels_cuda_test chunkattn-kernel-bench chunkattn_model_cuda_test chunkattn-worker
-      chunkattn-coordinator chunkattn-loadgen chunkattn"
+      chunkattn-coordinator chunkattn-loadgen chunkattn chunkattn-generate"
     # shellcheck disable=SC2086
     cmake --build "$root/build" --target $bins -j2
     rm -rf "$root/gpu-bundle"
@@ -69,6 +71,12 @@ case "$mode" in
     done
     python3 "$root/bench/torch_baseline.py" --grid paper --json "$out/cuda-$gpu-torch.json" || status=1
     "$b/bin/chunkattn_model_cuda_test" --gtest_output="xml:$out/model-cuda-test.xml" 2>&1 | tail -30 || status=1
+    gen="$b/bin/chunkattn-generate --model $root/bench/models/llama2-7b-shape --load_format dummy --device cuda:0
+      --random_prompts 32 --prompt_len 1024 --shared_len 768 --max_new_tokens 64 --ignore_eos"
+    $gen --temperature 0 > "$out/generate-cuda-greedy.txt" 2>&1 || status=1
+    $gen --temperature 0.8 --top_p 0.95 --top_k 50 --repetition_penalty 1.1 > "$out/generate-cuda-sampled.txt" 2>&1 ||
+      status=1
+    tail -2 "$out/generate-cuda-greedy.txt" "$out/generate-cuda-sampled.txt"
     exit $status
     ;;
   e2e)

@@ -14,8 +14,8 @@
 #include "kernels/api/status_macros.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
-#include "workers/sampler/row_sampling.h"
 #include "workers/server/plan_executor.h"
+#include "workers/tests/device_sampling_model.h"
 
 namespace chunkattn {
 namespace {
@@ -35,63 +35,6 @@ ModelConfig TinyConfig() {
   return c;
 }
 
-// The CPU model posing as one that samples on its device (as the CUDA model
-// does): PlanExecutor's other paths, with greedy picks made here from the
-// host logits (argmax, ties to the lowest id; log-softmax) and full sampling
-// by the GPU sampler's row algorithm run on the host.
-class DeviceSamplingModel final : public Model {
- public:
-  explicit DeviceSamplingModel(std::unique_ptr<LlamaModel> inner) : inner_(std::move(inner)) {}
-
-  const ModelConfig& config() const override { return inner_->config(); }
-  const ModelOptions& options() const override { return inner_->options(); }
-  std::string device() const override { return "test"; }
-  absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override {
-    ++host_calls;
-    return inner_->Forward(batch, logits);
-  }
-  bool has_device_greedy() const override { return true; }
-  absl::Status ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
-                             std::vector<float>& logprobs) override {
-    ++greedy_calls;
-    std::vector<float> logits;
-    RETURN_IF_ERROR(inner_->Forward(batch, logits));
-    const int vocab = config().vocab_size;
-    tokens.clear();
-    logprobs.clear();
-    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
-      const float* row = logits.data() + r * vocab;
-      const int32_t best = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-      double sum = 0;
-      for (int i = 0; i < vocab; ++i) sum += std::exp(double{row[i]} - row[best]);
-      tokens.push_back(best);
-      logprobs.push_back(static_cast<float>(-std::log(sum)));
-    }
-    return absl::OkStatus();
-  }
-  bool has_device_sampling() const override { return true; }
-  absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
-                             absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out) override {
-    ++sample_calls;
-    PackedSamples packed;
-    RETURN_IF_ERROR(PackSamples(rows, inputs, config().vocab_size,
-                                static_cast<int64_t>(batch.logits_rows.size()), &packed));
-    std::vector<float> logits;
-    RETURN_IF_ERROR(inner_->Forward(batch, logits));
-    out.resize(inputs.size());
-    SampleRowsOnHost(logits, config().vocab_size, packed, absl::MakeSpan(out));
-    return absl::OkStatus();
-  }
-  absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return inner_->CopyKv(copies); }
-
-  int host_calls = 0;
-  int greedy_calls = 0;
-  int sample_calls = 0;
-
- private:
-  std::unique_ptr<LlamaModel> inner_;
-};
-
 // A scheduler wired to an in-process model: the coordinator's loop without
 // the network.
 class Harness {
@@ -106,7 +49,7 @@ class Harness {
     auto model = LlamaModel::Create(config_, std::move(*weights), mo, nullptr, nullptr);
     EXPECT_TRUE(model.ok()) << model.status();
     if (device_sampling) {
-      auto wrapped = std::make_unique<DeviceSamplingModel>(std::move(*model));
+      auto wrapped = std::make_unique<testing::DeviceSamplingModel>(std::move(*model));
       device_model_ = wrapped.get();
       model_ = std::move(wrapped);
     } else {
@@ -162,7 +105,7 @@ class Harness {
   std::map<RequestId, int32_t> cached_;
   int steps_ = 0;
   int contexts_sent_ = 0;
-  DeviceSamplingModel* device_model_ = nullptr;
+  testing::DeviceSamplingModel* device_model_ = nullptr;
 
  private:
   ModelConfig config_;

@@ -98,25 +98,47 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
     local.prompt_tokens += static_cast<int64_t>(prompt.size());
     local.cached_prompt_tokens += skip;
   }
-  RETURN_IF_ERROR(model_->Forward(prefill, logits));
-
   std::vector<int> running(n);  // context indices still generating
   std::iota(running.begin(), running.end(), 0);
-  uint64_t version = 1;
-  for (int step = 0;; ++step) {
-    ++local.steps;
-    rows.clear();
-    for (int i : running) rows.push_back(order[i]);
-    if (observer) observer(step, rows, logits);
+  // Runs `batch` (logits row k for running[k]) and samples its rows: on the
+  // model's device when it can (only the picks come back) and nobody
+  // watches the logits, else through the host Sampler.
+  std::vector<SampleResult> sampled;
+  std::vector<int32_t> sample_rows;
+  auto run_step = [&](const ForwardBatch& batch, int step) -> absl::Status {
     std::vector<SampleInput> inputs(running.size());
+    sample_rows.resize(running.size());
     for (size_t k = 0; k < running.size(); ++k) {
       const int i = running[k];
       inputs[k].params = &requests[order[i]].sampling;
       inputs[k].history = seqs[i];
       inputs[k].step = static_cast<uint64_t>(step);
+      sample_rows[k] = static_cast<int32_t>(k);
     }
-    std::vector<SampleResult> sampled(running.size());
-    RETURN_IF_ERROR(sampler_.Sample(logits, vocab, inputs, absl::MakeSpan(sampled)));
+    if (!observer && model_->has_device_sampling()) {
+      RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows, inputs, sampled));
+      for (size_t k = 0; k < sampled.size(); ++k) {
+        if (sampled[k].token < 0) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "the logits of request %d have a +inf logit or no finite logit", order[running[k]]));
+        }
+      }
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(model_->Forward(batch, logits));
+    if (observer) {
+      rows.clear();
+      for (int i : running) rows.push_back(order[i]);
+      observer(step, rows, logits);
+    }
+    sampled.resize(running.size());
+    return sampler_.Sample(logits, vocab, inputs, absl::MakeSpan(sampled));
+  };
+  RETURN_IF_ERROR(run_step(prefill, 0));
+
+  uint64_t version = 1;
+  for (int step = 0;; ++step) {
+    ++local.steps;
 
     std::vector<int> still;
     for (size_t k = 0; k < running.size(); ++k) {
@@ -169,7 +191,7 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
     local.peak_logical_chunks = std::max(local.peak_logical_chunks, logical);
     ASSIGN_OR_RETURN(ChunkContext ctx, BuildChunkContext(ctx_paths, lens, c, version));
     decode.decode = &ctx;
-    RETURN_IF_ERROR(model_->Forward(decode, logits));
+    RETURN_IF_ERROR(run_step(decode, step + 1));
   }
   if (stats != nullptr) *stats = local;
   return results;

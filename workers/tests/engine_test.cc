@@ -2,6 +2,7 @@
 // what each prompt generates alone, while computing the shared chunks once.
 #include "gtest/gtest.h"
 #include "workers/engine/offline_engine.h"
+#include "workers/tests/device_sampling_model.h"
 #include "workers/tests/model_test_util.h"
 
 namespace chunkattn {
@@ -74,6 +75,45 @@ TEST(OfflineEngineTest, BatchWithSharedPrefixesMatchesEachPromptAlone) {
       }
     }
   }
+}
+
+// A model that samples on its device (the GPU path, here the GPU sampler's
+// algorithm on the host) generates what the host Sampler does, with no
+// logits to the host; a logits observer sends the steps through the host.
+TEST(OfflineEngineTest, DeviceSamplingMatchesTheHostSampler) {
+  const auto& ref = testing::References()[1];
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.95f;
+  sampled.top_k = 40;
+  sampled.min_p = 0.02f;
+  sampled.repetition_penalty = 1.2f;
+  const auto requests = SharedPrefixRequests(ref.prompts.back(), sampled);
+  auto host_model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
+  OfflineEngine host(host_model.get());
+  auto want = host.Generate(requests);
+  ASSERT_TRUE(want.ok()) << want.status();
+  testing::DeviceSamplingModel device_model(testing::LoadModelOrDie(ref.dir, {}, nullptr, Options()));
+  OfflineEngine device(&device_model);
+  auto got = device.Generate(requests);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_GT(device_model.sample_calls, 0);
+  EXPECT_EQ(device_model.host_calls, 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ((*got)[i].tokens, (*want)[i].tokens) << "request " << i;
+    ASSERT_EQ((*got)[i].logprobs.size(), (*want)[i].logprobs.size());
+    for (size_t t = 0; t < (*want)[i].logprobs.size(); ++t) {
+      EXPECT_NEAR((*got)[i].logprobs[t], (*want)[i].logprobs[t], 1e-4);
+    }
+  }
+  int observed = 0;
+  auto watched = device.Generate(requests, nullptr, [&](int, const std::vector<int>&, const std::vector<float>&) {
+    ++observed;
+  });
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  EXPECT_GT(observed, 0);
+  EXPECT_GT(device_model.host_calls, 0);
+  EXPECT_EQ((*watched)[0].tokens, (*want)[0].tokens);
 }
 
 TEST(OfflineEngineTest, StopsOnStopTokensAndEos) {

@@ -1,7 +1,8 @@
-// chunkattn-generate: runs prompts through a model folder on CPU, sharing
-// the KV chunks of common prompt prefixes, and prints the completions and
-// the cache figures. With --tp_size N, start N processes (ranks 0..N-1) with
-// the same flags and a shared --gloo_store directory; rank 0 prints.
+// chunkattn-generate: runs prompts through a model folder on the CPU or a
+// GPU (--device cuda:N, builds with CUDA), sharing the KV chunks of common
+// prompt prefixes, and prints the completions and the cache figures. With
+// --tp_size N (CPU), start N processes (ranks 0..N-1) with the same flags and
+// a shared --gloo_store directory; rank 0 prints.
 //
 //   chunkattn-generate --model DIR --prompt "To be, or not to be"
 //   chunkattn-generate --model DIR --prompts_file FILE --system_prompt "..."
@@ -21,11 +22,16 @@
 #include "absl/time/clock.h"
 #include "kernels/api/status_macros.h"
 #include "workers/collectives/gloo_communicator.h"
+#include "workers/common/device.h"
 #include "workers/engine/offline_engine.h"
 #include "workers/model/config.h"
 #include "workers/model/weights.h"
 #include "workers/tokenizer/detokenizer.h"
 #include "workers/tokenizer/tokenizer.h"
+#if CHUNKATTN_WITH_CUDA
+#include "kernels/cuda/device.h"
+#include "workers/model/cuda_llama.h"
+#endif
 
 ABSL_FLAG(std::string, model, "", "Hugging Face model folder (config.json + safetensors)");
 ABSL_FLAG(std::string, load_format, "safetensors", "safetensors | dummy (seeded random weights)");
@@ -51,6 +57,10 @@ ABSL_FLAG(int, kv_chunks, 0, "KV pool capacity in chunks; 0 = enough for the bat
 ABSL_FLAG(bool, prefix_sharing, true, "share the KV chunks of common prompt prefixes");
 ABSL_FLAG(std::string, decode_impl, "tpp", "tpp | seq (decode attention)");
 ABSL_FLAG(int, threads, 0, "attention threads (0 = one per core)");
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda | cuda:N (builds with CUDA)");
+ABSL_FLAG(std::string, dtype, "auto",
+          "GPU weights, activations and KV: auto (the model's bfloat16, else float16) | float16 | bfloat16");
+ABSL_FLAG(bool, cuda_graphs, true, "replay decode steps from CUDA graphs (GPU)");
 ABSL_FLAG(int, tp_size, 1, "tensor-parallel world size");
 ABSL_FLAG(int, tp_rank, 0, "this process's rank");
 ABSL_FLAG(std::string, gloo_store, "", "shared directory for the Gloo rendezvous (tp_size > 1)");
@@ -72,10 +82,59 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::vector<std::string>& pa
   return ids;
 }
 
+// OK for the CPU, or a GPU this process sees (checked before any loading).
+absl::Status CheckDevice(const DeviceSpec& device) {
+  if (!device.cuda) return absl::OkStatus();
+#if CHUNKATTN_WITH_CUDA
+  if (device.index >= cuda::DeviceCount()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("--device %s: %d CUDA devices visible", device.ToString(), cuda::DeviceCount()));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError("--device " + device.ToString() + ": this build has no CUDA");
+#endif
+}
+
+// The model on GPU `device`, in --dtype, with its pool sized as `options`
+// says and a workspace for steps of up to `max_rows` tokens.
+absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(const ModelConfig& config, ModelWeights weights,
+                                                       ModelOptions options, const DeviceSpec& device,
+                                                       int64_t max_rows) {
+#if CHUNKATTN_WITH_CUDA
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "auto") {
+    options.kv_dtype = config.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+  } else if (dtype == "float16" || dtype == "bfloat16") {
+    options.kv_dtype = *ParseDType(dtype);
+  } else {
+    return absl::InvalidArgumentError("--dtype must be auto, float16 or bfloat16, got " + dtype);
+  }
+  CudaModelOptions cuda_options;
+  cuda_options.device = device.index;
+  cuda_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  cuda_options.max_rows = max_rows;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaLlamaModel> model,
+                   CudaLlamaModel::Create(config, std::move(weights), options, cuda_options, nullptr));
+  return std::unique_ptr<Model>(std::move(model));
+#else
+  (void)config;
+  (void)weights;
+  (void)options;
+  (void)max_rows;
+  return absl::FailedPreconditionError("--device " + device.ToString() + ": this build has no CUDA");
+#endif
+}
+
 absl::Status Run() {
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) return absl::InvalidArgumentError("--model is required");
   const int tp = absl::GetFlag(FLAGS_tp_size), rank = absl::GetFlag(FLAGS_tp_rank);
+  ASSIGN_OR_RETURN(const DeviceSpec device, ParseDevice(absl::GetFlag(FLAGS_device)));
+  RETURN_IF_ERROR(CheckDevice(device));
+  if (device.cuda && tp > 1) {
+    return absl::UnimplementedError("--tp_size > 1 runs on the CPU here; GPU tensor parallelism is the workers'");
+  }
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   const std::string format = absl::GetFlag(FLAGS_load_format);
   ModelWeights weights;
@@ -175,7 +234,16 @@ absl::Status Run() {
   if (impl != "tpp" && impl != "seq") return absl::InvalidArgumentError("--decode_impl: tpp or seq");
   options.decode_impl = impl == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
   cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
-  ASSIGN_OR_RETURN(auto model, LlamaModel::Create(config, std::move(weights), options, comm.get(), &pool));
+  std::unique_ptr<Model> model;
+  if (device.cuda) {
+    // The engine prefills every prompt in one step.
+    int64_t prompt_tokens = 0;
+    for (const GenerationRequest& r : requests) prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    ASSIGN_OR_RETURN(model, CreateCudaModel(config, std::move(weights), options, device,
+                                            std::max<int64_t>(prompt_tokens, 1)));
+  } else {
+    ASSIGN_OR_RETURN(model, LlamaModel::Create(config, std::move(weights), options, comm.get(), &pool));
+  }
 
   std::ofstream logits_out;
   if (!absl::GetFlag(FLAGS_logits_out).empty()) {
@@ -185,15 +253,15 @@ absl::Status Run() {
   OfflineEngine engine(model.get(), absl::GetFlag(FLAGS_prefix_sharing));
   GenerationStats stats;
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(auto results, engine.Generate(requests, &stats,
-                                                 [&](int, const std::vector<int>&,
-                                                     const std::vector<float>& logits) {
-                                                   if (logits_out.is_open()) {
-                                                     logits_out.write(
-                                                         reinterpret_cast<const char*>(logits.data()),
-                                                         logits.size() * sizeof(float));
-                                                   }
-                                                 }));
+  // Only an observer that writes sees the logits: without one, a GPU model
+  // samples on the device and sends back the picks alone.
+  OfflineEngine::LogitsObserver observer;
+  if (logits_out.is_open()) {
+    observer = [&](int, const std::vector<int>&, const std::vector<float>& logits) {
+      logits_out.write(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float));
+    };
+  }
+  ASSIGN_OR_RETURN(auto results, engine.Generate(requests, &stats, observer));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (rank != 0) return absl::OkStatus();
   for (size_t i = 0; i < results.size() && i < 16; ++i) {
@@ -218,12 +286,12 @@ absl::Status Run() {
   }
   std::printf(
       "requests %zu, prompt tokens %lld (cached %lld, %.1f%%), generated %lld in %d steps, "
-      "%.2f s (%.1f tokens/s)\n",
+      "%.2f s (%.1f tokens/s) on %s\n",
       requests.size(), static_cast<long long>(stats.prompt_tokens),
       static_cast<long long>(stats.cached_prompt_tokens),
       100.0 * stats.cached_prompt_tokens / std::max<int64_t>(1, stats.prompt_tokens),
       static_cast<long long>(stats.generated_tokens), stats.steps, seconds,
-      stats.generated_tokens / std::max(seconds, 1e-9));
+      stats.generated_tokens / std::max(seconds, 1e-9), model->device().c_str());
   if (stats.peak_logical_chunks > 0) {
     std::printf("KV chunks at peak: %lld physical for %lld logical (%.1f%% saved by sharing)\n",
                 static_cast<long long>(stats.peak_chunks),
