@@ -177,36 +177,29 @@ float LogitOfWeightHalf() {
 TEST(RowSampling, ExactBoundariesAsTheSampler) {
   const float half = LogitOfWeightHalf();
   ASSERT_EQ(cuda::SampleExp(half), 0.5f);
-  {
-    // Weights 1, 1, 1/2 x 4: top_p 1/2 of 4 is reached by the first two.
+  // One row sampled with `p` under 64 seeds.
+  auto seeded = [](std::vector<float> logits, SamplingParams p) {
     Case c;
-    c.vocab = 6;
-    c.logits = {0, 0, half, half, half, half};
+    c.vocab = static_cast<int>(logits.size());
+    c.logits = std::move(logits);
     for (int s = 0; s < 64; ++s) {
-      SamplingParams p;
-      p.top_p = 0.5f;
       p.seed = s;
       c.rows.push_back(0);
       c.params.push_back(p);
       c.history.push_back({});
     }
     c.Finish();
-    EXPECT_EQ(ExpectSameAsSampler(c, "top-p on a boundary"), 64);
-  }
+    return c;
+  };
+  SamplingParams top_p;
+  top_p.top_p = 0.5f;
+  // Weights 1, 1, 1/2 x 4: top_p 1/2 of 4 is reached by the first two.
+  EXPECT_EQ(ExpectSameAsSampler(seeded({0, 0, half, half, half, half}, top_p), "top-p on a boundary"), 64);
   {
     // Weights 1 and 1/2 with min_p 1/2: both stay, token 1 drawn a third of the time.
-    Case c;
-    c.vocab = 2;
-    c.logits = {0, half};
-    for (int s = 0; s < 64; ++s) {
-      SamplingParams p;
-      p.min_p = 0.5f;
-      p.seed = s;
-      c.rows.push_back(0);
-      c.params.push_back(p);
-      c.history.push_back({});
-    }
-    c.Finish();
+    SamplingParams min_p;
+    min_p.min_p = 0.5f;
+    const Case c = seeded({0, half}, min_p);
     EXPECT_EQ(ExpectSameAsSampler(c, "min-p on a boundary"), 64);
     PackedSamples packed;
     ASSERT_TRUE(PackSamples(c.rows, c.inputs, c.vocab, 1, &packed).ok());
