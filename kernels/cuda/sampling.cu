@@ -3,8 +3,9 @@
 // CMakeLists.txt): the weights must be the CPU Sampler's bits, denormals
 // included.
 //
-// Every collective starts with a __syncthreads(), so the shared scratch of
-// the previous one is no longer read when it is written again.
+// Every collective passes a __syncthreads() before its first shared-memory
+// write, so the scratch of the previous one is no longer read when it is
+// written again.
 #include <climits>
 #include <cmath>
 #include <cstdint>
