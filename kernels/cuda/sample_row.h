@@ -266,14 +266,14 @@ CHUNKATTN_HOST_DEVICE SampleRowResult SampleRow(Ops& ops, const SampleRowParams&
     }
     p_key = prefix;
     // The fewest ties that reach the target; all of them when truncation
-    // leaves it unreached (the Sampler then keeps the whole head too).
+    // leaves it unreached (the Sampler then keeps the whole head too). The
+    // walk only adds masses that stay below the target, so before < target
+    // and at least one tie is taken.
     const uint64_t w = Fixed(FromBits(p_key));
     int64_t take = ties;
-    if (w > 0 && before < target) {
+    if (w > 0) {
       const uint64_t fewest = (target - before + w - 1) / w;
-      if (fewest < static_cast<uint64_t>(ties)) take = fewest < 1 ? 1 : static_cast<int64_t>(fewest);
-    } else if (before >= target) {
-      take = ties > 0 ? 1 : 0;
+      if (fewest < static_cast<uint64_t>(ties)) take = static_cast<int64_t>(fewest);
     }
     if (take < ties) {
       p_id = ops.NthId([&](int i) {

@@ -14,6 +14,10 @@ absl::Status Model::ForwardSample(const ForwardBatch&, absl::Span<const int32_t>
   return absl::UnimplementedError("this model samples on the host (Sampler)");
 }
 
+DType DefaultGpuDType(const ModelConfig& config) {
+  return config.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+}
+
 KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options) {
   KvPoolShape shape;
   shape.num_layers = config.num_layers;

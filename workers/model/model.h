@@ -86,6 +86,10 @@ class Model {
   virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;
 };
 
+// What a GPU runs `config` in when no dtype is asked for: the checkpoint's
+// bfloat16, else float16 (the GPU kernels take no float32).
+DType DefaultGpuDType(const ModelConfig& config);
+
 // The KV pool of one rank of `config` sharded as `layout`, with the chunk size
 // and dtype of `options`.
 KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options);

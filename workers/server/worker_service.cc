@@ -177,7 +177,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   if (!config.ok()) return ToGrpcStatus(config.status());
   session->config = *config;
   if (options_.device.cuda && auto_kv) {
-    kv_dtype = session->config.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+    kv_dtype = DefaultGpuDType(session->config);
   }
   const ShardSpec shard{req->rank(), req->world_size()};
   absl::StatusOr<ModelWeights> weights = format == "dummy"

@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(const ModelConfig& config
 #if CHUNKATTN_WITH_CUDA
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "auto") {
-    options.kv_dtype = config.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+    options.kv_dtype = DefaultGpuDType(config);
   } else if (dtype == "float16" || dtype == "bfloat16") {
     options.kv_dtype = *ParseDType(dtype);
   } else {
