@@ -14,8 +14,6 @@
 namespace chunkattn::cuda {
 namespace {
 
-#define CUDA_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(CudaStatus((expr), #expr))
-
 constexpr float kLog2e = 1.4426950408889634f;
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -43,11 +41,6 @@ size_t Bytes(const std::vector<T>& v) {
 
 }  // namespace
 
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrFormat("%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e)));
-}
-
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_ != nullptr) cudaFree(ptr_);
 }
@@ -67,12 +60,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
   DeviceBuffer b;
   if (bytes == 0) return b;
-  const cudaError_t e = cudaMalloc(&b.ptr_, bytes);
-  if (e == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrFormat("cudaMalloc of %d bytes: out of device memory", bytes));
-  }
-  RETURN_IF_ERROR(CudaStatus(e, "cudaMalloc"));
+  RETURN_IF_ERROR(CudaStatus(cudaMalloc(&b.ptr_, bytes), absl::StrFormat("cudaMalloc of %d bytes", bytes)));
   b.bytes_ = bytes;
   return b;
 }
@@ -112,8 +100,48 @@ absl::Status CudaAttention::Reserve(DeviceBuffer* buf, size_t bytes) {
   const size_t grown = std::max(bytes, buf->bytes() + buf->bytes() / 2);
   *buf = DeviceBuffer();  // cudaFree waits for the kernels that may read it
   ASSIGN_OR_RETURN(*buf, DeviceBuffer::Allocate(grown));
-  ++generation_;
   return absl::OkStatus();
+}
+
+absl::Status CudaAttention::ReserveDecodeBuffers(const DecodeWorkBounds& bounds, int num_heads, int head_dim) {
+  const size_t partials = static_cast<size_t>(bounds.slots) * num_heads;
+  const std::pair<DeviceBuffer*, size_t> wanted[] = {
+      {&d_items_, bounds.items * sizeof(WorkItem)},
+      {&d_table_chunk_, bounds.table * sizeof(int32_t)},
+      {&d_table_tokens_, bounds.table * sizeof(int32_t)},
+      {&d_merge_seq_, bounds.merge_seqs * sizeof(int32_t)},
+      {&d_merge_begin_, (bounds.merge_seqs + 1) * sizeof(int32_t)},
+      {&d_merge_slot_, bounds.merge_slots * sizeof(int32_t)},
+      {&d_part_o_, partials * head_dim * sizeof(float)},
+      {&d_part_m_, partials * sizeof(float)},
+      {&d_part_n_, partials * sizeof(float)},
+  };
+  bool bumped = false;
+  for (const auto& [buf, bytes] : wanted) {
+    if (buf->bytes() >= bytes) continue;
+    // Graphs holding the old pointers are stale from here, even if the
+    // allocation below fails.
+    if (!bumped) ++generation_;
+    bumped = true;
+    RETURN_IF_ERROR(Reserve(buf, bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaAttention::ReserveDecode(DecodeImpl impl, int max_seqs, int max_seq_chunks, DType dtype,
+                                          const AttentionShape& shape) {
+  if (max_seqs < 1 || max_seq_chunks < 1) {
+    return absl::InvalidArgumentError("decode reservation: max_seqs and max_seq_chunks must be >= 1");
+  }
+  if (!HasAttendKernel(dtype, shape.head_dim) || shape.num_kv_heads < 1 || shape.num_heads % shape.num_kv_heads) {
+    return absl::InvalidArgumentError("decode reservation: unsupported shape");
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  ASSIGN_OR_RETURN(const int concurrent, ConcurrentItems(dtype, shape.head_dim));
+  PlanOptions opt = options_.plan;
+  opt.concurrent_items = concurrent;
+  return ReserveDecodeBuffers(BoundDecodeWork(impl, max_seqs, max_seq_chunks, shape, opt), shape.num_heads,
+                              shape.head_dim);
 }
 
 absl::Status CudaAttention::Upload(absl::Span<const Piece> pieces, cudaStream_t stream) {
@@ -188,16 +216,13 @@ absl::Status CudaAttention::PrepareDecode(DecodeImpl impl, const ChunkContext& c
     opt.concurrent_items = concurrent;
     decode_.reset();  // a failure below leaves no stale plan behind
     ASSIGN_OR_RETURN(DecodeWork work, PlanDecodeWork(impl, ctx, kv.num_chunks, shape, opt));
-    const size_t partials = static_cast<size_t>(work.num_slots) * shape.num_heads;
-    RETURN_IF_ERROR(Reserve(&d_items_, Bytes(work.items)));
-    RETURN_IF_ERROR(Reserve(&d_table_chunk_, Bytes(work.table_chunk)));
-    RETURN_IF_ERROR(Reserve(&d_table_tokens_, Bytes(work.table_chunk)));
-    RETURN_IF_ERROR(Reserve(&d_merge_seq_, Bytes(work.merge_seq)));
-    RETURN_IF_ERROR(Reserve(&d_merge_begin_, Bytes(work.merge_begin)));
-    RETURN_IF_ERROR(Reserve(&d_merge_slot_, Bytes(work.merge_slot)));
-    RETURN_IF_ERROR(Reserve(&d_part_o_, partials * shape.head_dim * sizeof(float)));
-    RETURN_IF_ERROR(Reserve(&d_part_m_, partials * sizeof(float)));
-    RETURN_IF_ERROR(Reserve(&d_part_n_, partials * sizeof(float)));
+    DecodeWorkBounds sizes;  // this plan's own
+    sizes.items = static_cast<int64_t>(work.items.size());
+    sizes.table = static_cast<int64_t>(work.table_chunk.size());
+    sizes.merge_seqs = static_cast<int64_t>(work.merge_seq.size());
+    sizes.merge_slots = static_cast<int64_t>(work.merge_slot.size());
+    sizes.slots = work.num_slots;
+    RETURN_IF_ERROR(ReserveDecodeBuffers(sizes, shape.num_heads, shape.head_dim));
     planned = std::move(work);
   }
   const DecodeWork& work = planned ? *planned : *decode_;

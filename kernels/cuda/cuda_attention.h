@@ -11,7 +11,8 @@
 //  * LaunchDecode (capturable): the attention kernel and the merge kernel
 //    (a programmatic dependent launch on sm_90+ builds), which read their sizes from
 //    device memory, so one captured graph serves every later plan as long as
-//    buffer_generation() is unchanged (buffers only grow, and rarely).
+//    buffer_generation() is unchanged. The decode buffers only grow, and
+//    never once ReserveDecode sized them for the contexts to come.
 // Decode() does both.
 //
 // Uploads go through a pinned staging buffer; a call waits for the previous
@@ -34,12 +35,10 @@
 #include "absl/types/span.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/plan.h"
 
 namespace chunkattn::cuda {
-
-// INTERNAL status naming the failed call, or OK.
-absl::Status CudaStatus(cudaError_t e, const char* what);
 
 // A device allocation, freed on destruction.
 class DeviceBuffer {
@@ -84,9 +83,16 @@ class CudaAttention {
   absl::Status LaunchDecode(const KvPoolView& kv, const AttentionShape& shape, const void* q, void* o,
                             cudaStream_t stream);
 
+  // Sizes the decode buffers for every context of at most `max_seqs`
+  // sequences of at most `max_seq_chunks` chunks (BoundDecodeWork), so that
+  // no later PrepareDecode within those limits reallocates them.
+  absl::Status ReserveDecode(DecodeImpl impl, int max_seqs, int max_seq_chunks, DType dtype,
+                             const AttentionShape& shape);
+
   // The current decode plan (for tests and the benchmark's report).
   const DecodeWork* decode_work() const { return decode_ ? &*decode_ : nullptr; }
-  // Bumped whenever a buffer a launch reads is reallocated.
+  // Bumped whenever a buffer LaunchDecode reads is reallocated (prefill and
+  // append buffers are not captured in graphs and do not count).
   uint64_t buffer_generation() const { return generation_; }
 
   // Prefill attention for one layer (causal over the new tokens, full over
@@ -114,8 +120,11 @@ class CudaAttention {
  private:
   explicit CudaAttention(const Options& options) : options_(options) {}
 
-  // A device region that only grows; growing bumps generation_.
-  absl::Status Reserve(DeviceBuffer* buf, size_t bytes);
+  // A device region that only grows (geometrically).
+  static absl::Status Reserve(DeviceBuffer* buf, size_t bytes);
+  // Grows the decode buffers to hold arrays of these sizes; bumps
+  // generation_ when any is reallocated.
+  absl::Status ReserveDecodeBuffers(const DecodeWorkBounds& bounds, int num_heads, int head_dim);
   // Copies `pieces` (host bytes -> device buffer) through the staging buffer.
   struct Piece {
     const void* src;

@@ -1,4 +1,4 @@
-// CUDA device discovery. Kept free of Abseil so nvcc compiles only plain C++.
+// CUDA device discovery: host code, free of Abseil.
 #ifndef CHUNKATTN_KERNELS_CUDA_DEVICE_H_
 #define CHUNKATTN_KERNELS_CUDA_DEVICE_H_
 
@@ -10,7 +10,8 @@ namespace chunkattn::cuda {
 // the CPU path is always available).
 int DeviceCount();
 
-// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB", or the CUDA error text.
+// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB", or the CUDA error text
+// (then cleared: the thread's last error stays cudaSuccess).
 std::string DeviceDescription(int device);
 
 }  // namespace chunkattn::cuda

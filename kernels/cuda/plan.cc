@@ -71,7 +71,6 @@ absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& c
   std::vector<int32_t> seq_list(n, -1);
   if (impl == DecodeImpl::kTpp) {
     for (int32_t k = 0; k < ctx.num_shared(); ++k) add_shared(k);
-    for (int32_t i = 0; i < work.table_size; ++i) add_private(i);
     for (const cpu::DecodePlan::Run& run : plan.runs) {
       List l;
       l.first = run.first;
@@ -80,10 +79,13 @@ absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& c
       l.row_end = run.end;
       shared_lists.push_back(l);
     }
+    // Only the sequences' private ranges, not the gaps between them, so the
+    // table never outgrows the sequences' chunks (BoundDecodeWork).
     for (int s = 0; s < n; ++s) {
       if (ctx.private_end[s] == ctx.private_begin[s]) continue;
       List l;
-      l.first = work.num_shared + ctx.private_begin[s];
+      l.first = static_cast<int32_t>(work.table_chunk.size());
+      for (int32_t i = ctx.private_begin[s]; i < ctx.private_end[s]; ++i) add_private(i);
       l.num_chunks = ctx.private_end[s] - ctx.private_begin[s];
       l.row_begin = s;
       l.row_end = s + 1;
@@ -205,6 +207,25 @@ absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& c
   return work;
 }
 
+DecodeWorkBounds BoundDecodeWork(DecodeImpl impl, int max_seqs, int max_seq_chunks, const AttentionShape& shape,
+                                 const PlanOptions& options) {
+  const int64_t b = std::max(max_seqs, 0), l = std::max(max_seq_chunks, 0);
+  const int64_t kvh = std::max(shape.num_kv_heads, 1);
+  const int64_t tile_seqs = std::max(kTileRows / std::max(shape.group_size(), 1), 1);
+  const int64_t target = options.concurrent_items > 0 ? 2 * int64_t{options.concurrent_items} : 0;
+  // Sum over runs of the sequences each reads, and the number of runs.
+  const int64_t run_rows = impl == DecodeImpl::kTpp && b >= 2 ? b * std::min(l, b - 1) : 0;
+  const int64_t runs = std::min(std::max<int64_t>(b - 1, 0), run_rows / 2);
+  const int64_t tiles = runs + (run_rows + tile_seqs - 1) / tile_seqs + b;  // shared lists, then one per sequence
+  DecodeWorkBounds bounds;
+  bounds.table = b * l;
+  bounds.items = kvh * tiles + target;
+  bounds.slots = run_rows + b + tile_seqs * ((target + kvh - 1) / kvh);
+  bounds.merge_seqs = b;
+  bounds.merge_slots = bounds.slots;
+  return bounds;
+}
+
 absl::Status FillTokens(const DecodeWork& work, const ChunkContext& ctx, std::vector<int32_t>* tokens) {
   if (ctx.version != work.version || ctx.num_seqs() != work.num_seqs || ctx.num_shared() != work.num_shared ||
       ctx.private_chunk.size() != static_cast<size_t>(work.table_size) ||
@@ -216,10 +237,6 @@ absl::Status FillTokens(const DecodeWork& work, const ChunkContext& ctx, std::ve
   for (size_t i = 0; i < work.table_chunk.size(); ++i) {
     const int32_t src = work.table_src[i];
     const int32_t t = src >= 0 ? ctx.shared_tokens[src] : ctx.private_tokens[~src];
-    if (work.table_chunk[i] < 0) {  // an unused private-table entry: no item reads it
-      (*tokens)[i] = 0;
-      continue;
-    }
     if (t < 1 || t > work.chunk_size) {
       return absl::InvalidArgumentError(absl::StrFormat("%s entry %d holds %d tokens, outside [1, %d]",
                                                         src >= 0 ? "shared" : "private", src >= 0 ? src : ~src, t,

@@ -73,6 +73,33 @@ struct DecodeWork {
 absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& ctx, int64_t num_pool_chunks,
                                           const AttentionShape& shape, const PlanOptions& options);
 
+// Upper bounds on a decode plan's arrays, over every context of at most
+// `max_seqs` sequences whose paths hold at most `max_seq_chunks` chunks each
+// and whose sharing forms a forest (the readers of nested chunks form nested
+// ranges, as PrefixForest makes them), planned with `options`. CudaAttention
+// sizes its decode buffers with these once, so the buffers a captured graph
+// reads are never reallocated.
+//
+// Why they hold (tpp; seq has no shared lists): the table lists each chunk
+// of the sequences' paths at most once (<= max_seqs * max_seq_chunks). A run
+// of shared chunks reads a distinct range of >= 2 sequences, and along one
+// path the ranges shrink strictly, so a sequence reads at most
+// min(max_seq_chunks, max_seqs - 1) runs and the forest has at most
+// max_seqs - 1 runs. Unsplit, a list of r rows makes ceil(r / tile) tiles per
+// KV head and one partial slot per row; split-KV cuts a list of n chunks into
+// at most n / share + 1 pieces with share >= (all tiles' chunk reads) /
+// (2 * concurrent_items), which adds at most 2 * concurrent_items items and
+// tile * 2 * concurrent_items / kv_heads slots.
+struct DecodeWorkBounds {
+  int64_t items = 0;
+  int64_t table = 0;        // chunk-table entries
+  int64_t merge_seqs = 0;   // merge_seq entries; merge_begin holds one more
+  int64_t merge_slots = 0;  // merge_slot entries
+  int64_t slots = 0;        // partial states per head
+};
+DecodeWorkBounds BoundDecodeWork(DecodeImpl impl, int max_seqs, int max_seq_chunks, const AttentionShape& shape,
+                                 const PlanOptions& options);
+
 // The filled slots of every chunk-table entry for this step's context (same
 // version as `work`): tokens.size() == work.table_chunk.size().
 // FAILED_PRECONDITION when the context is of another version or shape, and

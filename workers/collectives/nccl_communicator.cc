@@ -7,16 +7,14 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace chunkattn {
 namespace {
 
-ncclComm_t Comm(void* p) { return static_cast<ncclComm_t>(p); }
+using cuda::CudaStatus;
 
-absl::Status CudaError(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrFormat("%s: %s", what, cudaGetErrorString(e)));
-}
+ncclComm_t Comm(void* p) { return static_cast<ncclComm_t>(p); }
 
 }  // namespace
 
@@ -40,10 +38,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
     return absl::InvalidArgumentError(
         absl::StrFormat("an NCCL unique id has %d bytes, got %d", NCCL_UNIQUE_ID_BYTES, id.size()));
   }
-  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaError(e, "cudaSetDevice");
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaStatus(e, "cudaSetDevice");
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(rank, world_size, timeout));
   if (cudaError_t e = cudaEventCreateWithFlags(&c->done_, cudaEventDisableTiming); e != cudaSuccess) {
-    return CudaError(e, "cudaEventCreate");
+    return CudaStatus(e, "cudaEventCreate");
   }
   ncclUniqueId uid;
   std::copy(id.begin(), id.end(), uid.internal);
@@ -118,13 +116,13 @@ absl::Status NcclCommunicator::AllReduceSum(float* data, int64_t n, cudaStream_t
 absl::Status NcclCommunicator::Wait(cudaStream_t stream) {
   if (broken_) return Broken();
   if (cudaError_t e = cudaEventRecord(done_, stream); e != cudaSuccess) {
-    return CudaError(e, "cudaEventRecord");
+    return CudaStatus(e, "cudaEventRecord");
   }
   const absl::Time deadline = absl::Now() + timeout_;
   for (;;) {
     const cudaError_t q = cudaEventQuery(done_);
     if (q == cudaSuccess) return absl::OkStatus();
-    if (q != cudaErrorNotReady) return CudaError(q, "waiting for the step");
+    if (q != cudaErrorNotReady) return CudaStatus(q, "waiting for the step");
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(Comm(comm_), &async);
     if (async != ncclSuccess && async != ncclInProgress) {

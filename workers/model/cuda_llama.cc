@@ -24,7 +24,6 @@ namespace {
 using cuda::CudaStatus;
 using cuda::DeviceBuffer;
 
-#define CUDA_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(CudaStatus((expr), #expr))
 #define CUBLAS_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(CublasStatus((expr), #expr))
 
 absl::Status CublasStatus(cublasStatus_t s, const char* what) {
@@ -237,8 +236,8 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
   if (!IsValidChunkSize(options.chunk_size)) {
     return absl::InvalidArgumentError(absl::StrFormat("chunk size %d", options.chunk_size));
   }
-  if (cuda.max_rows < 1 || cuda.max_rows > (int64_t{1} << 20) || cuda.max_graph_batch < 0) {
-    return absl::InvalidArgumentError("max_rows must be in [1, 2^20] and max_graph_batch >= 0");
+  if (cuda.max_rows < 1 || cuda.max_rows > (int64_t{1} << 20) || cuda.max_graph_batch < 0 || cuda.max_batch < 1) {
+    return absl::InvalidArgumentError("max_rows must be in [1, 2^20], max_batch >= 1 and max_graph_batch >= 0");
   }
   const ShardLayout& l = weights.layout;
   RETURN_IF_ERROR(CheckShardMatchesGroup(l, comm == nullptr ? 0 : comm->rank(),
@@ -270,6 +269,13 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
   cuda::CudaAttention::Options ao;
   ao.device = cuda.device;
   ASSIGN_OR_RETURN(im.attention, cuda::CudaAttention::Create(ao));  // checks the device exists
+  {
+    const AttentionShape shape{l.num_heads, l.num_kv_heads, config.head_dim, 0};
+    const int max_seqs = static_cast<int>(std::min<int64_t>(cuda.max_rows, cuda.max_batch));
+    const int64_t max_seq_chunks = (config.max_context + options.chunk_size - 1) / options.chunk_size;
+    RETURN_IF_ERROR(im.attention->ReserveDecode(options.decode_impl, max_seqs, static_cast<int>(max_seq_chunks),
+                                                options.kv_dtype, shape));
+  }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda.device));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&im.cublas));
@@ -643,6 +649,7 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
       const cudaError_t end = cudaStreamEndCapture(im.stream, &graph);
       if (!captured.ok()) {
         if (graph != nullptr) cudaGraphDestroy(graph);
+        (void)CudaStatus(end, "cudaStreamEndCapture");  // reported through `captured`; clears it
         return captured;
       }
       CUDA_RETURN_IF_ERROR(end);

@@ -19,9 +19,12 @@
 // (lazy NCCL and cuBLAS setup stays out of the capture); its second is
 // captured.
 //
-// Memory: the weights and a workspace for `max_rows` rows are allocated at
-// Create; the KV pool by AllocateKvPool (the worker sizes it from what is
-// free then, KvCapacity).
+// Memory: the weights, a workspace for `max_rows` rows and the attention
+// plan buffers for every decode step of up to min(max_rows, max_batch)
+// sequences of up to max_context tokens (CudaAttention::ReserveDecode, so no
+// step reallocates a buffer a graph reads) are allocated at Create; the KV
+// pool by AllocateKvPool (the worker sizes it from what is free then,
+// KvCapacity).
 //
 // Thread-compatible: one thread drives it; the device is set on each call.
 #ifndef CHUNKATTN_WORKERS_MODEL_CUDA_LLAMA_H_
@@ -45,6 +48,8 @@ struct CudaModelOptions {
   int device = 0;
   // Most rows (tokens) one step may have: sizes the activation workspace.
   int64_t max_rows = 2048;
+  // Most sequences one step decodes (the scheduler's max batch size).
+  int max_batch = 256;
   // Largest decode batch replayed from a CUDA graph; larger ones run eagerly.
   int max_graph_batch = 256;
   bool cuda_graphs = true;

@@ -263,7 +263,10 @@ grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
   CudaModelOptions co;
   co.device = options_.device.index;
   if (req.max_step_tokens() > 0) co.max_rows = req.max_step_tokens();
-  if (req.max_batch_size() > 0) co.max_graph_batch = std::min(req.max_batch_size(), 512);
+  if (req.max_batch_size() > 0) {
+    co.max_batch = req.max_batch_size();
+    co.max_graph_batch = std::min(req.max_batch_size(), 512);
+  }
   co.cuda_graphs = options_.cuda_graphs;
   absl::StatusOr<std::unique_ptr<CudaLlamaModel>> model = CudaLlamaModel::Create(
       session->config, std::move(session->weights), session->model_options, co, session->nccl.get());

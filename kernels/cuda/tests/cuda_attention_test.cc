@@ -201,6 +201,62 @@ TEST(CudaDecodeGraph, ReplaysAcrossStepsOfOneVersion) {
   cudaStreamDestroy(stream);
 }
 
+// After ReserveDecode, every context within its limits plans into the same
+// buffers: one graph, captured once, serves new plans of new versions and
+// sizes (the serving model's graphs rely on this).
+TEST(CudaDecodeGraph, ReservedBuffersServeEveryContextWithinTheLimits) {
+  SKIP_WITHOUT_GPU();
+  const DType dtype = DType::kBFloat16;
+  const int d = 64, c = 16, kvh = 2;
+  const AttentionShape shape{8, kvh, d, 0};
+  std::unique_ptr<CudaAttention> attn = MakeAttention(0, c);  // split-KV at its finest
+  ASSERT_TRUE(attn);
+  ForestOptions fopt;
+  fopt.max_seqs = 40;
+  fopt.max_run = 5;
+  fopt.max_private = 6;
+  const int64_t pool_chunks = testing::MaxForestChunks(fopt);
+  // Chunks are distinct, so no path is longer than the pool.
+  ASSERT_TRUE(attn->ReserveDecode(DecodeImpl::kTpp, fopt.max_seqs, static_cast<int>(pool_chunks), dtype, shape).ok());
+  const uint64_t generation = attn->buffer_generation();
+  std::mt19937 rng(23);
+  TestPool first(dtype, pool_chunks, kvh, c, d);
+  DevicePool dev(first);
+  const size_t max_q = size_t{40} * shape.num_heads * d;
+  DeviceBuffer dq = PoisonedOutput(max_q), o = PoisonedOutput(max_q);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  for (int trial = 0; trial < 16; ++trial) {
+    SCOPED_TRACE(absl::StrFormat("trial %d", trial));
+    TestPool pool(dtype, pool_chunks, kvh, c, d);
+    ChunkContext ctx = RandomForest(rng, pool, fopt);
+    ctx.version = 5000 + trial;  // every trial a new plan
+    const Rounded q = Round(dtype, RandomVector(rng, int64_t{ctx.num_seqs()} * shape.num_heads * d, 1.0f));
+    ASSERT_EQ(cudaMemcpy(dev.k.get(), pool.k.data(), pool.k.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dev.v.get(), pool.v.data(), pool.v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dq.get(), q.bits.data(), q.bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_TRUE(attn->PrepareDecode(DecodeImpl::kTpp, ctx, dev.view, shape, stream).ok());
+    ASSERT_EQ(attn->buffer_generation(), generation);
+    if (exec == nullptr) {
+      cudaGraph_t graph;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const absl::Status launched = attn->LaunchDecode(dev.view, shape, dq.get(), o.get(), stream);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_TRUE(launched.ok()) << launched;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      cudaGraphDestroy(graph);
+    }
+    ASSERT_EQ(cudaMemsetAsync(o.get(), 0xff, max_q * 2, stream), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<double> want = cpu::ReferenceDecode(ctx, pool.view, shape, q.values.data());
+    EXPECT_LT(MaxDiff(FromDevice(dtype, o, q.bits.size()), want), Tol(dtype));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(stream);
+}
+
 class CudaPrefillParity : public ::testing::TestWithParam<Params> {};
 
 TEST_P(CudaPrefillParity, MatchesTheOracle) {

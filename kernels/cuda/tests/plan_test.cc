@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -234,6 +235,112 @@ TEST(DecodeWorkShape, PaperWorkloadSplitsTheSharedRunAcrossTheGpu) {
   absl::StatusOr<DecodeWork> g = PlanDecodeWork(DecodeImpl::kTpp, ctx, 96, gqa, opt);
   ASSERT_TRUE(g.ok());
   for (const WorkItem& w : g->items) EXPECT_TRUE(w.num_rows == 64 || w.num_rows == 4) << w.num_rows;
+}
+
+// The deepest sharing a forest of n sequences can have: sequences [k, n)
+// share chunk k (k = 0..n-2), so sequence s reads min(s, n - 2) + 1 runs of
+// its own range; then one private chunk each.
+ChunkContext NestedContext(int n, int c) {
+  ChunkContext ctx;
+  ctx.chunk_size = c;
+  ctx.version = 3;
+  for (int k = 0; k + 1 < n; ++k) {
+    ctx.shared_chunk.push_back(k);
+    ctx.shared_begin.push_back(k);
+    ctx.shared_end.push_back(n);
+    ctx.shared_tokens.push_back(c);
+  }
+  for (int s = 0; s < n; ++s) {
+    ctx.seq_ids.push_back(s);
+    ctx.seq_len.push_back((std::min(s, n - 2) + 1) * c + 1);
+    ctx.private_begin.push_back(s);
+    ctx.private_end.push_back(s + 1);
+    ctx.private_chunk.push_back(n + s);
+    ctx.private_tokens.push_back(1);
+  }
+  return ctx;
+}
+
+int LongestPath(const ChunkContext& ctx) {
+  size_t longest = 0;
+  for (int s = 0; s < ctx.num_seqs(); ++s) longest = std::max(longest, SequenceChunks(ctx, s).size());
+  return static_cast<int>(longest);
+}
+
+// Every plan fits the buffers BoundDecodeWork sizes for its sequence count
+// and longest path (so a reservation made from them never grows), on random
+// forests, the deepest nesting and the paper's shape, split and unsplit.
+TEST(DecodeWorkBounds, EveryPlanFitsItsBounds) {
+  const int c = 16, d = 16;
+  std::mt19937 rng(17);
+  std::vector<ChunkContext> contexts;
+  std::vector<std::unique_ptr<TestPool>> pools;
+  for (int trial = 0; trial < 40; ++trial) {
+    ForestOptions fopt;
+    fopt.max_seqs = 1 + trial * 3;
+    fopt.max_run = 1 + trial % 6;
+    fopt.max_private = 1 + trial % 5;
+    pools.push_back(std::make_unique<TestPool>(DType::kFloat32, testing::MaxForestChunks(fopt), 1, c, d));
+    contexts.push_back(RandomForest(rng, *pools.back(), fopt));
+  }
+  for (int n : {2, 3, 17, 65, 130}) contexts.push_back(NestedContext(n, c));
+  contexts.push_back(PaperContext(32, 64));  // chunk 64
+
+  for (const ChunkContext& ctx : contexts) {
+    const int64_t pool_chunks = 1 << 16;
+    const absl::Status valid = ValidateChunkContext(ctx, pool_chunks);
+    ASSERT_TRUE(valid.ok()) << valid << " (" << ctx.num_seqs() << " seqs)";
+    for (DecodeImpl impl : {DecodeImpl::kTpp, DecodeImpl::kSequence}) {
+      for (int g : {1, 4, 8}) {
+        for (int concurrent : {0, 8, 264}) {
+          SCOPED_TRACE(absl::StrFormat("%s g%d conc%d, %d seqs, longest path %d", cpu::DecodeImplName(impl), g,
+                                       concurrent, ctx.num_seqs(), LongestPath(ctx)));
+          const AttentionShape shape{4 * g, 4, d, 0};
+          PlanOptions opt;
+          opt.concurrent_items = concurrent;
+          opt.min_piece_tokens = c;  // split as finely as allowed
+          absl::StatusOr<DecodeWork> work = PlanDecodeWork(impl, ctx, pool_chunks, shape, opt);
+          ASSERT_TRUE(work.ok()) << work.status();
+          const DecodeWorkBounds b = BoundDecodeWork(impl, ctx.num_seqs(), LongestPath(ctx), shape, opt);
+          EXPECT_LE(static_cast<int64_t>(work->items.size()), b.items);
+          EXPECT_LE(static_cast<int64_t>(work->table_chunk.size()), b.table);
+          EXPECT_LE(work->num_slots, b.slots);
+          EXPECT_LE(static_cast<int64_t>(work->merge_seq.size()), b.merge_seqs);
+          EXPECT_LE(static_cast<int64_t>(work->merge_slot.size()), b.merge_slots);
+        }
+      }
+    }
+  }
+
+  // The nested forest comes within a factor of two of the slot bound: the
+  // bound's quadratic term is needed.
+  const ChunkContext nested = NestedContext(130, c);
+  absl::StatusOr<DecodeWork> work = PlanDecodeWork(DecodeImpl::kTpp, nested, 1 << 16, {4, 4, d, 0}, {});
+  ASSERT_TRUE(work.ok());
+  EXPECT_GE(2 * work->num_slots, BoundDecodeWork(DecodeImpl::kTpp, 130, 130, {4, 4, d, 0}, {}).slots);
+}
+
+// The plan's chunk table holds the private ranges, not the gaps a context's
+// private table leaves between them.
+TEST(DecodeWorkShape, TableSkipsPrivateGaps) {
+  ChunkContext ctx = PaperContext(4, 2);
+  std::vector<int32_t> chunk(40, -1), tokens(40, 0);
+  for (int s = 0; s < 4; ++s) {
+    const int32_t at = 10 * s + 3;
+    chunk[at] = ctx.private_chunk[s];
+    tokens[at] = ctx.private_tokens[s];
+    ctx.private_begin[s] = at;
+    ctx.private_end[s] = at + 1;
+  }
+  ctx.private_chunk = chunk;
+  ctx.private_tokens = tokens;
+  ASSERT_TRUE(ValidateChunkContext(ctx, 8).ok());
+  for (DecodeImpl impl : {DecodeImpl::kTpp, DecodeImpl::kSequence}) {
+    absl::StatusOr<DecodeWork> work = PlanDecodeWork(impl, ctx, 8, {4, 4, 64, 0}, {});
+    ASSERT_TRUE(work.ok());
+    EXPECT_EQ(work->table_chunk.size(), impl == DecodeImpl::kTpp ? 2u + 4u : 4u * 3u);
+    for (int32_t id : work->table_chunk) EXPECT_GE(id, 0);
+  }
 }
 
 TEST(DecodeWorkShape, RejectsBadShapesAndContexts) {

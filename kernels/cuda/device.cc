@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
 namespace chunkattn::cuda {
 
@@ -18,7 +18,10 @@ int DeviceCount() {
 std::string DeviceDescription(int device) {
   cudaDeviceProp p{};
   const cudaError_t e = cudaGetDeviceProperties(&p, device);
-  if (e != cudaSuccess) return std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(e);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // reported here; the next launch must not report it again
+    return std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(e);
+  }
   char buf[512];
   std::snprintf(buf, sizeof(buf), "%s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
                 p.multiProcessorCount, static_cast<double>(p.totalGlobalMem) / (1 << 30));
