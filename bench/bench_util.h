@@ -11,11 +11,11 @@
 #include <string>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 
 namespace chunkattn::bench {
 
@@ -38,9 +38,60 @@ inline std::string CpuModel() {
   return "unknown";
 }
 
+// The contents of a JSON string literal for `s` (quotes, backslashes and
+// every control character escaped).
 inline std::string JsonEscape(const std::string& s) {
-  return absl::StrReplaceAll(s, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+  std::string out;
+  for (const char ch : s) {
+    const unsigned char u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (u < 0x20) {
+      out += absl::StrFormat("\\u%04x", u);
+    } else {
+      out += ch;
+    }
+  }
+  return out;
 }
+
+// A JSON array file that holds every row appended so far: rewritten whole
+// (a temporary file, then rename) after each row, so a run that is cut off
+// or fails later keeps what it finished. Writes nothing when `path` is empty.
+class JsonArrayFile {
+ public:
+  explicit JsonArrayFile(std::string path) : path_(std::move(path)) {}
+
+  // `object` is one JSON object. False, with a message, if the file cannot be written.
+  bool Append(std::string object) {
+    rows_.push_back(std::move(object));
+    if (path_.empty()) return true;
+    const std::string tmp = path_ + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << "[\n  " << absl::StrJoin(rows_, ",\n  ") << "\n]\n";
+      if (!out.flush()) {
+        std::fprintf(stderr, "cannot write %s\n", tmp.c_str());
+        return false;
+      }
+    }
+    if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
+      std::fprintf(stderr, "cannot rename %s to %s\n", tmp.c_str(), path_.c_str());
+      return false;
+    }
+    return true;
+  }
+
+  const std::string& path() const { return path_; }
+  size_t size() const { return rows_.size(); }
+
+ private:
+  std::string path_;
+  std::vector<std::string> rows_;
+};
 
 // {"machine": ..., "cpu": ..., "cores": ..., "commit": ..., "command": ..., "time": ...}
 // fields, without braces, for the start of a result object.

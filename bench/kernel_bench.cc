@@ -20,6 +20,11 @@
 // (shared KV once, private KV once, Q and O), the achieved GB/s, the floor
 // (those bytes at this machine's read bandwidth, measured in the same run)
 // and the speedup over seq.
+//
+// --json is rewritten as each configuration completes. A configuration that
+// fails (an error, or impls that disagree beyond --agree_tol) is written as
+// failed rows ("ok": false, "error") and the run goes on; the exit status
+// is then 1.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -64,7 +69,11 @@ ABSL_FLAG(int, threads, 0, "CPU threads (0 = one per core)");
 ABSL_FLAG(std::string, isa, "best", "CPU kernels: best | avx2 | portable");
 ABSL_FLAG(std::string, grid, "", "'paper': n_p in 1024/2048/4096 x n_s in 0/1024/2048/4096 (n_s <= n_p), "
                                  "b, h, d, c from the flags (paper: 32, 32, 128, 64)");
-ABSL_FLAG(std::string, json, "", "write one JSON object per configuration and impl (a JSON array) here");
+ABSL_FLAG(std::string, json, "",
+          "write one JSON object per configuration and impl (a JSON array) here, rewritten as each completes");
+ABSL_FLAG(double, agree_tol, 0,
+          "largest |diff| allowed between impls (CPU: against the first; CUDA: against the CPU kernel); 0 = "
+          "1e-3 on CPU, 2e-2 fp16 / 6e-2 bf16 on CUDA. A row over it is written as failed and the run goes on");
 ABSL_FLAG(uint32_t, seed, 1, "data seed");
 
 namespace chunkattn {
@@ -159,20 +168,6 @@ double MeasureReadGBps(cpu::ThreadPool& pool) {
   return bench::Median(gbps);
 }
 
-// Writes the --json array, if asked; the exit status.
-int WriteJson(const std::vector<std::string>& json) {
-  const std::string path = absl::GetFlag(FLAGS_json);
-  if (path.empty()) return 0;
-  std::ofstream out(path);
-  out << "[\n  " << absl::StrJoin(json, ",\n  ") << "\n]\n";
-  if (!out) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return 1;
-  }
-  std::printf("wrote %s\n", path.c_str());
-  return 0;
-}
-
 struct Result {
   std::string impl;
   double median_us = 0, min_us = 0, max_diff = 0;
@@ -193,11 +188,134 @@ double SeqMedian(const std::vector<Result>& results) {
   return 0;
 }
 
-// Impls whose outputs differ by more than this from the first impl's fail the
-// run: all compute the same attention in fp32 over the same stored KV.
-constexpr double kAgreeTol = 1e-3;
+// Rows go to the --json file as each configuration completes; a
+// configuration that fails is recorded as failed and the run goes on (the
+// exit status is 1 at the end).
+struct Report {
+  std::string provenance, device;
+  bench::JsonArrayFile json;
+  int failed_rows = 0;
+
+  // The fields every row of `cfg` and `impl` starts with.
+  std::string Head(const Config& cfg, const std::string& impl) const {
+    return absl::StrFormat(
+        "{%s, \"device\": \"%s\", \"impl\": \"%s\", \"np\": %d, \"ns\": %d, \"batch\": %d, \"heads\": %d, "
+        "\"kv_heads\": %d, \"head_dim\": %d, \"chunk\": %d, \"dtype\": \"%s\"",
+        provenance, bench::JsonEscape(device), impl, cfg.np, cfg.ns, cfg.batch, cfg.heads, cfg.kv_heads,
+        cfg.head_dim, cfg.chunk, DTypeName(cfg.dtype));
+  }
+
+  // A measured row; `tol` is the agreement it had to meet.
+  void Measured(const Config& cfg, const Result& r, double tol, const std::string& fields) {
+    const bool ok = r.max_diff <= tol;
+    if (!ok) {
+      ++failed_rows;
+      std::fprintf(stderr, "%s disagrees: max |diff| %.3g > %.0e (np %d, ns %d)\n", r.impl.c_str(), r.max_diff, tol,
+                   cfg.np, cfg.ns);
+    }
+    std::string row = Head(cfg, r.impl) + ", " + fields + absl::StrFormat(", \"tolerance\": %.3g, \"ok\": %s", tol,
+                                                                           ok ? "true" : "false");
+    if (!ok) row += absl::StrFormat(", \"error\": \"max |diff| %.3g > %.3g\"", r.max_diff, tol);
+    json.Append(row + "}");
+  }
+
+  // A configuration that could not be measured: one failed row per impl.
+  void Failed(const Config& cfg, const std::vector<std::string>& impls, const absl::Status& st) {
+    std::printf("%6d %6d %5d %5d %4d %4d %5d FAILED: %s\n", cfg.np, cfg.ns, cfg.batch, cfg.heads, cfg.kv_heads,
+                cfg.head_dim, cfg.chunk, st.ToString().c_str());
+    for (const std::string& impl : impls) {
+      ++failed_rows;
+      json.Append(Head(cfg, impl) +
+                  absl::StrFormat(", \"ok\": false, \"error\": \"%s\"}", bench::JsonEscape(st.ToString())));
+    }
+  }
+
+  // The exit status.
+  int Finish() {
+    if (!json.path().empty()) std::printf("wrote %s (%zu rows)\n", json.path().c_str(), json.size());
+    if (failed_rows > 0) std::fprintf(stderr, "%d rows failed\n", failed_rows);
+    return failed_rows > 0 ? 1 : 0;
+  }
+};
+
+// The largest |diff| allowed between outputs: --agree_tol, or `fallback`.
+double AgreeTol(double fallback) {
+  const double flag = absl::GetFlag(FLAGS_agree_tol);
+  return flag > 0 ? flag : fallback;
+}
+
+// Times one configuration on the CPU and reports its rows. A non-OK status:
+// nothing was measured.
+absl::Status MeasureCpu(const Config& cfg, const std::vector<std::string>& impls, int repeat, int warmup,
+                        double read_gbps, cpu::Isa isa, cpu::ThreadPool& pool, cpu::CpuAttention& attn,
+                        Report& report) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed)));
+  Workload& w = *built;
+  const AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
+  ASSIGN_OR_RETURN(const cpu::DecodePlan plan, cpu::PlanDecode(w.ctx, w.view.num_chunks));
+  const int64_t kv_token_bytes = int64_t{2} * cfg.kv_heads * cfg.head_dim * DTypeBytes(cfg.dtype);
+  const int64_t min_bytes = (int64_t{cfg.ns} + int64_t{cfg.batch} * (cfg.np - cfg.ns)) * kv_token_bytes +
+                            2 * static_cast<int64_t>(w.q.size()) * 4;
+  // Every impl gets its own output; timed runs go round-robin over the
+  // impls so that drift (frequency, neighbours on the host) hits all alike.
+  const size_t ni = impls.size();
+  std::vector<std::vector<float>> outs(ni, std::vector<float>(w.q.size(), NAN));
+  std::vector<std::function<absl::Status()>> runs(ni);
+  std::unique_ptr<cpu::DenseKv> dense;
+  for (size_t k = 0; k < ni; ++k) {
+    float* o = outs[k].data();
+    if (impls[k] == "naive") {
+      ASSIGN_OR_RETURN(cpu::DenseKv d, cpu::GatherDense(w.ctx, w.view));
+      dense = std::make_unique<cpu::DenseKv>(std::move(d));
+      runs[k] = [&, o] { return cpu::NaiveDecode(*dense, shape, w.q.data(), o, &pool, isa); };
+    } else {
+      const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+      runs[k] = [&, di, o] { return attn.Decode(di, plan, w.ctx, w.view, shape, w.q.data(), o); };
+    }
+  }
+  std::vector<std::vector<double>> us(ni);
+  for (int i = 0; i < warmup + repeat; ++i) {
+    for (size_t k = 0; k < ni; ++k) {
+      const auto t0 = Clock::now();
+      const absl::Status st = runs[k]();
+      const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      RETURN_IF_ERROR(st);
+      if (i >= warmup) us[k].push_back(t);
+    }
+  }
+  // All impls compute the same attention in fp32 over the same stored KV:
+  // each is checked against the first.
+  const double tol = AgreeTol(1e-3);
+  std::vector<Result> results;
+  for (size_t k = 0; k < ni; ++k) {
+    Result r = Summarize(impls[k], us[k]);
+    for (size_t i = 0; i < outs[k].size(); ++i) {
+      const double d = std::fabs(double{outs[k][i]} - outs[0][i]);
+      r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
+    }
+    results.push_back(r);
+  }
+  const double seq_us = SeqMedian(results);
+  const double floor_us = min_bytes / (read_gbps * 1e3);
+  for (const Result& r : results) {
+    const double gbps = min_bytes / (r.median_us * 1e3);
+    const double vs_seq = seq_us > 0 ? seq_us / r.median_us : 0;
+    std::printf("%6d %6d %5d %5d %4d %4d %5d %-6s %12.1f %10.1f %8.1f %10.1f %8.2fx %10.2e\n", cfg.np, cfg.ns,
+                cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
+                min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff);
+    report.Measured(cfg, r, tol,
+                    absl::StrFormat("\"median_us\": %.2f, \"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, "
+                                    "\"floor_us\": %.2f, \"read_gbps\": %.2f, \"speedup_vs_seq\": %.3f, "
+                                    "\"max_diff_vs_first\": %.3g, \"repeat\": %d, \"threads\": %d, \"isa\": \"%s\"",
+                                    r.median_us, r.min_us, min_bytes, gbps, floor_us, read_gbps, vs_seq, r.max_diff,
+                                    repeat, pool.num_threads(), cpu::IsaName(isa)));
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
 
 #if CHUNKATTN_BENCH_CUDA
+// Setup before any configuration; the bench cannot run without it.
 #define CUDA_OR_DIE(expr)                                                                  \
   do {                                                                                     \
     const cudaError_t e_ = (expr);                                                         \
@@ -207,35 +325,28 @@ constexpr double kAgreeTol = 1e-3;
     }                                                                                      \
   } while (0)
 
-// A device buffer that dies with the scope (the bench exits on any error).
-struct Dev {
-  explicit Dev(size_t bytes) {
-    absl::StatusOr<cuda::DeviceBuffer> b = cuda::DeviceBuffer::Allocate(std::max<size_t>(bytes, 16));
-    if (!b.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(b.status().message()).c_str());
-      std::exit(1);
-    }
-    buf = std::move(*b);
-  }
-  Dev(const void* host, size_t bytes) : Dev(bytes) {
-    CUDA_OR_DIE(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice));
-  }
-  void* get() const { return buf.get(); }
-  cuda::DeviceBuffer buf;
-};
+absl::StatusOr<cuda::DeviceBuffer> ToDevice(const void* host, size_t bytes) {
+  ASSIGN_OR_RETURN(cuda::DeviceBuffer b, cuda::DeviceBuffer::Allocate(std::max<size_t>(bytes, 16)));
+  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), host, bytes, cudaMemcpyHostToDevice));
+  return b;
+}
 
 // Device-to-device copy bandwidth (bytes read + written per second), median
 // of 10 copies of 1 GiB.
 double MeasureCopyGBps(cudaStream_t stream) {
   const size_t bytes = size_t{1} << 30;
-  Dev a(bytes), b(bytes);
+  absl::StatusOr<cuda::DeviceBuffer> a = cuda::DeviceBuffer::Allocate(bytes), b = cuda::DeviceBuffer::Allocate(bytes);
+  if (!a.ok() || !b.ok()) {
+    std::fprintf(stderr, "copy bandwidth: %s\n", (a.ok() ? b.status() : a.status()).ToString().c_str());
+    std::exit(1);
+  }
   cudaEvent_t t0, t1;
   CUDA_OR_DIE(cudaEventCreate(&t0));
   CUDA_OR_DIE(cudaEventCreate(&t1));
   std::vector<double> gbps;
   for (int rep = 0; rep < 12; ++rep) {
     CUDA_OR_DIE(cudaEventRecord(t0, stream));
-    CUDA_OR_DIE(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+    CUDA_OR_DIE(cudaMemcpyAsync(b->get(), a->get(), bytes, cudaMemcpyDeviceToDevice, stream));
     CUDA_OR_DIE(cudaEventRecord(t1, stream));
     CUDA_OR_DIE(cudaEventSynchronize(t1));
     float ms = 0;
@@ -247,180 +358,182 @@ double MeasureCopyGBps(cudaStream_t stream) {
   return bench::Median(gbps);
 }
 
+// What every configuration on the GPU shares: one CudaAttention per impl
+// (each keeps its own plan, so alternating impls never re-plan), the stream,
+// the L2 flush buffer, the timing events and the CPU reference kernel.
+struct CudaBench {
+  std::vector<std::unique_ptr<cuda::CudaAttention>> attns;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  cuda::DeviceBuffer flush;
+  size_t flush_bytes = 0;
+  double copy_gbps = 0;
+  std::unique_ptr<cpu::CpuAttention> cpu_attn;
+
+  ~CudaBench() {
+    if (t0 != nullptr) cudaEventDestroy(t0);
+    if (t1 != nullptr) cudaEventDestroy(t1);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+// Times one configuration on the GPU and reports its rows. A non-OK status:
+// nothing was measured.
+absl::Status MeasureCuda(const Config& cfg, const std::vector<std::string>& impls, int repeat, int warmup,
+                         CudaBench& b, Report& report) {
+  if (cfg.dtype == DType::kFloat32 || !cuda::HasAttendKernel(cfg.dtype, cfg.head_dim)) {
+    return absl::InvalidArgumentError("--device cuda: needs --dtype fp16 or bf16 and --head_dim 64 or 128");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed)));
+  Workload& w = *built;
+  const AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
+  // q as stored on the GPU; the CPU reference reads the same rounded values.
+  std::vector<uint16_t> q_bits(w.q.size());
+  for (size_t i = 0; i < w.q.size(); ++i) {
+    StoreAs(cfg.dtype, q_bits.data(), static_cast<int64_t>(i), w.q[i]);
+    w.q[i] = LoadAs(cfg.dtype, q_bits.data(), static_cast<int64_t>(i));
+  }
+  std::vector<float> want(w.q.size());
+  ASSIGN_OR_RETURN(const cpu::DecodePlan cplan, cpu::PlanDecode(w.ctx, w.view.num_chunks));
+  RETURN_IF_ERROR(b.cpu_attn->Decode(cpu::DecodeImpl::kTpp, cplan, w.ctx, w.view, shape, w.q.data(), want.data()));
+  const size_t pool_bytes = w.k.size() * 2, q_bytes = q_bits.size() * 2;
+  ASSIGN_OR_RETURN(const cuda::DeviceBuffer dk, ToDevice(w.k.data(), pool_bytes));
+  ASSIGN_OR_RETURN(const cuda::DeviceBuffer dv, ToDevice(w.v.data(), pool_bytes));
+  ASSIGN_OR_RETURN(const cuda::DeviceBuffer dq, ToDevice(q_bits.data(), q_bytes));
+  KvPoolView view = w.view;
+  view.k = dk.get();
+  view.v = dv.get();
+  const int64_t kv_token_bytes = int64_t{2} * cfg.kv_heads * cfg.head_dim * DTypeBytes(cfg.dtype);
+  const int64_t min_bytes = (int64_t{cfg.ns} + int64_t{cfg.batch} * (cfg.np - cfg.ns)) * kv_token_bytes +
+                            2 * static_cast<int64_t>(q_bytes);
+  const size_t ni = impls.size();
+  std::vector<cuda::DeviceBuffer> outs;
+  std::vector<std::function<absl::Status()>> runs(ni);
+  std::vector<int> items(ni, 0);
+  cuda::DeviceBuffer nk, nv, nlen, nscores;
+  cuda::NaiveParams np;
+  for (size_t k = 0; k < ni; ++k) {
+    ASSIGN_OR_RETURN(cuda::DeviceBuffer out, cuda::DeviceBuffer::Allocate(q_bytes));
+    outs.push_back(std::move(out));
+    void* o = outs.back().get();
+    if (impls[k] == "naive") {
+      ASSIGN_OR_RETURN(const cpu::DenseKv d, cpu::GatherDense(w.ctx, w.view));
+      ASSIGN_OR_RETURN(nk, ToDevice(d.k.data(), d.k.size()));
+      ASSIGN_OR_RETURN(nv, ToDevice(d.v.data(), d.v.size()));
+      ASSIGN_OR_RETURN(nlen, ToDevice(d.len.data(), d.len.size() * 4));
+      ASSIGN_OR_RETURN(nscores, cuda::DeviceBuffer::Allocate(size_t{4} * cfg.batch * cfg.heads * d.max_len));
+      np.k = nk.get();
+      np.v = nv.get();
+      np.len = static_cast<const int32_t*>(nlen.get());
+      np.num_seqs = cfg.batch;
+      np.max_len = static_cast<int>(d.max_len);
+      np.num_heads = cfg.heads;
+      np.num_kv_heads = cfg.kv_heads;
+      np.head_dim = cfg.head_dim;
+      np.scale = shape.EffectiveScale();
+      np.q = dq.get();
+      np.o = o;
+      np.scores = static_cast<float*>(nscores.get());
+      runs[k] = [&np, &cfg, &b] {
+        return cuda::CudaStatus(cuda::LaunchNaiveDecode(np, cfg.dtype, b.stream), "naive decode");
+      };
+    } else {
+      // Planning and uploads happen once per context version (and a small
+      // token-count upload per step), outside the timed launches.
+      const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+      cuda::CudaAttention* const attn = b.attns[k].get();
+      RETURN_IF_ERROR(attn->PrepareDecode(di, w.ctx, view, shape, b.stream));
+      items[k] = static_cast<int>(attn->decode_work()->items.size());
+      runs[k] = [&, attn, o] { return attn->LaunchDecode(view, shape, dq.get(), o, b.stream); };
+    }
+  }
+  std::vector<std::vector<double>> us(ni);
+  for (int i = 0; i < warmup + repeat; ++i) {
+    for (size_t k = 0; k < ni; ++k) {
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(outs[k].get(), 0xff, q_bytes, b.stream));
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.flush.get(), i & 0xff, b.flush_bytes, b.stream));
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(b.t0, b.stream));
+      const absl::Status st = runs[k]();
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(b.t1, b.stream));
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b.t1));
+      RETURN_IF_ERROR(st);
+      float ms = 0;
+      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, b.t0, b.t1));
+      if (i >= warmup) us[k].push_back(ms * 1e3);
+    }
+  }
+  const double tol = AgreeTol(cfg.dtype == DType::kFloat16 ? 2e-2 : 6e-2);
+  std::vector<Result> results;
+  for (size_t k = 0; k < ni; ++k) {
+    Result r = Summarize(impls[k], us[k]);
+    std::vector<uint16_t> bits(q_bits.size());
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(bits.data(), outs[k].get(), q_bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bits.size(); ++i) {
+      const double d = std::fabs(double{LoadAs(cfg.dtype, bits.data(), static_cast<int64_t>(i))} - want[i]);
+      r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
+    }
+    results.push_back(r);
+  }
+  const double seq_us = SeqMedian(results);
+  const double floor_us = min_bytes / (b.copy_gbps * 1e3);
+  for (size_t k = 0; k < ni; ++k) {
+    const Result& r = results[k];
+    const double gbps = min_bytes / (r.median_us * 1e3);
+    const double vs_seq = seq_us > 0 ? seq_us / r.median_us : 0;
+    std::printf("%6d %6d %5d %5d %4d %4d %5d %-6s %12.1f %10.1f %8.1f %10.1f %8.2fx %10.2e %6d\n", cfg.np, cfg.ns,
+                cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
+                min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff, items[k]);
+    report.Measured(cfg, r, tol,
+                    absl::StrFormat("\"median_us\": %.2f, \"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, "
+                                    "\"floor_us\": %.2f, \"copy_gbps\": %.2f, \"speedup_vs_seq\": %.3f, "
+                                    "\"max_diff_vs_cpu\": %.3g, \"repeat\": %d, \"work_items\": %d, "
+                                    "\"l2_flushed\": true",
+                                    r.median_us, r.min_us, min_bytes, gbps, floor_us, b.copy_gbps, vs_seq,
+                                    r.max_diff, repeat, items[k]));
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& impls, int repeat, int warmup,
-            const std::string& provenance, cpu::ThreadPool& pool, std::vector<std::string>* json) {
+            cpu::ThreadPool& pool, Report& report) {
   if (cuda::DeviceCount() == 0) {
     std::fprintf(stderr, "--device cuda: no CUDA device visible\n");
     return 2;
   }
-  // One CudaAttention per impl: each keeps its own plan, so alternating impls
-  // never re-plan.
-  std::vector<std::unique_ptr<cuda::CudaAttention>> attns;
+  CudaBench b;
   for (size_t k = 0; k < impls.size(); ++k) {
     absl::StatusOr<std::unique_ptr<cuda::CudaAttention>> a = cuda::CudaAttention::Create({});
     if (!a.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(a.status().message()).c_str());
+      std::fprintf(stderr, "%s\n", a.status().ToString().c_str());
       return 1;
     }
-    attns.push_back(std::move(*a));
+    b.attns.push_back(std::move(*a));
   }
-  cudaStream_t stream;
-  CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OR_DIE(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+  CUDA_OR_DIE(cudaEventCreate(&b.t0));
+  CUDA_OR_DIE(cudaEventCreate(&b.t1));
   int l2 = 0;
   CUDA_OR_DIE(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-  const size_t flush_bytes = std::max<size_t>(size_t{4} * l2, 64 << 20);
-  Dev flush(flush_bytes);
-  const double bw = MeasureCopyGBps(stream);
-  const std::string dev = "cuda: " + cuda::DeviceDescription(0);
+  b.flush_bytes = std::max<size_t>(size_t{4} * l2, 64 << 20);
+  absl::StatusOr<cuda::DeviceBuffer> flush = cuda::DeviceBuffer::Allocate(b.flush_bytes);
+  if (!flush.ok()) {
+    std::fprintf(stderr, "L2 flush buffer: %s\n", flush.status().ToString().c_str());
+    return 1;
+  }
+  b.flush = std::move(*flush);
+  b.copy_gbps = MeasureCopyGBps(b.stream);
+  b.cpu_attn = std::make_unique<cpu::CpuAttention>(&pool);
+  report.device = "cuda: " + cuda::DeviceDescription(0);
   std::printf("device: %s\ncopy bandwidth: %.1f GB/s (device-to-device, read + write; L2 %d MiB flushed per run)\n",
-              dev.c_str(), bw, l2 >> 20);
+              report.device.c_str(), b.copy_gbps, l2 >> 20);
   std::printf("%6s %6s %5s %5s %4s %4s %5s %-6s %12s %10s %8s %10s %9s %10s %6s\n", "np", "ns", "batch", "heads",
               "kvh", "d", "chunk", "impl", "median_us", "min_MB", "GB/s", "floor_us", "vs_seq", "max_diff", "items");
-  cudaEvent_t t0, t1;
-  CUDA_OR_DIE(cudaEventCreate(&t0));
-  CUDA_OR_DIE(cudaEventCreate(&t1));
-  cpu::CpuAttention cpu_attn(&pool);
   for (const Config& cfg : configs) {
-    if (cfg.dtype == DType::kFloat32 || !cuda::HasAttendKernel(cfg.dtype, cfg.head_dim)) {
-      std::fprintf(stderr, "--device cuda: needs --dtype fp16 or bf16 and --head_dim 64 or 128\n");
-      return 2;
-    }
-    absl::StatusOr<std::unique_ptr<Workload>> built = Build(cfg, absl::GetFlag(FLAGS_seed));
-    if (!built.ok()) {
-      std::fprintf(stderr, "workload: %s\n", std::string(built.status().message()).c_str());
-      return 1;
-    }
-    Workload& w = **built;
-    const AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
-    // q as stored on the GPU; the CPU reference reads the same rounded values.
-    std::vector<uint16_t> q_bits(w.q.size());
-    for (size_t i = 0; i < w.q.size(); ++i) {
-      StoreAs(cfg.dtype, q_bits.data(), static_cast<int64_t>(i), w.q[i]);
-      w.q[i] = LoadAs(cfg.dtype, q_bits.data(), static_cast<int64_t>(i));
-    }
-    std::vector<float> want(w.q.size());
-    absl::StatusOr<cpu::DecodePlan> cplan = cpu::PlanDecode(w.ctx, w.view.num_chunks);
-    if (!cplan.ok() || !cpu_attn.Decode(cpu::DecodeImpl::kTpp, *cplan, w.ctx, w.view, shape, w.q.data(), want.data())
-                            .ok()) {
-      std::fprintf(stderr, "cpu reference failed\n");
-      return 1;
-    }
-    const size_t pool_bytes = w.k.size() * 2;
-    Dev dk(w.k.data(), pool_bytes), dv(w.v.data(), pool_bytes), dq(q_bits.data(), q_bits.size() * 2);
-    KvPoolView view = w.view;
-    view.k = dk.get();
-    view.v = dv.get();
-    const int64_t kv_token_bytes = int64_t{2} * cfg.kv_heads * cfg.head_dim * DTypeBytes(cfg.dtype);
-    const int64_t min_bytes = (int64_t{cfg.ns} + int64_t{cfg.batch} * (cfg.np - cfg.ns)) * kv_token_bytes +
-                              2 * static_cast<int64_t>(q_bits.size()) * 2;
-    const size_t ni = impls.size();
-    std::vector<std::unique_ptr<Dev>> outs;
-    std::vector<std::function<absl::Status()>> runs(ni);
-    std::vector<int> items(ni, 0);
-    std::unique_ptr<Dev> nk, nv, nlen, nscores;
-    cuda::NaiveParams np;
-    for (size_t k = 0; k < ni; ++k) {
-      outs.push_back(std::make_unique<Dev>(q_bits.size() * 2));
-      void* o = outs.back()->get();
-      if (impls[k] == "naive") {
-        absl::StatusOr<cpu::DenseKv> d = cpu::GatherDense(w.ctx, w.view);
-        if (!d.ok()) {
-          std::fprintf(stderr, "naive: %s\n", std::string(d.status().message()).c_str());
-          return 1;
-        }
-        nk = std::make_unique<Dev>(d->k.data(), d->k.size());
-        nv = std::make_unique<Dev>(d->v.data(), d->v.size());
-        nlen = std::make_unique<Dev>(d->len.data(), d->len.size() * 4);
-        nscores = std::make_unique<Dev>(size_t{4} * cfg.batch * cfg.heads * d->max_len);
-        np.k = nk->get();
-        np.v = nv->get();
-        np.len = static_cast<const int32_t*>(nlen->get());
-        np.num_seqs = cfg.batch;
-        np.max_len = static_cast<int>(d->max_len);
-        np.num_heads = cfg.heads;
-        np.num_kv_heads = cfg.kv_heads;
-        np.head_dim = cfg.head_dim;
-        np.scale = shape.EffectiveScale();
-        np.q = dq.get();
-        np.o = o;
-        np.scores = static_cast<float*>(nscores->get());
-        runs[k] = [&np, &cfg, &stream] {
-          return cuda::CudaStatus(cuda::LaunchNaiveDecode(np, cfg.dtype, stream), "naive decode");
-        };
-      } else {
-        // Planning and uploads happen once per context version (and a small
-        // token-count upload per step), outside the timed launches.
-        const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
-        cuda::CudaAttention* const attn = attns[k].get();
-        const absl::Status st = attn->PrepareDecode(di, w.ctx, view, shape, stream);
-        if (!st.ok()) {
-          std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
-          return 1;
-        }
-        items[k] = static_cast<int>(attn->decode_work()->items.size());
-        runs[k] = [&, attn, o] { return attn->LaunchDecode(view, shape, dq.get(), o, stream); };
-      }
-    }
-    std::vector<std::vector<double>> us(ni);
-    for (int i = 0; i < warmup + repeat; ++i) {
-      for (size_t k = 0; k < ni; ++k) {
-        CUDA_OR_DIE(cudaMemsetAsync(outs[k]->get(), 0xff, q_bits.size() * 2, stream));
-        CUDA_OR_DIE(cudaMemsetAsync(flush.get(), i & 0xff, flush_bytes, stream));
-        CUDA_OR_DIE(cudaEventRecord(t0, stream));
-        const absl::Status st = runs[k]();
-        CUDA_OR_DIE(cudaEventRecord(t1, stream));
-        CUDA_OR_DIE(cudaEventSynchronize(t1));
-        if (!st.ok()) {
-          std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
-          return 1;
-        }
-        float ms = 0;
-        CUDA_OR_DIE(cudaEventElapsedTime(&ms, t0, t1));
-        if (i >= warmup) us[k].push_back(ms * 1e3);
-      }
-    }
-    const double tol = cfg.dtype == DType::kFloat16 ? 2e-2 : 6e-2;
-    std::vector<Result> results;
-    for (size_t k = 0; k < ni; ++k) {
-      Result r = Summarize(impls[k], us[k]);
-      std::vector<uint16_t> bits(q_bits.size());
-      CUDA_OR_DIE(cudaMemcpy(bits.data(), outs[k]->get(), bits.size() * 2, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < bits.size(); ++i) {
-        const double d = std::fabs(double{LoadAs(cfg.dtype, bits.data(), static_cast<int64_t>(i))} - want[i]);
-        r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
-      }
-      if (!(r.max_diff <= tol)) {
-        std::fprintf(stderr, "%s disagrees with the CPU kernel: max |diff| %.3g > %.0e\n", r.impl.c_str(),
-                     r.max_diff, tol);
-        return 1;
-      }
-      results.push_back(r);
-    }
-    const double seq_us = SeqMedian(results);
-    const double floor_us = min_bytes / (bw * 1e3);
-    for (size_t k = 0; k < ni; ++k) {
-      const Result& r = results[k];
-      const double gbps = min_bytes / (r.median_us * 1e3);
-      const double vs_seq = seq_us > 0 ? seq_us / r.median_us : 0;
-      std::printf("%6d %6d %5d %5d %4d %4d %5d %-6s %12.1f %10.1f %8.1f %10.1f %8.2fx %10.2e %6d\n", cfg.np, cfg.ns,
-                  cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
-                  min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff, items[k]);
-      json->push_back(absl::StrFormat(
-          "{%s, \"device\": \"%s\", \"impl\": \"%s\", \"np\": %d, \"ns\": %d, \"batch\": %d, \"heads\": %d, "
-          "\"kv_heads\": %d, \"head_dim\": %d, \"chunk\": %d, \"dtype\": \"%s\", \"median_us\": %.2f, "
-          "\"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, \"floor_us\": %.2f, \"copy_gbps\": %.2f, "
-          "\"speedup_vs_seq\": %.3f, \"max_diff_vs_cpu\": %.3g, \"repeat\": %d, \"work_items\": %d, "
-          "\"l2_flushed\": true}",
-          provenance, bench::JsonEscape(dev), r.impl, cfg.np, cfg.ns, cfg.batch, cfg.heads, cfg.kv_heads,
-          cfg.head_dim, cfg.chunk, DTypeName(cfg.dtype), r.median_us, r.min_us, min_bytes, gbps, floor_us, bw,
-          vs_seq, r.max_diff, repeat, items[k]));
-    }
-    std::fflush(stdout);
+    const absl::Status st = MeasureCuda(cfg, impls, repeat, warmup, b, report);
+    if (!st.ok()) report.Failed(cfg, impls, st);
   }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaStreamDestroy(stream);
-  return 0;
+  return report.Finish();
 }
 #endif  // CHUNKATTN_BENCH_CUDA
 
@@ -519,112 +632,27 @@ int Main(int argc, char** argv) {
   }
 
   cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
-  std::vector<std::string> json;
-  const std::string provenance = bench::ProvenanceJson(argc, argv);
+  Report report{bench::ProvenanceJson(argc, argv), "", bench::JsonArrayFile(absl::GetFlag(FLAGS_json))};
 #if CHUNKATTN_BENCH_CUDA
-  if (device == "cuda") {
-    if (const int rc = RunCuda(configs, impls, repeat, warmup, provenance, pool, &json); rc != 0) return rc;
-    return WriteJson(json);
-  }
+  if (device == "cuda") return RunCuda(configs, impls, repeat, warmup, pool, report);
 #endif
   const double bw = MeasureReadGBps(pool);
-  const std::string dev = absl::StrFormat("cpu: %s, %d threads, %s", bench::CpuModel(), pool.num_threads(),
-                                          cpu::IsaName(isa));
-  std::printf("device: %s\nread bandwidth: %.1f GB/s (median of 5 passes over 512 MiB)\n", dev.c_str(), bw);
+  report.device = absl::StrFormat("cpu: %s, %d threads, %s", bench::CpuModel(), pool.num_threads(),
+                                  cpu::IsaName(isa));
+  std::printf("device: %s\nread bandwidth: %.1f GB/s (median of 5 passes over 512 MiB)\n", report.device.c_str(),
+              bw);
   if (!configs.empty() && absl::GetFlag(FLAGS_grid) == "paper") {
     std::printf("grid: paper Table 3 at b=%d h=%d kv_heads=%d d=%d c=%d %s (paper: b=32 h=32 d=128 c=64 fp16)\n",
                 base.batch, base.heads, base.kv_heads, base.head_dim, base.chunk, DTypeName(base.dtype));
   }
   std::printf("%6s %6s %5s %5s %4s %4s %5s %-6s %12s %10s %8s %10s %9s %10s\n", "np", "ns", "batch", "heads",
               "kvh", "d", "chunk", "impl", "median_us", "min_MB", "GB/s", "floor_us", "vs_seq", "max_diff");
-
   cpu::CpuAttention attn(&pool, isa);
   for (const Config& cfg : configs) {
-    absl::StatusOr<std::unique_ptr<Workload>> built = Build(cfg, absl::GetFlag(FLAGS_seed));
-    if (!built.ok()) {
-      std::fprintf(stderr, "workload: %s\n", std::string(built.status().message()).c_str());
-      return 1;
-    }
-    Workload& w = **built;
-    AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
-    absl::StatusOr<cpu::DecodePlan> plan = cpu::PlanDecode(w.ctx, w.view.num_chunks);
-    if (!plan.ok()) {
-      std::fprintf(stderr, "plan: %s\n", std::string(plan.status().message()).c_str());
-      return 1;
-    }
-    const int64_t kv_token_bytes = int64_t{2} * cfg.kv_heads * cfg.head_dim * DTypeBytes(cfg.dtype);
-    const int64_t min_bytes = (int64_t{cfg.ns} + int64_t{cfg.batch} * (cfg.np - cfg.ns)) * kv_token_bytes +
-                              2 * static_cast<int64_t>(w.q.size()) * 4;
-    // Every impl gets its own output; timed runs go round-robin over the
-    // impls so that drift (frequency, neighbours on the host) hits all alike.
-    const size_t ni = impls.size();
-    std::vector<std::vector<float>> outs(ni, std::vector<float>(w.q.size(), NAN));
-    std::vector<std::function<absl::Status()>> runs(ni);
-    std::unique_ptr<cpu::DenseKv> dense;
-    for (size_t k = 0; k < ni; ++k) {
-      float* o = outs[k].data();
-      if (impls[k] == "naive") {
-        absl::StatusOr<cpu::DenseKv> d = cpu::GatherDense(w.ctx, w.view);
-        if (!d.ok()) {
-          std::fprintf(stderr, "naive: %s\n", std::string(d.status().message()).c_str());
-          return 1;
-        }
-        dense = std::make_unique<cpu::DenseKv>(std::move(*d));
-        runs[k] = [&, o] { return cpu::NaiveDecode(*dense, shape, w.q.data(), o, &pool, isa); };
-      } else {
-        const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
-        runs[k] = [&, di, o] { return attn.Decode(di, *plan, w.ctx, w.view, shape, w.q.data(), o); };
-      }
-    }
-    std::vector<std::vector<double>> us(ni);
-    for (int i = 0; i < warmup + repeat; ++i) {
-      for (size_t k = 0; k < ni; ++k) {
-        const auto t0 = Clock::now();
-        const absl::Status st = runs[k]();
-        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        if (!st.ok()) {
-          std::fprintf(stderr, "%s: %s\n", impls[k].c_str(), std::string(st.message()).c_str());
-          return 1;
-        }
-        if (i >= warmup) us[k].push_back(t);
-      }
-    }
-    std::vector<Result> results;
-    for (size_t k = 0; k < ni; ++k) {
-      Result r = Summarize(impls[k], us[k]);
-      for (size_t i = 0; i < outs[k].size(); ++i) {  // against the first impl's output
-        const double d = std::fabs(double{outs[k][i]} - outs[0][i]);
-        r.max_diff = std::isnan(d) ? INFINITY : std::max(r.max_diff, d);
-      }
-      results.push_back(r);
-    }
-    for (const Result& r : results) {
-      if (!(r.max_diff <= kAgreeTol)) {
-        std::fprintf(stderr, "%s disagrees with %s: max |diff| %.3g > %.0e\n", r.impl.c_str(),
-                     results[0].impl.c_str(), r.max_diff, kAgreeTol);
-        return 1;
-      }
-    }
-    const double seq_us = SeqMedian(results);
-    const double floor_us = min_bytes / (bw * 1e3);
-    for (const Result& r : results) {
-      const double gbps = min_bytes / (r.median_us * 1e3);
-      const double vs_seq = seq_us > 0 ? seq_us / r.median_us : 0;
-      std::printf("%6d %6d %5d %5d %4d %4d %5d %-6s %12.1f %10.1f %8.1f %10.1f %8.2fx %10.2e\n", cfg.np, cfg.ns,
-                  cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
-                  min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff);
-      json.push_back(absl::StrFormat(
-          "{%s, \"device\": \"%s\", \"impl\": \"%s\", \"np\": %d, \"ns\": %d, \"batch\": %d, \"heads\": %d, "
-          "\"kv_heads\": %d, \"head_dim\": %d, \"chunk\": %d, \"dtype\": \"%s\", \"median_us\": %.2f, "
-          "\"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, \"floor_us\": %.2f, \"read_gbps\": %.2f, "
-          "\"speedup_vs_seq\": %.3f, \"max_diff_vs_first\": %.3g, \"repeat\": %d, \"threads\": %d, \"isa\": \"%s\"}",
-          provenance, bench::JsonEscape(dev), r.impl, cfg.np, cfg.ns, cfg.batch, cfg.heads, cfg.kv_heads,
-          cfg.head_dim, cfg.chunk, DTypeName(cfg.dtype), r.median_us, r.min_us, min_bytes, gbps, floor_us, bw,
-          vs_seq, r.max_diff, repeat, pool.num_threads(), cpu::IsaName(isa)));
-    }
-    std::fflush(stdout);
+    const absl::Status st = MeasureCpu(cfg, impls, repeat, warmup, bw, isa, pool, attn, report);
+    if (!st.ok()) report.Failed(cfg, impls, st);
   }
-  return WriteJson(json);
+  return report.Finish();
 }
 
 }  // namespace
