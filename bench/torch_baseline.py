@@ -63,9 +63,12 @@ def provenance(argv):
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    commit = git("rev-parse", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
-        commit += "-dirty"
+    # $CHUNKATTN_COMMIT names the commit where the checkout has no .git (a GPU host).
+    commit = os.environ.get("CHUNKATTN_COMMIT", "")
+    if not commit:
+        commit = git("rev-parse", "HEAD") or "unknown"
+        if git("status", "--porcelain", "--untracked-files=no"):
+            commit += "-dirty"
     return {
         "machine": socket.gethostname(),
         "cpu": platform.processor() or platform.machine(),

@@ -1,127 +1,256 @@
 #!/usr/bin/env bash
-# One GPU session for the CUDA kernels, in two halves.
+# The GPU session, shaped by the device tool's limits: at most 64 MiB carried,
+# 8 files back from $OUT, 10 minutes a command, 30 minutes of device time.
+# bench/README.md ("The GPU session") gives the exact device calls to paste.
 #
 # Here (the build machine, no GPU):
 #   scripts/cuda_session.sh bundle
-# builds the CUDA test and benchmark for sm_80 and sm_90a and bundles them,
-# with the libraries a bare GPU host lacks, into gpu-bundle/ (git-ignored:
-# carry it to the device).
+#       builds the eight binaries the session runs (in $BUILD_DIR, default
+#       build/: sm_80 and sm_90a kernels) and packs them, stripped, with the
+#       libraries a bare GPU host lacks into gpu-bundle.tar.xz (at most 60 MiB)
+#       and their commit into gpu-bundle.commit. Carry both.
+#   scripts/cuda_session.sh collect DIR...
+#       unpacks the archives that came back (each call's files_at folder) into
+#       bench/results/ (JSON) and tests/fixtures/transformers/, and prints each
+#       call's step table.
 #
-# On the GPU host (device tool, with carry ["gpu-bundle"]):
-#   scripts/cuda_session.sh run "$OUT"
-# 1. the CUDA tests against the CPU oracle (gtest XML in $OUT);
-# 2. compute-sanitizer memcheck and racecheck over a decode, a graph replay
-#    and a prefill test;
-# 3. chunkattn-kernel-bench --device cuda: the paper's Table 3 grid (fp16,
-#    b=32, h=32, d=128, c=64), GQA 32/8, bf16, d=64 and chunk sizes 32/128;
-# 4. bench/torch_baseline.py on the same grid (FlashAttention and naive).
-# 5. the CUDA model against the CPU model (chunkattn_model_cuda_test);
-# 6. chunkattn-generate --device cuda:0 on the Llama-2-7B shape (dummy fp16
-#    weights), greedy and sampled on the GPU (generate-cuda-*.txt).
-# Results land in $OUT as bench/results/cuda-<gpu>-*.json files.
+# On the GPU host, one device call each, in this order:
+#   scripts/cuda_session.sh tests|kernels|model|e2e-on|e2e-off "$OUT"
+# A call unpacks the bundle into ${TMPDIR:-/tmp}, then runs its steps one after another,
+# each under `timeout` (limits below; a call's limits add up to at most 8
+# minutes). After every step it rewrites $OUT/<call>.tar.gz (summary.txt, every
+# step's log, the results so far) and $OUT/<call>-summary.txt: two files
+# whatever the steps, and a call cut off still returns what it finished. A
+# step that fails or times out is recorded and the next one runs; the call
+# exits 1 if any step did not pass. LD_LIBRARY_PATH is set for the bundle's
+# binaries alone, never for python3 or torch.
 #
-# And the end-to-end run (issue 8), one call per sharing setting (each stays
-# under the device tool's 10 minutes):
-#   scripts/cuda_session.sh e2e "$OUT" on|off [REQUESTS]
-# starts a GPU worker and a coordinator with --prefix_sharing on or off on a
-# Llama-2-7B-shaped model with dummy fp16 weights
-# (bench/models/llama2-7b-shape) and runs chunkattn-loadgen over the paper's
-# Table 4 rows, writing e2e-<gpu>-sharing-<on|off>.json.
+# CHUNKATTN_SESSION_NO_GPU=1 is the mode where no GPU is expected (CI checks
+# this plumbing with it): no nvidia-smi is needed and every step is cut to
+# CHUNKATTN_SESSION_STEP_CAP_S (default 10) seconds; the table still shows
+# each step's own limit.
+# CHUNKATTN_BUNDLE (default ./gpu-bundle.tar.xz), CHUNKATTN_E2E_REQUESTS
+# (default 12 per row) and CHUNKATTN_E2E_PORT (the coordinator's, default
+# 50151; the worker's is the next) override the defaults.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 
+usage() {
+  echo "usage: cuda_session.sh bundle | collect DIR... | tests|kernels|model|e2e-on|e2e-off OUTDIR" >&2
+  exit 2
+}
+
+# The binaries the device calls run.
+BINS="chunkattn_kernels_cuda_test chunkattn-kernel-bench chunkattn_model_cuda_test chunkattn-worker
+  chunkattn-coordinator chunkattn-loadgen chunkattn chunkattn-generate"
+
 case "$mode" in
   bundle)
-    cmake -S "$root" -B "$root/build" -G Ninja -DCHUNKATTN_CUDA=ON >/dev/null
-    bins="chunkattn_kernels_cuda_test chunkattn-kernel-bench chunkattn_model_cuda_test chunkattn-worker
-      chunkattn-coordinator chunkattn-loadgen chunkattn chunkattn-generate"
+    build=${BUILD_DIR:-$root/build}
+    out=${CHUNKATTN_BUNDLE:-$root/gpu-bundle.tar.xz}
+    out=${out%.tar.xz}
+    if [ ! -f "$build/build.ninja" ]; then
+      cmake -S "$root" -B "$build" -G Ninja -DCHUNKATTN_CUDA=ON >/dev/null
+    fi
+    # A build without CUDA has no chunkattn_kernels_cuda_test target: this fails.
     # shellcheck disable=SC2086
-    cmake --build "$root/build" --target $bins -j2
-    rm -rf "$root/gpu-bundle"
+    cmake --build "$build" --target $BINS
     # shellcheck disable=SC2046
-    "$root/../shared/tools/device-bundle" "$root/gpu-bundle" $(for b in $bins; do echo "$root/build/bin/$b"; done)
-    git -C "$root" rev-parse HEAD > "$root/gpu-bundle/COMMIT"
+    "$root/scripts/device-bundle" "$out" $(for b in $BINS; do echo "$build/bin/$b"; done)
+    commit=$(git -C "$root" rev-parse HEAD)
+    [ -z "$(git -C "$root" status --porcelain --untracked-files=no)" ] || commit="$commit-dirty"
+    echo "$commit" > "$out.commit"
+    echo "carry: $(basename "$out").tar.xz $(basename "$out").commit (commit $commit)"
+    exit 0
     ;;
-  run)
-    out=${2:?usage: cuda_session.sh run OUTDIR}
-    b="$root/gpu-bundle"
-    # shellcheck disable=SC1091
-    source "$b/env.sh"
-    export CHUNKATTN_COMMIT
-    CHUNKATTN_COMMIT=$(cat "$b/COMMIT")
-    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.txt"
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/[^a-z0-9-]//g')
-    status=0
-    "$b/bin/chunkattn_kernels_cuda_test" --gtest_output="xml:$out/cuda-test.xml" 2>&1 | tail -40 || status=1
-    san=/usr/local/cuda/bin/compute-sanitizer
+  collect)
+    shift
+    [ $# -ge 1 ] || usage
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    found=0
+    for dir in "$@"; do
+      for a in "$dir"/*.tar.gz; do
+        [ -f "$a" ] || continue
+        found=1
+        call=$(basename "$a" .tar.gz)
+        mkdir -p "$tmp/$call"
+        tar -xzf "$a" -C "$tmp/$call"
+        cat "$tmp/$call/summary.txt"
+        echo
+        for j in "$tmp/$call"/results/*.json; do
+          [ -f "$j" ] && cp "$j" "$root/bench/results/" && echo "  -> bench/results/$(basename "$j")"
+        done
+        if [ -d "$tmp/$call/fixtures/transformers" ]; then
+          mkdir -p "$root/tests/fixtures/transformers"
+          cp -r "$tmp/$call/fixtures/transformers/." "$root/tests/fixtures/transformers/"
+          echo "  -> tests/fixtures/transformers/"
+        fi
+      done
+    done
+    [ "$found" = 1 ] || { echo "cuda_session: no <call>.tar.gz under $*" >&2; exit 1; }
+    exit 0
+    ;;
+  tests | kernels | model | e2e-on | e2e-off) ;;
+  *) usage ;;
+esac
+
+# --- A device call. ----------------------------------------------------------
+call=$mode
+OUT=${2:?usage: cuda_session.sh $call OUTDIR}
+mkdir -p "$OUT"
+no_gpu=${CHUNKATTN_SESSION_NO_GPU:-0}
+cap=${CHUNKATTN_SESSION_STEP_CAP_S:-10}
+work=${TMPDIR:-/tmp}/chunkattn-session/$call
+rm -rf "$work"
+mkdir -p "$work/logs" "$work/results"
+summary=$work/summary.txt
+failed=0
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+
+# Rewrites the two files of $OUT from the work folder (atomically: a call cut
+# off mid-pack keeps the previous archive).
+pack() {
+  cp "$summary" "$OUT/.$call-summary.txt" && mv "$OUT/.$call-summary.txt" "$OUT/$call-summary.txt"
+  tar -C "$work" -czf "$OUT/.$call.tar.gz" . && mv "$OUT/.$call.tar.gz" "$OUT/$call.tar.gz"
+}
+
+# Appends a row to the step table and packs.
+record() {  # record NAME STATUS RC SECONDS LIMIT
+  printf '| %-22s | %-8s | %3s | %7s | %7s |\n' "$1" "$2" "$3" "$4" "$5" >> "$summary"
+  pack
+}
+
+# step NAME LIMIT_S CMD...: runs CMD under timeout with its output in
+# logs/NAME.log, records how it ended, and never stops the call.
+step() {
+  local name=$1 limit=$2 run_limit=$2
+  shift 2
+  if [ "$no_gpu" = 1 ] && [ "$limit" -gt "$cap" ]; then run_limit=$cap; fi
+  local t0 rc=0 status
+  t0=$(date +%s)
+  timeout -k 5 "$run_limit" "$@" > "$work/logs/$name.log" 2>&1 || rc=$?
+  case "$rc" in
+    0) status=ok ;;
+    124 | 137) status=timeout ;;
+    *) status=failed ;;
+  esac
+  [ "$rc" = 0 ] || failed=$((failed + 1))
+  record "$name" "$status" "$rc" "$(($(date +%s) - t0))" "$limit"
+  return 0
+}
+
+# The bundle (unpacked by the first step) and its commit.
+bundle_tar=${CHUNKATTN_BUNDLE:-$root/gpu-bundle.tar.xz}
+bundle_dir=${TMPDIR:-/tmp}/chunkattn-bundle/$(basename "$bundle_tar" .tar.xz)
+if [ "$no_gpu" = 1 ]; then
+  gpu=nogpu
+else
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/[^a-z0-9-]//g')
+fi
+export CHUNKATTN_COMMIT
+CHUNKATTN_COMMIT=$(cat "${bundle_tar%.tar.xz}.commit" 2>/dev/null || echo unknown)
+{
+  echo "# chunkattn GPU session: call $call on ${gpu}, commit $CHUNKATTN_COMMIT, started $started"
+  [ "$no_gpu" = 1 ] && echo "# no GPU expected: every step cut to ${cap} s"
+  echo
+  printf '| %-22s | %-8s | %3s | %7s | %7s |\n' step status rc seconds limit_s
+  echo "|------------------------|----------|-----|---------|---------|"
+} > "$summary"
+
+# Unpacks the bundle and writes $bundle_dir/run: `run BINARY ARGS...` execs a
+# bundle binary with the search path env.sh computes (which also names any
+# binary whose libraries do not resolve), so only the bundle's own binaries
+# ever see the bundle's libraries.
+step bundle 30 bash -c 'set -e; rm -rf "$(dirname "$2")"; mkdir -p "$(dirname "$2")"
+  tar -xJf "$1" -C "$(dirname "$2")"
+  ld=$(source "$2/env.sh" && printf %s "${LD_LIBRARY_PATH%:}")
+  printf "#!/bin/sh\nb=\$1\nshift\nLD_LIBRARY_PATH=\"%s\" exec \"%s/bin/\$b\" \"\$@\"\n" "$ld" "$2" > "$2/run"
+  chmod +x "$2/run"' _ "$bundle_tar" "$bundle_dir"
+run=$bundle_dir/run
+
+results=$work/results
+case "$call" in
+  tests)
+    # The CUDA tests against the CPU oracle, then compute-sanitizer on a
+    # decode, both graph tests, a prefill and the KV writes (10-100x slower
+    # under the tools).
+    step gpu-info 15 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
+    step kernels-cuda-test 150 "$run" chunkattn_kernels_cuda_test --gtest_output="xml:$results/kernels-cuda-test.xml"
     filter='Shapes/CudaDecodeParity.TppAndSeqMatchTheOracle/fp16_d128_g4_c64:CudaDecodeGraph.*:Shapes/CudaPrefillParity.MatchesTheOracle/bf16_d64_g4_c16:CudaKvWrites.*'
+    sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck; do
-      "$san" --tool "$tool" --error-exitcode 3 "$b/bin/chunkattn_kernels_cuda_test" --gtest_filter="$filter" \
-        > "$out/sanitizer-$tool.txt" 2>&1 || status=1
-      tail -3 "$out/sanitizer-$tool.txt"
+      # The tool follows `run` into the binary it execs.
+      step "$tool" 120 "$sanitizer" --tool "$tool" --target-processes all \
+        --error-exitcode 3 "$run" chunkattn_kernels_cuda_test --gtest_filter="$filter"
     done
-    kb="$b/bin/chunkattn-kernel-bench --device cuda --repeat 50 --warmup 5"
-    $kb --grid paper --json "$out/cuda-$gpu-paper-fp16.json" || status=1
-    $kb --np 4096 --ns 4096 --kv-heads 8 --json "$out/cuda-$gpu-gqa.json" || status=1
-    $kb --np 4096 --ns 2048 --dtype bf16 --json "$out/cuda-$gpu-bf16.json" || status=1
-    $kb --np 4096 --ns 4096 --head_dim 64 --heads 64 --json "$out/cuda-$gpu-d64.json" || status=1
-    for c in 32 128; do
-      $kb --np 4096 --ns 4096 --chunk "$c" --impl tpp,seq --json "$out/cuda-$gpu-c$c.json" || status=1
-    done
-    python3 "$root/bench/torch_baseline.py" --grid paper --json "$out/cuda-$gpu-torch.json" || status=1
-    "$b/bin/chunkattn_model_cuda_test" --gtest_output="xml:$out/model-cuda-test.xml" 2>&1 | tail -30 || status=1
-    gen="$b/bin/chunkattn-generate --model $root/bench/models/llama2-7b-shape --load_format dummy --device cuda:0
-      --random_prompts 32 --prompt_len 1024 --shared_len 768 --max_new_tokens 64 --ignore_eos"
-    $gen --temperature 0 > "$out/generate-cuda-greedy.txt" 2>&1 || status=1
-    $gen --temperature 0.8 --top_p 0.95 --top_k 50 --repetition_penalty 1.1 > "$out/generate-cuda-sampled.txt" 2>&1 ||
-      status=1
-    tail -2 "$out/generate-cuda-greedy.txt" "$out/generate-cuda-sampled.txt"
-    exit $status
     ;;
-  e2e)
-    out=${2:?usage: cuda_session.sh e2e OUTDIR on|off [REQUESTS]}
-    sharing=${3:?on or off}
-    requests=${4:-32}
-    b="$root/gpu-bundle"
-    # shellcheck disable=SC1091
-    source "$b/env.sh"
-    export CHUNKATTN_COMMIT
-    CHUNKATTN_COMMIT=$(cat "$b/COMMIT")
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/[^a-z0-9-]//g')
-    model="$root/bench/models/llama2-7b-shape"
+  kernels)
+    # Each configuration fills up to 2.2 GB of KV on the host (about 9 s at
+    # n_p = 4096, b = 32, h = 32, d = 128 on one core) and checks against the
+    # CPU kernel; the timed launches themselves take milliseconds.
+    kb=("$run" chunkattn-kernel-bench --device cuda --repeat 50 --warmup 5)
+    step paper-fp16 150 "${kb[@]}" --grid paper --json "$results/cuda-$gpu-paper-fp16.json"
+    step gqa 40 "${kb[@]}" --np 4096 --ns 4096 --kv-heads 8 --json "$results/cuda-$gpu-gqa.json"
+    step bf16 40 "${kb[@]}" --np 4096 --ns 2048 --dtype bf16 --json "$results/cuda-$gpu-bf16.json"
+    step d64 40 "${kb[@]}" --np 4096 --ns 4096 --head_dim 64 --heads 64 --json "$results/cuda-$gpu-d64.json"
+    for c in 32 128; do
+      step "chunk$c" 40 "${kb[@]}" --np 4096 --ns 4096 --chunk "$c" --impl tpp,seq --json "$results/cuda-$gpu-c$c.json"
+    done
+    step torch-baseline 90 python3 "$root/bench/torch_baseline.py" --grid paper --json "$results/cuda-$gpu-torch.json"
+    ;;
+  model)
+    # Hugging Face's own logits for the model tests' three tiny models, the
+    # CUDA model against the CPU model, and the offline engine on a
+    # Llama-2-7B-shaped model with dummy weights (made on the host: about 90 s
+    # for 6.7B parameters, from 14.5 s for TinyLlama's 1.1B on a 2-core VM).
+    step fixtures 90 python3 "$root/tests/tools/make_reference.py" --backend transformers \
+      --out "$work/fixtures/transformers"
+    step model-cuda-test 150 "$run" chunkattn_model_cuda_test --gtest_output="xml:$results/model-cuda-test.xml"
+    step generate-sampled 200 "$run" chunkattn-generate --model "$root/bench/models/llama2-7b-shape" \
+      --load_format dummy --device cuda:0 --random_prompts 32 --prompt_len 1024 --shared_len 768 \
+      --max_new_tokens 64 --ignore_eos --temperature 0.8 --top_p 0.95 --top_k 50 --repetition_penalty 1.1
+    ;;
+  e2e-on | e2e-off)
+    # The paper's Table 4 rows through a GPU worker and a coordinator with
+    # prefix sharing on or off: a Llama-2-7B-shaped model with dummy fp16
+    # weights (ready in about 2 minutes), then per row `requests` Poisson
+    # arrivals at the row's rate, each asking for 512 tokens; a row's limit is
+    # its arrival window plus 25 s for the last requests to finish.
+    sharing=${call#e2e-}
     flag=true
     [ "$sharing" = off ] && flag=false
-    "$b/bin/chunkattn-worker" --listen 127.0.0.1:50161 --device cuda:0 --gpu_memory_fraction 0.9 \
-      > "$out/worker-$sharing.log" 2>&1 &
+    requests=${CHUNKATTN_E2E_REQUESTS:-12}
+    model=$root/bench/models/llama2-7b-shape
+    api=127.0.0.1:${CHUNKATTN_E2E_PORT:-50151}
+    wport=127.0.0.1:$((${CHUNKATTN_E2E_PORT:-50151} + 1))
+    "$run" chunkattn-worker --listen "$wport" --device cuda:0 --gpu_memory_fraction 0.9 \
+      > "$work/logs/worker.log" 2>&1 &
     worker=$!
-    "$b/bin/chunkattn-coordinator" --listen 127.0.0.1:50151 --workers 127.0.0.1:50161 --model "$model" \
+    "$run" chunkattn-coordinator --listen "$api" --workers "$wport" --model "$model" \
       --load_format dummy --kv_dtype float16 --prefix_sharing="$flag" --max_batch_size 256 \
-      --max_tokens_per_step 4096 --metrics_port 0 --join_timeout_s 300 \
-      > "$out/coordinator-$sharing.log" 2>&1 &
+      --max_tokens_per_step 4096 --metrics_port 0 --join_timeout_s 300 > "$work/logs/coordinator.log" 2>&1 &
     coordinator=$!
     trap 'kill $coordinator $worker 2>/dev/null || true' EXIT
-    # Ready once the workers joined (7B dummy weights: about a minute).
-    for _ in $(seq 300); do
-      "$b/bin/chunkattn" health --server 127.0.0.1:50151 >/dev/null 2>&1 && break
-      kill -0 $coordinator 2>/dev/null || { tail -20 "$out/coordinator-$sharing.log"; exit 1; }
-      sleep 1
-    done
-    "$b/bin/chunkattn" info --server 127.0.0.1:50151 | tee "$out/info-$sharing.txt"
-    status=0
-    rows="1024,0,512,1.0 1024,1024,512,1.0 2048,0,512,0.6 2048,2048,512,0.6 4096,0,512,0.4 4096,4096,512,0.4"
+    step ready 150 bash -c 'until "$1" chunkattn health --server "$4" >/dev/null 2>&1; do
+      kill -0 "$2" 2>/dev/null && kill -0 "$3" 2>/dev/null || exit 1; sleep 2; done' _ "$run" "$coordinator" "$worker" "$api"
+    step info 15 "$run" chunkattn info --server "$api"
     seed=1
-    for row in $rows; do
-      IFS=, read -r np ns nc rps <<< "$row"
-      "$b/bin/chunkattn-loadgen" --server 127.0.0.1:50151 --rate "$rps" --requests "$requests" --np "$np" \
-        --ns "$ns" --nc "$nc" --seed "$seed" --timeout_s 600 \
-        --json "$out/e2e-$gpu-sharing-$sharing-np$np-ns$ns.json" 2>&1 | tail -4 || status=1
+    for row in 1024,0,1.0 1024,1024,1.0 2048,0,0.6 2048,2048,0.6 4096,0,0.4 4096,4096,0.4; do
+      IFS=, read -r np ns rps <<< "$row"
+      limit=$(awk -v r="$requests" -v q="$rps" 'BEGIN { printf "%d", r / q + 25.5 }')
+      step "np$np-ns$ns" "$limit" "$run" chunkattn-loadgen --server "$api" --rate "$rps" \
+        --requests "$requests" --np "$np" --ns "$ns" --nc 512 --seed "$seed" --timeout_s 600 \
+        --json "$results/e2e-$gpu-sharing-$sharing-np$np-ns$ns.json"
       seed=$((seed + 1))
     done
-    exit $status
-    ;;
-  *)
-    echo "usage: cuda_session.sh bundle | run OUTDIR | e2e OUTDIR on|off [REQUESTS]" >&2
-    exit 2
+    kill "$coordinator" "$worker" 2>/dev/null || true
+    wait 2>/dev/null || true
     ;;
 esac
+echo >> "$summary"
+echo "$failed step(s) did not pass; finished $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$summary"
+pack
+cat "$summary"
+[ "$failed" = 0 ]
