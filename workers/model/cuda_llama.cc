@@ -361,8 +361,9 @@ absl::StatusOr<int64_t> CudaLlamaModel::KvCapacity(double gpu_memory_fraction) c
   CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  // Room for what is allocated later: the attention plan and partial
-  // buffers, the graphs, NCCL's buffers.
+  // Room for what is allocated later: the prefill plan and sampling
+  // buffers, the graphs, NCCL's buffers (the decode plan and partial
+  // buffers were reserved at Create and are already out of `free`).
   const int64_t reserve = int64_t{512} << 20;
   return KvChunksForMemory(static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes),
                            gpu_memory_fraction, reserve, KvShapeOf(config_, layout_, options_).ChunkBytes());

@@ -137,6 +137,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeParity,
                                             ::testing::Values(16, 64, 128)),
                          testing::KernelParamName);
 
+// Captures the decode launches of the plan PrepareDecode made into *exec.
+void CaptureDecode(CudaAttention* attn, const KvPoolView& kv, const AttentionShape& shape, const void* q, void* o,
+                   cudaStream_t stream, cudaGraphExec_t* exec) {
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const absl::Status launched = attn->LaunchDecode(kv, shape, q, o, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(launched.ok()) << launched;
+  ASSERT_EQ(cudaGraphInstantiate(exec, graph, 0), cudaSuccess);
+  cudaGraphDestroy(graph);
+}
+
 // A decode captured once in a CUDA graph keeps working while steps append
 // tokens (same context version: only the filled-slot counts change).
 TEST(CudaDecodeGraph, ReplaysAcrossStepsOfOneVersion) {
@@ -160,13 +172,9 @@ TEST(CudaDecodeGraph, ReplaysAcrossStepsOfOneVersion) {
   ASSERT_TRUE(attn->PrepareDecode(DecodeImpl::kTpp, ctx, dev.view, shape, stream).ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const uint64_t generation = attn->buffer_generation();
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const absl::Status launched = attn->LaunchDecode(dev.view, shape, dq.get(), o.get(), stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_TRUE(launched.ok()) << launched;
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  CaptureDecode(attn.get(), dev.view, shape, dq.get(), o.get(), stream, &exec);
+  ASSERT_NE(exec, nullptr);
 
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(absl::StrFormat("step %d", step));
@@ -197,7 +205,6 @@ TEST(CudaDecodeGraph, ReplaysAcrossStepsOfOneVersion) {
     EXPECT_LT(MaxDiff(FromDevice(dtype, o, q.bits.size()), want), Tol(dtype));
   }
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 
@@ -238,15 +245,8 @@ TEST(CudaDecodeGraph, ReservedBuffersServeEveryContextWithinTheLimits) {
     ASSERT_EQ(cudaMemcpy(dq.get(), q.bits.data(), q.bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_TRUE(attn->PrepareDecode(DecodeImpl::kTpp, ctx, dev.view, shape, stream).ok());
     ASSERT_EQ(attn->buffer_generation(), generation);
-    if (exec == nullptr) {
-      cudaGraph_t graph;
-      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const absl::Status launched = attn->LaunchDecode(dev.view, shape, dq.get(), o.get(), stream);
-      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-      ASSERT_TRUE(launched.ok()) << launched;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      cudaGraphDestroy(graph);
-    }
+    if (exec == nullptr) CaptureDecode(attn.get(), dev.view, shape, dq.get(), o.get(), stream, &exec);
+    ASSERT_NE(exec, nullptr);
     ASSERT_EQ(cudaMemsetAsync(o.get(), 0xff, max_q * 2, stream), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
