@@ -192,26 +192,59 @@ def build_numpy(name, spec, seed, out_dir):
     return lambda ids: numpy_logits(spec, w, ids), {"numpy": np.__version__}
 
 
+def transformers_config(transformers, spec):
+    """The model's config object, in the form this transformers takes: 5.x folds rope_theta and
+    rope_scaling into rope_parameters (and its backward-compatible path has dropped rope_theta
+    before), 4.x takes them apart. Checked against the spec after construction."""
+    import inspect
+    cfg_dict = {k: v for k, v in hf_config(spec).items() if k not in ("architectures", "torch_dtype")}
+    cls = transformers.Qwen2Config if spec["model_type"] == "qwen2" else transformers.LlamaConfig
+    theta, scaling = cfg_dict.pop("rope_theta"), cfg_dict.pop("rope_scaling")
+    if "rope_parameters" in inspect.signature(cls.__init__).parameters or hasattr(cls(), "rope_parameters"):
+        params = {"rope_type": "default", "rope_theta": theta}
+        params.update(scaling or {})
+        cfg = cls(rope_parameters=params, **cfg_dict)
+        got = dict(cfg.rope_parameters)
+        want = dict(params)
+    else:
+        cfg = cls(rope_theta=theta, rope_scaling=scaling, **cfg_dict)
+        got = {"rope_theta": cfg.rope_theta, **(cfg.rope_scaling or {})}
+        want = {"rope_theta": theta, **(scaling or {})}
+    for k, v in want.items():
+        if k == "rope_type" and v == "default" and k not in got:
+            continue
+        assert got.get(k) == v, f"{spec['model_type']}: transformers took rope {k}={got.get(k)!r}, spec {v!r}"
+    cfg.architectures = [spec["architecture"]]
+    return cfg
+
+
 def build_transformers(name, spec, seed, out_dir):
     import torch
     import transformers
-    cfg_dict = hf_config(spec)
-    cls = transformers.Qwen2Config if spec["model_type"] == "qwen2" else transformers.LlamaConfig
-    cfg = cls(**{k: v for k, v in cfg_dict.items() if k not in ("architectures", "torch_dtype")})
-    cfg.architectures = [spec["architecture"]]
-    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(transformers_config(transformers, spec)).float()
     # Same weight distribution as the NumPy backend (the default init is tiny
     # and makes greedy choices near-ties).
-    state = {k: torch.from_numpy(v) for k, v in random_weights(spec, seed).items()}
+    weights = random_weights(spec, seed)
+    state = {k: torch.from_numpy(v) for k, v in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
     assert all("lm_head" in m for m in missing), missing  # tied head only
     model.eval()
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(out_dir)  # safetensors
+    # The config.json real checkpoints carry (rope_theta, rope_scaling), which
+    # the C++ loader reads, rather than this transformers' own spelling.
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf_config(spec), f, indent=2)
 
     def logits(ids):
         with torch.no_grad():
-            return model(torch.tensor([ids])).logits[0].double().numpy()
+            got = model(torch.tensor([ids])).logits[0].double().numpy()
+        # transformers and the independent float64 pass must agree before
+        # either becomes a fixture (fp32 against float64 through a few layers).
+        want = numpy_logits(spec, weights, ids)
+        err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+        assert err < 1e-3, f"{name}: transformers and the NumPy reference differ by {err:.3g} (relative)"
+        return got
     return logits, {"torch": torch.__version__, "transformers": transformers.__version__,
                     "numpy": np.__version__}
 
