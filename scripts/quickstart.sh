@@ -5,7 +5,7 @@
 # whose KV chunks they share. Arguments go to chunkattn-generate (--help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+CHUNKATTN_DEPS=demo scripts/install-deps.sh
 scripts/build.sh
 BUILD=${BUILD_DIR:-build}
 if [ ! -f "$BUILD/demo-model/config.json" ]; then

@@ -10,7 +10,7 @@
 # are stopped when the script exits, however it exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+CHUNKATTN_DEPS=demo scripts/install-deps.sh
 scripts/build.sh
 BUILD=${BUILD_DIR:-build}
 BIN="$BUILD/bin"
