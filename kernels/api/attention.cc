@@ -18,7 +18,7 @@ absl::Status ValidateAttentionArgs(const KvPoolView& kv, const AttentionShape& s
   g.num_kv_heads = kv.num_kv_heads;
   g.chunk_size = kv.chunk_size;
   g.head_dim = kv.head_dim;
-  g.dtype_bytes = DTypeBytes(kv.dtype);
+  g.dtype = kv.dtype;
   if (!g.IsValid() || kv.num_chunks <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "invalid KV pool view: %d chunks, %d kv heads, chunk size %d, head dim %d", kv.num_chunks,

@@ -6,11 +6,8 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define CHUNKATTN_HOST_DEVICE __host__ __device__
-#else
-#define CHUNKATTN_HOST_DEVICE
-#endif
+#include "kernels/api/dtype.h"
+#include "kernels/api/host_device.h"
 
 namespace chunkattn {
 
@@ -30,7 +27,8 @@ CHUNKATTN_HOST_DEVICE constexpr int Log2ChunkSize(int c) {
   return l;
 }
 
-// Shape of one worker's KV pool. Per layer, K and V are each laid out as
+// Shape of one worker's KV pool, for the coordinator (sizing its chunk pool)
+// and the workers (allocating theirs). Per layer, K and V are each laid out as
 // (num_chunks, num_kv_heads, chunk_size, head_dim); a chunk id indexes the
 // first axis of every layer's K and V.
 struct KvGeometry {
@@ -38,7 +36,9 @@ struct KvGeometry {
   int num_kv_heads = 0;  // heads held by this pool (a tensor-parallel shard holds a slice)
   int chunk_size = kDefaultChunkSize;  // tokens per chunk
   int head_dim = 0;
-  int dtype_bytes = 2;  // 2 for fp16/bf16, 4 for fp32
+  DType dtype = DType::kFloat16;  // storage of K and V
+
+  CHUNKATTN_HOST_DEVICE constexpr int dtype_bytes() const { return dtype == DType::kFloat32 ? 4 : 2; }
 
   // Elements of K (or V) for one chunk in one layer.
   CHUNKATTN_HOST_DEVICE constexpr int64_t ChunkElementsPerLayer() const {
@@ -46,11 +46,11 @@ struct KvGeometry {
   }
   // Bytes one chunk occupies across all layers, K and V.
   CHUNKATTN_HOST_DEVICE constexpr int64_t BytesPerChunk() const {
-    return int64_t{num_layers} * 2 * ChunkElementsPerLayer() * dtype_bytes;
+    return int64_t{num_layers} * 2 * ChunkElementsPerLayer() * dtype_bytes();
   }
   // Bytes of KV for one token across all layers (BytesPerChunk / chunk_size).
   CHUNKATTN_HOST_DEVICE constexpr int64_t BytesPerToken() const {
-    return int64_t{num_layers} * 2 * num_kv_heads * head_dim * dtype_bytes;
+    return int64_t{num_layers} * 2 * num_kv_heads * head_dim * dtype_bytes();
   }
   // Element offset of (chunk, head, slot, dim) inside one layer's K or V.
   CHUNKATTN_HOST_DEVICE constexpr int64_t Offset(int64_t chunk, int head, int slot,
@@ -60,7 +60,7 @@ struct KvGeometry {
   // Bounds keep every product above far inside int64 (at most 2^43 bytes/chunk).
   CHUNKATTN_HOST_DEVICE constexpr bool IsValid() const {
     return num_layers > 0 && num_layers <= 1024 && num_kv_heads > 0 && num_kv_heads <= 1024 &&
-           head_dim > 0 && head_dim <= 1024 && (dtype_bytes == 2 || dtype_bytes == 4) &&
+           head_dim > 0 && head_dim <= 1024 && (dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16) &&
            IsValidChunkSize(chunk_size);
   }
 };

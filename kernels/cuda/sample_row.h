@@ -28,11 +28,7 @@
 #include <vector>
 #endif
 
-#if defined(__CUDACC__)
-#define CHUNKATTN_HOST_DEVICE __host__ __device__
-#else
-#define CHUNKATTN_HOST_DEVICE
-#endif
+#include "kernels/api/host_device.h"
 
 namespace chunkattn::cuda {
 

@@ -6,7 +6,7 @@ namespace chunkattn {
 namespace {
 
 // A Llama-2-7B-shaped pool in fp16: 32 layers, 32 KV heads of 128.
-constexpr KvGeometry kLlama7b{32, 32, 64, 128, 2};
+constexpr KvGeometry kLlama7b{32, 32, 64, 128, DType::kFloat16};
 static_assert(kLlama7b.BytesPerToken() == 32 * 2 * 32 * 128 * 2);
 static_assert(kLlama7b.BytesPerChunk() == int64_t{64} * 512 * 1024);
 
@@ -18,7 +18,7 @@ TEST(KvLayoutTest, ChunkSizesArePowersOfTwoIn16To256) {
 }
 
 TEST(KvLayoutTest, OffsetsAreDenseAndRowMajor) {
-  const KvGeometry g{2, 3, 16, 8, 2};
+  const KvGeometry g{2, 3, 16, 8, DType::kFloat16};
   int64_t expected = 0;
   for (int chunk = 0; chunk < 4; ++chunk)
     for (int head = 0; head < g.num_kv_heads; ++head)
@@ -36,7 +36,7 @@ TEST(KvLayoutTest, BudgetGivesWholeChunks) {
   EXPECT_FALSE(bad.IsValid());
   EXPECT_EQ(ChunksForBudget(bad, int64_t{1} << 40), 0);
   bad = kLlama7b;
-  bad.dtype_bytes = 3;
+  bad.dtype = static_cast<DType>(7);
   EXPECT_FALSE(bad.IsValid());
   bad = kLlama7b;
   bad.num_layers = 1 << 30;  // would overflow the byte count

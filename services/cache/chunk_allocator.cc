@@ -13,9 +13,9 @@ absl::StatusOr<ChunkAllocator> ChunkAllocator::FromBudget(const KvGeometry& geom
                                                           int64_t budget_bytes) {
   if (!geometry.IsValid()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "invalid KV geometry: layers=%d kv_heads=%d chunk_size=%d head_dim=%d dtype_bytes=%d",
+        "invalid KV geometry: layers=%d kv_heads=%d chunk_size=%d head_dim=%d dtype=%s",
         geometry.num_layers, geometry.num_kv_heads, geometry.chunk_size, geometry.head_dim,
-        geometry.dtype_bytes));
+        DTypeName(geometry.dtype)));
   }
   const int64_t chunks = ChunksForBudget(geometry, budget_bytes);
   if (chunks < 1) {

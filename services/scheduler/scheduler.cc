@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/api/hash.h"
 #include "kernels/api/status_macros.h"
 
 namespace chunkattn {
@@ -24,10 +25,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // so samples differ but the whole request is reproducible from one seed.
 uint64_t SampleSeed(uint64_t seed, int index) {
   if (index == 0) return seed;
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return Mix64(seed + kGoldenGamma * static_cast<uint64_t>(index));
 }
 
 }  // namespace

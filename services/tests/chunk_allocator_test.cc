@@ -44,7 +44,7 @@ TEST(ChunkAllocatorTest, RejectsDoubleAndOutOfRangeFree) {
 }
 
 TEST(ChunkAllocatorTest, SizedFromBudget) {
-  const KvGeometry g{2, 4, 16, 64, 2};  // 2 * 2 * 4 * 16 * 64 * 2 = 32 KiB per chunk
+  const KvGeometry g{2, 4, 16, 64, DType::kFloat16};  // 2 * 2 * 4 * 16 * 64 * 2 = 32 KiB per chunk
   auto a = ChunkAllocator::FromBudget(g, 1 << 20);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->capacity(), 32);

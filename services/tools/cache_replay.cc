@@ -42,7 +42,7 @@ namespace chunkattn {
 namespace {
 
 // Llama-2-7B in fp16: 32 layers, 32 KV heads of 128 dims, 512 KiB per token.
-KvGeometry Llama7bGeometry(int chunk_size) { return KvGeometry{32, 32, chunk_size, 128, 2}; }
+KvGeometry Llama7bGeometry(int chunk_size) { return KvGeometry{32, 32, chunk_size, 128, DType::kFloat16}; }
 
 struct Request {
   std::vector<TokenId> prompt;

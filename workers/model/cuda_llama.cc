@@ -366,7 +366,7 @@ absl::StatusOr<int64_t> CudaLlamaModel::KvCapacity(double gpu_memory_fraction) c
   // buffers were reserved at Create and are already out of `free`).
   const int64_t reserve = int64_t{512} << 20;
   return KvChunksForMemory(static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes),
-                           gpu_memory_fraction, reserve, KvShapeOf(config_, layout_, options_).ChunkBytes());
+                           gpu_memory_fraction, reserve, KvShapeOf(config_, layout_, options_).BytesPerChunk());
 }
 
 absl::Status CudaLlamaModel::AllocateKvPool(int64_t num_chunks) {

@@ -8,19 +8,15 @@
 
 namespace chunkattn {
 
-absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolShape& s, int64_t num_chunks) {
-  if (s.num_layers < 1 || s.num_kv_heads < 1 || s.head_dim < 1 || num_chunks < 1 ||
-      num_chunks > (int64_t{1} << 31) - 1) {
+absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvGeometry& s, int64_t num_chunks) {
+  if (!s.IsValid() || num_chunks < 1 || num_chunks > (int64_t{1} << 31) - 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "KV pool: layers %d, kv heads %d, head dim %d and chunks %d must all be positive",
-        s.num_layers, s.num_kv_heads, s.head_dim, num_chunks));
-  }
-  if (s.chunk_size < 16 || s.chunk_size > 256 || (s.chunk_size & (s.chunk_size - 1)) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("KV pool: chunk size %d must be a power of two in [16, 256]", s.chunk_size));
+        "KV pool: layers %d, kv heads %d, head dim %d (each in [1, 1024]), chunk size %d (a power of two in "
+        "[16, 256]) and %d chunks",
+        s.num_layers, s.num_kv_heads, s.head_dim, s.chunk_size, num_chunks));
   }
   std::unique_ptr<KvPool> pool(new KvPool(s, num_chunks));
-  pool->layer_bytes_ = num_chunks * s.num_kv_heads * s.chunk_size * s.head_dim * DTypeBytes(s.dtype);
+  pool->layer_bytes_ = num_chunks * s.ChunkElementsPerLayer() * s.dtype_bytes();
   const int64_t total = pool->layer_bytes_ * 2 * s.num_layers;
   // 64-byte aligned for the vector loads of the kernels.
   void* p = std::aligned_alloc(64, static_cast<size_t>((total + 63) / 64 * 64));

@@ -15,30 +15,18 @@
 #include "absl/types/span.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
+#include "kernels/api/kv_layout.h"
 
 namespace chunkattn {
-
-struct KvPoolShape {
-  int num_layers = 0;
-  int num_kv_heads = 0;  // this rank's
-  int head_dim = 0;
-  int chunk_size = 64;
-  DType dtype = DType::kFloat32;
-
-  // Bytes one chunk takes over all layers, K and V.
-  int64_t ChunkBytes() const {
-    return int64_t{2} * num_layers * num_kv_heads * chunk_size * head_dim * DTypeBytes(dtype);
-  }
-};
 
 class KvPool {
  public:
   // RESOURCE_EXHAUSTED when the memory cannot be had; INVALID_ARGUMENT for a
   // bad shape.
-  static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvPoolShape& shape,
+  static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvGeometry& shape,
                                                         int64_t num_chunks);
 
-  const KvPoolShape& shape() const { return shape_; }
+  const KvGeometry& shape() const { return shape_; }
   int64_t num_chunks() const { return num_chunks_; }
   KvPoolView Layer(int layer) const;
 
@@ -50,9 +38,9 @@ class KvPool {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
-  KvPool(const KvPoolShape& shape, int64_t num_chunks) : shape_(shape), num_chunks_(num_chunks) {}
+  KvPool(const KvGeometry& shape, int64_t num_chunks) : shape_(shape), num_chunks_(num_chunks) {}
 
-  KvPoolShape shape_;
+  KvGeometry shape_;
   int64_t num_chunks_;
   int64_t layer_bytes_ = 0;  // one of K or V of one layer
   std::unique_ptr<uint8_t, Free> data_;  // layer l: K at 2l, V at 2l + 1

@@ -18,8 +18,8 @@ DType DefaultGpuDType(const ModelConfig& config) {
   return config.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
 }
 
-KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options) {
-  KvPoolShape shape;
+KvGeometry KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options) {
+  KvGeometry shape;
   shape.num_layers = config.num_layers;
   shape.num_kv_heads = layout.num_kv_heads;
   shape.head_dim = config.head_dim;

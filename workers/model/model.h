@@ -92,7 +92,7 @@ DType DefaultGpuDType(const ModelConfig& config);
 
 // The KV pool of one rank of `config` sharded as `layout`, with the chunk size
 // and dtype of `options`.
-KvPoolShape KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options);
+KvGeometry KvShapeOf(const ModelConfig& config, const ShardLayout& layout, const ModelOptions& options);
 
 // INVALID_ARGUMENT unless weights sharded for `layout` belong to rank `rank`
 // of a group of `world_size` (a model without a communicator is rank 0 of 1).

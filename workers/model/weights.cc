@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/api/hash.h"
 #include "kernels/api/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "workers/model/safetensors.h"
@@ -55,13 +56,6 @@ class SafetensorsSource : public TensorSource {
  private:
   std::unique_ptr<SafetensorsModel> model_;
 };
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 class DummySource : public TensorSource {
  public:

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "kernels/api/hash.h"
 #include "kernels/api/status_macros.h"
 
 namespace chunkattn {
@@ -233,15 +234,9 @@ absl::Status ValidateSamplingParams(const SamplingParams& params) {
 }
 
 double UniformForStep(uint64_t seed, uint64_t step) {
-  // SplitMix64's finalizer (Stafford's mix 13), a bijection whose output bits
-  // each depend on every input bit. Mixing seed and step separately before
-  // combining keeps nearby pairs such as (s, t+1) and (s+1, t) unrelated.
-  auto mix = [](uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  const uint64_t h = mix(mix(seed + 0x9E3779B97F4A7C15ull) ^ mix(step + 0xD1B54A32D192ED03ull));
+  // Mixing seed and step separately before combining keeps nearby pairs such
+  // as (s, t+1) and (s+1, t) unrelated.
+  const uint64_t h = Mix64(SplitMix64(seed) ^ Mix64(step + 0xD1B54A32D192ED03ull));
   return static_cast<double>(h >> 11) * 0x1.0p-53;  // the top 53 bits fill a mantissa
 }
 

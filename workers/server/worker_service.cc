@@ -190,7 +190,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   session->model_options.decode_impl = impl == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
 
   const int64_t chunk_bytes =
-      KvShapeOf(session->config, session->weights.layout, session->model_options).ChunkBytes();
+      KvShapeOf(session->config, session->weights.layout, session->model_options).BytesPerChunk();
   const uint32_t timeout_ms = req->collective_timeout_ms() > 0 ? req->collective_timeout_ms() : 30000;
   std::shared_ptr<GrpcStore> store;
   if (req->world_size() > 1) {
