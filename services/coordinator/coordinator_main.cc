@@ -8,7 +8,6 @@
 // process runs, so a coordinator waiting for its workers is not restarted.
 // --health_port serves the same statuses in plaintext, for Kubernetes' gRPC
 // probes, which cannot speak TLS.
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -19,7 +18,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -32,6 +30,7 @@
 #include "services/metrics/metrics.h"
 #include "workers/common/address.h"
 #include "workers/common/flags.h"
+#include "workers/common/signals.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port of the public gRPC API");
 ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port; 0 = off");
@@ -60,10 +59,6 @@ ABSL_FLAG(std::string, auth_token_file, "",
 
 namespace {
 
-absl::Notification g_stop;
-
-void OnSignal(int) { g_stop.Notify(); }
-
 constexpr char kApiService[] = "chunkattn.v1.Generation";
 
 void SetReady(grpc::HealthCheckServiceInterface* health, bool ready) {
@@ -84,6 +79,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "chunkattn cache coordinator: --workers HOST:PORT,... --model DIR [--listen HOST:PORT] [--metrics_port N]");
   absl::ParseCommandLine(argc, argv);
+  if (!InstallTerminationHandlers()) {
+    std::perror("error: signal handlers");
+    return 1;
+  }
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<HostPort> listen_address = ParseHostPort("--listen", listen, 0);
@@ -207,15 +206,13 @@ int main(int argc, char** argv) {
                health_port > 0 ? absl::StrCat(":", health_port).c_str() : "on the API port",
                metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off", workers.size(), model.c_str());
 
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  g_stop.WaitForNotification();
+  chunkattn::WaitForTerminationSignal();  // this thread, not a handler, shuts down
   std::fprintf(stderr, "coordinator: shutting down\n");
   for (grpc::HealthCheckServiceInterface* health : healths) health->Shutdown();
   // The engine first: it ends every stream (so the server's shutdown does not
   // wait on them) and makes its last ready callback while `health` lives.
   engine.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  if (health_server) health_server->Shutdown();
+  if (health_server) health_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

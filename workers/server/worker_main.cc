@@ -1,11 +1,10 @@
 // chunkattn-worker: one tensor-parallel rank of the model. It waits for the
 // cache coordinator to Join it (rank, world size, model, chunk size,
 // rendezvous), then runs the plan stream the coordinator sends.
-#include <csignal>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,6 +19,7 @@
 #include "kernels/cuda/device.h"
 #endif
 #include "workers/common/flags.h"
+#include "workers/common/signals.h"
 #include "workers/server/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50061", "host:port of the worker's gRPC server");
@@ -34,23 +34,14 @@ ABSL_FLAG(std::string, collective_host, "",
           "address peers reach this rank's collectives at (default: the --listen host, or "
           "127.0.0.1 when that is 0.0.0.0)");
 
-namespace {
-
-std::unique_ptr<grpc::Server> g_server;
-
-void OnSignal(int) {
-  // Shutdown from a separate thread: it blocks until handlers return.
-  std::thread([] {
-    if (g_server) g_server->Shutdown();
-  }).detach();
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   chunkattn::NormalizeFlagDashes(argc, argv);
   absl::SetProgramUsageMessage("chunkattn compute worker: --listen HOST:PORT --device cpu|cuda:N");
   absl::ParseCommandLine(argc, argv);
+  if (!chunkattn::InstallTerminationHandlers()) {
+    std::perror("error: signal handlers");
+    return 1;
+  }
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<chunkattn::HostPort> address = chunkattn::ParseHostPort("--listen", listen, 0);
   if (!address.ok()) {
@@ -105,17 +96,19 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   builder.RegisterService(&service);
-  g_server = builder.BuildAndStart();
-  if (g_server == nullptr || bound == 0) {
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound == 0) {
     std::fprintf(stderr, "error: cannot listen on %s\n", listen.c_str());
     return 1;
   }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
   std::fprintf(stderr, "chunkattn-worker listening on %s (device %s, KV budget %s)\n", listen.c_str(),
                device->ToString().c_str(),
                mib > 0 ? (std::to_string(mib) + " MiB").c_str()
                        : (device->cuda ? "from --gpu_memory_fraction" : "1024 MiB"));
-  g_server->Wait();
+  chunkattn::WaitForTerminationSignal();
+  std::fprintf(stderr, "worker: shutting down\n");
+  // In-flight calls (a plan stream, a store wait) get 5 s, then are cancelled.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
   return 0;
 }
