@@ -10,6 +10,9 @@
 #include "kernels/api/status_macros.h"
 #include "workers/collectives/communicator.h"
 
+// OpenBLAS's own (cblas.h is an alternatives link that may not declare it).
+extern "C" void openblas_set_num_threads(int num_threads);
+
 namespace chunkattn {
 namespace {
 
@@ -110,6 +113,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
   const ShardLayout& l = weights.layout;
   RETURN_IF_ERROR(CheckShardMatchesGroup(l, comm == nullptr ? 0 : comm->rank(),
                                          comm == nullptr ? 1 : comm->world_size()));
+  // OpenBLAS starts a thread per core of the machine; the GEMMs get the
+  // threads the attention gets (--threads, else the affinity and cgroup
+  // limit), so a container with 2 CPUs does not run 64 BLAS threads.
+  openblas_set_num_threads(pool != nullptr ? pool->num_threads() : 1);
   const int64_t hidden = config.hidden_size, d = config.head_dim;
   const int64_t width = int64_t{l.num_heads + 2 * l.num_kv_heads} * d;
   if (static_cast<int>(weights.layers.size()) != config.num_layers ||

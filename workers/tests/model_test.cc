@@ -265,6 +265,28 @@ TEST(ModelServingTest, TensorParallelMatchesSingleRank) {
   }
 }
 
+}  // namespace
+}  // namespace chunkattn
+
+extern "C" int openblas_get_num_threads(void);
+
+namespace chunkattn {
+namespace {
+
+// The model's GEMMs run on as many OpenBLAS threads as its pool has (not one
+// per core of the machine).
+TEST(ModelServingTest, BlasThreadsFollowThePool) {
+  const auto& ref = References()[0];
+  for (int threads : {1, 2, 3}) {
+    cpu::ThreadPool pool(threads);
+    auto model = LoadModelOrDie(ref.dir, {}, nullptr, Options(), &pool);
+    ASSERT_TRUE(model);
+    EXPECT_EQ(openblas_get_num_threads(), threads);
+  }
+  auto model = LoadModelOrDie(ref.dir, {}, nullptr, Options());
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+}
+
 TEST(ModelServingTest, RejectsMalformedBatches) {
   const auto& ref = References()[0];
   auto model = LoadModelOrDie(ref.dir, {}, nullptr, Options());
