@@ -9,11 +9,13 @@
 #include <optional>
 #include <string_view>
 
+#include "kernels/api/host_device.h"
+
 namespace chunkattn {
 
 enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16 };
 
-constexpr int DTypeBytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+CHUNKATTN_HOST_DEVICE constexpr int DTypeBytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
 constexpr const char* DTypeName(DType t) {
   switch (t) {

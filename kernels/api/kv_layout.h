@@ -38,19 +38,17 @@ struct KvGeometry {
   int head_dim = 0;
   DType dtype = DType::kFloat16;  // storage of K and V
 
-  CHUNKATTN_HOST_DEVICE constexpr int dtype_bytes() const { return dtype == DType::kFloat32 ? 4 : 2; }
-
   // Elements of K (or V) for one chunk in one layer.
   CHUNKATTN_HOST_DEVICE constexpr int64_t ChunkElementsPerLayer() const {
     return int64_t{num_kv_heads} * chunk_size * head_dim;
   }
   // Bytes one chunk occupies across all layers, K and V.
   CHUNKATTN_HOST_DEVICE constexpr int64_t BytesPerChunk() const {
-    return int64_t{num_layers} * 2 * ChunkElementsPerLayer() * dtype_bytes();
+    return int64_t{num_layers} * 2 * ChunkElementsPerLayer() * DTypeBytes(dtype);
   }
   // Bytes of KV for one token across all layers (BytesPerChunk / chunk_size).
   CHUNKATTN_HOST_DEVICE constexpr int64_t BytesPerToken() const {
-    return int64_t{num_layers} * 2 * num_kv_heads * head_dim * dtype_bytes();
+    return int64_t{num_layers} * 2 * num_kv_heads * head_dim * DTypeBytes(dtype);
   }
   // Element offset of (chunk, head, slot, dim) inside one layer's K or V.
   CHUNKATTN_HOST_DEVICE constexpr int64_t Offset(int64_t chunk, int head, int slot,
@@ -60,8 +58,8 @@ struct KvGeometry {
   // Bounds keep every product above far inside int64 (at most 2^43 bytes/chunk).
   CHUNKATTN_HOST_DEVICE constexpr bool IsValid() const {
     return num_layers > 0 && num_layers <= 1024 && num_kv_heads > 0 && num_kv_heads <= 1024 &&
-           head_dim > 0 && head_dim <= 1024 && (dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16) &&
-           IsValidChunkSize(chunk_size);
+           head_dim > 0 && head_dim <= 1024 && IsValidChunkSize(chunk_size) &&
+           (dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16);
   }
 };
 

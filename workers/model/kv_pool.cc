@@ -16,7 +16,7 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvGeometry& s, int6
         s.num_layers, s.num_kv_heads, s.head_dim, s.chunk_size, num_chunks));
   }
   std::unique_ptr<KvPool> pool(new KvPool(s, num_chunks));
-  pool->layer_bytes_ = num_chunks * s.ChunkElementsPerLayer() * s.dtype_bytes();
+  pool->layer_bytes_ = num_chunks * s.ChunkElementsPerLayer() * DTypeBytes(s.dtype);
   const int64_t total = pool->layer_bytes_ * 2 * s.num_layers;
   // 64-byte aligned for the vector loads of the kernels.
   void* p = std::aligned_alloc(64, static_cast<size_t>((total + 63) / 64 * 64));
