@@ -42,7 +42,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "kernels/api/attention.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/attention.h"
 #include "services/cache/prefix_forest.h"
 #if CHUNKATTN_BENCH_CUDA
@@ -252,7 +252,7 @@ absl::Status MeasureCpu(const Config& cfg, const std::vector<std::string>& impls
   ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed)));
   Workload& w = *built;
   const AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
-  ASSIGN_OR_RETURN(const cpu::DecodePlan plan, cpu::PlanDecode(w.ctx, w.view.num_chunks));
+  ASSIGN_OR_RETURN(const DecodePlan plan, PlanDecode(w.ctx, w.view.num_chunks));
   const int64_t kv_token_bytes = int64_t{2} * cfg.kv_heads * cfg.head_dim * DTypeBytes(cfg.dtype);
   const int64_t min_bytes = (int64_t{cfg.ns} + int64_t{cfg.batch} * (cfg.np - cfg.ns)) * kv_token_bytes +
                             2 * static_cast<int64_t>(w.q.size()) * 4;
@@ -269,7 +269,7 @@ absl::Status MeasureCpu(const Config& cfg, const std::vector<std::string>& impls
       dense = std::make_unique<cpu::DenseKv>(std::move(d));
       runs[k] = [&, o] { return cpu::NaiveDecode(*dense, shape, w.q.data(), o, &pool, isa); };
     } else {
-      const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+      const DecodeImpl di = impls[k] == "tpp" ? DecodeImpl::kTpp : DecodeImpl::kSequence;
       runs[k] = [&, di, o] { return attn.Decode(di, plan, w.ctx, w.view, shape, w.q.data(), o); };
     }
   }
@@ -394,8 +394,8 @@ absl::Status MeasureCuda(const Config& cfg, const std::vector<std::string>& impl
     w.q[i] = LoadAs(cfg.dtype, q_bits.data(), static_cast<int64_t>(i));
   }
   std::vector<float> want(w.q.size());
-  ASSIGN_OR_RETURN(const cpu::DecodePlan cplan, cpu::PlanDecode(w.ctx, w.view.num_chunks));
-  RETURN_IF_ERROR(b.cpu_attn->Decode(cpu::DecodeImpl::kTpp, cplan, w.ctx, w.view, shape, w.q.data(), want.data()));
+  ASSIGN_OR_RETURN(const DecodePlan cplan, PlanDecode(w.ctx, w.view.num_chunks));
+  RETURN_IF_ERROR(b.cpu_attn->Decode(DecodeImpl::kTpp, cplan, w.ctx, w.view, shape, w.q.data(), want.data()));
   const size_t pool_bytes = w.k.size() * 2, q_bytes = q_bits.size() * 2;
   ASSIGN_OR_RETURN(const cuda::DeviceBuffer dk, ToDevice(w.k.data(), pool_bytes));
   ASSIGN_OR_RETURN(const cuda::DeviceBuffer dv, ToDevice(w.v.data(), pool_bytes));
@@ -440,7 +440,7 @@ absl::Status MeasureCuda(const Config& cfg, const std::vector<std::string>& impl
     } else {
       // Planning and uploads happen once per context version (and a small
       // token-count upload per step), outside the timed launches.
-      const cpu::DecodeImpl di = impls[k] == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+      const DecodeImpl di = impls[k] == "tpp" ? DecodeImpl::kTpp : DecodeImpl::kSequence;
       cuda::CudaAttention* const attn = b.attns[k].get();
       RETURN_IF_ERROR(attn->PrepareDecode(di, w.ctx, view, shape, b.stream));
       items[k] = static_cast<int>(attn->decode_work()->items.size());

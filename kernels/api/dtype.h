@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-#include "kernels/api/host_device.h"
+#include "base/host_device.h"
 
 namespace chunkattn {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "kernels/api/dtype.h"
-#include "kernels/api/host_device.h"
+#include "base/host_device.h"
 
 namespace chunkattn {
 

@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
+#include "kernels/api/decode_plan.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace chunkattn::cpu {
@@ -36,33 +37,6 @@ enum class Isa { kPortable, kAvx2 };
 const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);
 Isa BestIsa();
-
-enum class DecodeImpl { kTpp, kSequence };
-const char* DecodeImplName(DecodeImpl impl);
-
-// What the kernels need from a context's structure, derived once per context
-// version (the "plan" step; the per-step "run" only reads token counts).
-struct DecodePlan {
-  uint64_t version = 0;
-  int num_seqs = 0;
-  int num_shared = 0;
-  int table_size = 0;  // entries in the private table
-  // A run: shared entries [first, last) that all cover sequences [begin, end).
-  // Its partial state for sequence s lives in partial slot `slot + s - begin`.
-  struct Run {
-    int32_t first = 0, last = 0, begin = 0, end = 0, slot = 0;
-  };
-  std::vector<Run> runs;
-  // Runs covering sequence s: seq_runs[seq_run_begin[s] .. seq_run_begin[s+1]).
-  std::vector<int32_t> seq_run_begin;
-  std::vector<int32_t> seq_runs;
-  int64_t num_slots = 0;  // sum of (end - begin) over runs
-};
-
-// INVALID_ARGUMENT when the arrays are inconsistent (sizes, ranges, chunk ids
-// outside [0, num_pool_chunks)). O(entries + sum of run widths); the deeper
-// promises are ValidateChunkContext's, checked where plans enter a worker.
-absl::StatusOr<DecodePlan> PlanDecode(const ChunkContext& ctx, int64_t num_pool_chunks);
 
 class CpuAttention {
  public:

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/launch.h"
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 
 namespace chunkattn::cuda {
 

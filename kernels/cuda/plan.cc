@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 
 namespace chunkattn::cuda {
 namespace {
@@ -45,7 +45,7 @@ struct List {
 absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& ctx, int64_t num_pool_chunks,
                                           const AttentionShape& shape, const PlanOptions& options) {
   RETURN_IF_ERROR(CheckShape(shape, ctx.chunk_size));
-  ASSIGN_OR_RETURN(const cpu::DecodePlan plan, cpu::PlanDecode(ctx, num_pool_chunks));
+  ASSIGN_OR_RETURN(const DecodePlan plan, PlanDecode(ctx, num_pool_chunks));
   const int n = ctx.num_seqs(), g = shape.group_size(), kvh = shape.num_kv_heads, c = ctx.chunk_size;
   const int tile_seqs = kTileRows / g;  // token rows per chunk-first item
   DecodeWork work;
@@ -71,7 +71,7 @@ absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& c
   std::vector<int32_t> seq_list(n, -1);
   if (impl == DecodeImpl::kTpp) {
     for (int32_t k = 0; k < ctx.num_shared(); ++k) add_shared(k);
-    for (const cpu::DecodePlan::Run& run : plan.runs) {
+    for (const DecodePlan::Run& run : plan.runs) {
       List l;
       l.first = run.first;
       l.num_chunks = run.last - run.first;
@@ -97,7 +97,7 @@ absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& c
       List l;
       l.first = static_cast<int32_t>(work.table_chunk.size());
       for (int32_t i = plan.seq_run_begin[s]; i < plan.seq_run_begin[s + 1]; ++i) {
-        const cpu::DecodePlan::Run& run = plan.runs[plan.seq_runs[i]];
+        const DecodePlan::Run& run = plan.runs[plan.seq_runs[i]];
         for (int32_t k = run.first; k < run.last; ++k) add_shared(k);
       }
       for (int32_t i = ctx.private_begin[s]; i < ctx.private_end[s]; ++i) add_private(i);

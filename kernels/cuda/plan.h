@@ -27,12 +27,10 @@
 #include "absl/status/statusor.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/api/decode_plan.h"
 #include "kernels/cuda/work.h"
 
 namespace chunkattn::cuda {
-
-using cpu::DecodeImpl;
 
 struct PlanOptions {
   // Items the GPU runs at once (SMs x resident blocks per SM). A list longer
@@ -68,7 +66,7 @@ struct DecodeWork {
   int max_merge = 0;  // most partial states merged into one output
 };
 
-// INVALID_ARGUMENT for an inconsistent context (cpu::PlanDecode's checks) or
+// INVALID_ARGUMENT for an inconsistent context (PlanDecode's checks) or
 // a GQA group over kTileRows.
 absl::StatusOr<DecodeWork> PlanDecodeWork(DecodeImpl impl, const ChunkContext& ctx, int64_t num_pool_chunks,
                                           const AttentionShape& shape, const PlanOptions& options);

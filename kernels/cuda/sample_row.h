@@ -28,7 +28,7 @@
 #include <vector>
 #endif
 
-#include "kernels/api/host_device.h"
+#include "base/host_device.h"
 
 namespace chunkattn::cuda {
 

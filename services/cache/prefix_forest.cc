@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
 

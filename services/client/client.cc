@@ -10,7 +10,7 @@
 #include "absl/strings/strip.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/client_interceptor.h"
-#include "workers/common/address.h"
+#include "base/address.h"
 
 namespace chunkattn::client {
 

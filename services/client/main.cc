@@ -23,8 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "services/client/client.h"
 #include "services/client/replay.h"
-#include "workers/common/file.h"
-#include "workers/common/flags.h"
+#include "base/file.h"
+#include "base/flags.h"
 
 ABSL_FLAG(std::string, server, "", "the coordinator, HOST:PORT");
 ABSL_FLAG(double, timeout_s, 600, "deadline of every RPC, seconds");

@@ -28,9 +28,9 @@
 #include "services/coordinator/security.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
-#include "workers/common/address.h"
-#include "workers/common/flags.h"
-#include "workers/common/signals.h"
+#include "base/address.h"
+#include "base/flags.h"
+#include "base/signals.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port of the public gRPC API");
 ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port; 0 = off");

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "workers/tokenizer/detokenizer.h"
+#include "text/detokenizer.h"
 
 namespace chunkattn {
 
@@ -252,7 +252,7 @@ void Engine::DrainInbox(bool serving) {
 }
 
 void Engine::Step() {
-  internal::v1::StepPlan plan;
+  StepPlan plan;
   absl::StatusOr<bool> scheduled = scheduler_->Schedule(&plan);
   if (!scheduled.ok()) {
     Log(absl::StrCat("scheduler: ", scheduled.status().ToString()));
@@ -265,7 +265,7 @@ void Engine::Step() {
     return;
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<internal::v1::StepResult> result = pool_->Step(plan);
+  absl::StatusOr<StepResult> result = pool_->Step(plan);
   const absl::Time now = absl::Now();
   if (!result.ok()) {
     Log(result.status().ToString());

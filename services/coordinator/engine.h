@@ -30,8 +30,8 @@
 #include "services/coordinator/worker_pool.h"
 #include "services/metrics/metrics.h"
 #include "services/scheduler/scheduler.h"
-#include "workers/model/config.h"
-#include "workers/tokenizer/tokenizer.h"
+#include "config/model_config.h"
+#include "text/tokenizer.h"
 
 namespace chunkattn {
 

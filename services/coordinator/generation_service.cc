@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "workers/common/grpc_status.h"
+#include "base/grpc_status.h"
 
 namespace chunkattn {
 

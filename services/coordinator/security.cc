@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/security/server_credentials.h"
-#include "workers/common/file.h"
+#include "base/file.h"
 
 namespace chunkattn {
 namespace {

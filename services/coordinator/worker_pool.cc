@@ -10,19 +10,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
-#include "workers/common/grpc_status.h"
+#include "base/grpc_status.h"
+#include "plan/plan_proto.h"
 
 namespace chunkattn {
 
-using internal::v1::StepPlan;
-using internal::v1::StepResult;
+using WirePlan = internal::v1::StepPlan;
+using WireResult = internal::v1::StepResult;
 
 struct WorkerPool::Rank {
   std::string address;
   std::unique_ptr<internal::v1::Worker::Stub> stub;
   std::unique_ptr<grpc::ClientContext> context;
-  std::unique_ptr<grpc::ClientReaderWriter<StepPlan, StepResult>> stream;
-  StepResult result;
+  std::unique_ptr<grpc::ClientReaderWriter<WirePlan, WireResult>> stream;
+  WireResult result;
   absl::Status status;
 };
 
@@ -124,14 +125,16 @@ absl::Status WorkerPool::Connect() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepResult> WorkerPool::Step(StepPlan& plan) {
+absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
   if (!connected_) return absl::UnavailableError("the workers are not connected");
+  ToProto(step, &wire_plan_);
   if (!sized_) {
-    plan.set_num_kv_chunks(num_chunks_);
+    wire_plan_.set_num_kv_chunks(num_chunks_);
     sized_ = true;
   } else {
-    plan.clear_num_kv_chunks();
+    wire_plan_.clear_num_kv_chunks();
   }
+  const WirePlan& plan = wire_plan_;
   // A failed rank cancels every stream, so ranks blocked in a collective
   // with the dead one (or on us) return at once.
   auto cancel_all = [this] {
@@ -172,7 +175,9 @@ absl::StatusOr<StepResult> WorkerPool::Step(StepPlan& plan) {
     Disconnect();
     return failure.ok() ? absl::UnavailableError("a worker failed") : failure;
   }
-  return ranks_[0]->result;
+  StepResult result;
+  FromProto(ranks_[0]->result, &result);
+  return result;
 }
 
 }  // namespace chunkattn

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
+#include "plan/step_plan.h"
 
 namespace chunkattn {
 
@@ -50,10 +51,11 @@ class WorkerPool {
   void Disconnect();
   bool connected() const { return connected_; }
 
-  // Runs one plan on every rank and returns rank 0's result. The first plan
-  // after Connect() carries the pool size. UNAVAILABLE (with the worker and
-  // its error) when any rank fails; the pool is then disconnected.
-  absl::StatusOr<internal::v1::StepResult> Step(internal::v1::StepPlan& plan);
+  // Runs one plan on every rank (converted to its wire form once) and
+  // returns rank 0's result. The first plan after Connect() carries the pool
+  // size. UNAVAILABLE (with the worker and its error) when any rank fails;
+  // the pool is then disconnected.
+  absl::StatusOr<StepResult> Step(const StepPlan& plan);
 
   int world_size() const { return static_cast<int>(options_.addresses.size()); }
   int64_t num_chunks() const { return num_chunks_; }
@@ -75,6 +77,7 @@ class WorkerPool {
   std::string dtype_;
   std::string device_;
   std::string kv_dtype_;
+  internal::v1::StepPlan wire_plan_;  // reused across steps
 };
 
 }  // namespace chunkattn

@@ -5,14 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/api/hash.h"
-#include "kernels/api/status_macros.h"
+#include "base/hash.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
-
-using internal::v1::StepPlan;
-using internal::v1::StepResult;
-
 namespace {
 
 // Waiting requests looked at per admission round: bounds the in-batch sharing
@@ -312,18 +308,14 @@ absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
     auto& s = r->samples[i];
     if (s.finished) continue;
     s.sampler_key = next_sampler_key_++;
-    internal::v1::SamplerStart start;
-    start.set_key(s.sampler_key);
-    auto* p = start.mutable_params();
-    p->set_temperature(r->spec.sampling.temperature);
-    p->set_top_k(r->spec.sampling.top_k);
-    p->set_top_p(r->spec.sampling.top_p);
-    p->set_min_p(r->spec.sampling.min_p);
-    p->set_repetition_penalty(r->spec.sampling.repetition_penalty);
-    p->set_seed(SampleSeed(r->spec.sampling.seed, i));
+    SamplerStart start;
+    start.key = s.sampler_key;
+    start.params = r->spec.sampling;
+    start.params.return_logprobs = false;
+    start.params.seed = SampleSeed(r->spec.sampling.seed, i);
     if (r->spec.sampling.repetition_penalty != 1.0f) {
-      start.mutable_history()->Add(r->spec.prompt.begin(), r->spec.prompt.end());
-      start.mutable_history()->Add(s.generated.begin(), s.generated.end());
+      start.history = r->spec.prompt;
+      start.history.insert(start.history.end(), s.generated.begin(), s.generated.end());
     }
     pending_starts_.push_back(std::move(start));
   }
@@ -333,8 +325,8 @@ absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
 
 absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   if (in_step_) return absl::InternalError("Schedule called before Complete");
-  plan->Clear();
-  std::vector<KvCopy> copies;
+  *plan = StepPlan();
+  std::vector<KvCopy>& copies = plan->copies;
   const int c = options_.chunk_size;
 
   std::vector<Request*> running;
@@ -444,15 +436,9 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   // without rows still goes out when it has copies (they must land before any
   // later write) or sampler starts.
   if (work.empty() && copies.empty() && pending_starts_.empty()) return false;
-  for (const KvCopy& copy : copies) {
-    auto* kc = plan->add_copies();
-    kc->set_src_chunk(copy.src_chunk);
-    kc->set_dst_chunk(copy.dst_chunk);
-    kc->set_num_tokens(copy.num_tokens);
-  }
-  for (auto& start : pending_starts_) *plan->add_sampler_starts() = std::move(start);
+  plan->sampler_starts = std::move(pending_starts_);
   pending_starts_.clear();
-  for (int64_t key : pending_sampler_ends_) plan->add_sampler_ends(key);
+  plan->sampler_ends = std::move(pending_sampler_ends_);
   pending_sampler_ends_.clear();
 
   // Prefill pieces.
@@ -460,18 +446,19 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   step_samples_.clear();
   for (const Work& w : work) {
     if (w.end <= w.begin) continue;
-    if (plan->prefill_q_begin_size() == 0) {
-      plan->add_prefill_q_begin(0);
-      plan->add_prefill_chunk_begin(0);
+    PrefillBatch& prefill = plan->prefill;
+    if (prefill.q_begin.empty()) {
+      prefill.q_begin.push_back(0);
+      prefill.chunk_begin.push_back(0);
     }
-    plan->mutable_tokens()->Add(w.seq->tokens.begin() + w.begin, w.seq->tokens.begin() + w.end);
-    plan->add_prefill_prefix_len(w.begin);
-    plan->add_prefill_q_begin(plan->tokens_size());
+    plan->tokens.insert(plan->tokens.end(), w.seq->tokens.begin() + w.begin, w.seq->tokens.begin() + w.end);
+    prefill.prefix_len.push_back(w.begin);
+    prefill.q_begin.push_back(static_cast<int32_t>(plan->tokens.size()));
     ASSIGN_OR_RETURN(std::vector<ChunkId> chunks, forest_->Chunks(w.seq->id));
-    plan->mutable_prefill_chunk_ids()->Add(chunks.begin(), chunks.end());
-    plan->add_prefill_chunk_begin(plan->prefill_chunk_ids_size());
+    prefill.chunk_ids.insert(prefill.chunk_ids.end(), chunks.begin(), chunks.end());
+    prefill.chunk_begin.push_back(static_cast<int32_t>(prefill.chunk_ids.size()));
   }
-  const int32_t prefill_rows = plan->tokens_size();
+  const int32_t prefill_rows = static_cast<int32_t>(plan->tokens.size());
 
   // Decode rows over the subset of the forest's context.
   bool any_decode = false;
@@ -496,35 +483,25 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
       SubsetContext(full, keep, ++decode_version_, &decode_ctx_);
       forest_version_ = full.version;
       decode_set_ = std::move(set);
-      auto* dc = plan->mutable_context();
-      dc->set_version(decode_ctx_.version);
-      dc->mutable_seq_ids()->Add(decode_ctx_.seq_ids.begin(), decode_ctx_.seq_ids.end());
-      dc->mutable_shared_chunk()->Add(decode_ctx_.shared_chunk.begin(), decode_ctx_.shared_chunk.end());
-      dc->mutable_shared_begin()->Add(decode_ctx_.shared_begin.begin(), decode_ctx_.shared_begin.end());
-      dc->mutable_shared_end()->Add(decode_ctx_.shared_end.begin(), decode_ctx_.shared_end.end());
-      dc->mutable_shared_tokens()->Add(decode_ctx_.shared_tokens.begin(), decode_ctx_.shared_tokens.end());
-      dc->mutable_private_begin()->Add(decode_ctx_.private_begin.begin(), decode_ctx_.private_begin.end());
-      dc->mutable_private_end()->Add(decode_ctx_.private_end.begin(), decode_ctx_.private_end.end());
-      dc->mutable_private_chunk()->Add(decode_ctx_.private_chunk.begin(), decode_ctx_.private_chunk.end());
-      dc->mutable_private_tokens()->Add(decode_ctx_.private_tokens.begin(), decode_ctx_.private_tokens.end());
+      plan->has_context = true;
+      plan->context = decode_ctx_;
+      plan->context.seq_len.clear();
     }
-    plan->set_has_decode(true);
+    plan->has_decode = true;
     for (size_t s = 0; s < decode_set_.size(); ++s) {
       Seq* seq = seqs_.at(decode_set_[s]);
-      plan->add_seq_len(static_cast<int32_t>(seq->tokens.size()));
-      plan->add_tokens(seq->tokens.back());
-      plan->add_logits_rows(prefill_rows + static_cast<int32_t>(s));
+      plan->seq_len.push_back(static_cast<int32_t>(seq->tokens.size()));
+      plan->tokens.push_back(seq->tokens.back());
+      plan->logits_rows.push_back(prefill_rows + static_cast<int32_t>(s));
       Request* r = seq->request;
       for (int32_t index : seq->samples) {
-        auto* row = plan->add_samples();
-        row->set_row(static_cast<int32_t>(s));
-        row->set_key(r->samples[index].sampler_key);
-        row->set_step(r->samples[index].generated.size());
+        plan->samples.push_back(
+            {static_cast<int32_t>(s), r->samples[index].sampler_key, r->samples[index].generated.size()});
         step_samples_.push_back({r->id, index});
       }
     }
   }
-  plan->set_step(++step_);
+  plan->step = ++step_;
   in_step_ = true;
   return true;
 }
@@ -532,10 +509,9 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
 absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEvent>* events) {
   if (!in_step_) return absl::InternalError("Complete without a scheduled step");
   in_step_ = false;
-  if (result.tokens_size() != static_cast<int>(step_samples_.size()) ||
-      result.logprobs_size() != result.tokens_size()) {
-    return absl::InternalError(absl::StrFormat("step %d: %d sampled tokens for %d samples", result.step(),
-                                               result.tokens_size(), step_samples_.size()));
+  if (result.tokens.size() != step_samples_.size() || result.logprobs.size() != result.tokens.size()) {
+    return absl::InternalError(absl::StrFormat("step %d: %d sampled tokens for %d samples", result.step,
+                                               result.tokens.size(), step_samples_.size()));
   }
   for (const StepSeq& s : step_seqs_) {
     auto it = seqs_.find(s.seq);
@@ -549,13 +525,13 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
     if (rit == requests_.end()) continue;
     Request* r = rit->second.get();
     auto& sample = r->samples[step_samples_[k].index];
-    const TokenId token = result.tokens(static_cast<int>(k));
+    const TokenId token = result.tokens[k];
     sample.generated.push_back(token);
     SampleEvent e;
     e.request = r->id;
     e.index = step_samples_[k].index;
     e.token = token;
-    e.logprob = result.logprobs(static_cast<int>(k));
+    e.logprob = result.logprobs[k];
     e.prompt_tokens = static_cast<int32_t>(r->spec.prompt.size());
     e.cached_prompt_tokens = std::max(r->cached_prompt_tokens, 0);
     e.completion_tokens = static_cast<int32_t>(sample.generated.size());

@@ -46,10 +46,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "chunkattn/internal/v1/worker.pb.h"
 #include "kernels/api/chunk_context.h"
+#include "plan/sampling_params.h"
+#include "plan/step_plan.h"
 #include "services/cache/prefix_forest.h"
-#include "workers/sampler/sampler.h"
 
 namespace chunkattn {
 
@@ -136,11 +136,11 @@ class Scheduler {
 
   // Fills `plan` with the next step. Returns false (and leaves the plan
   // empty) when there is nothing to run. INTERNAL only on a broken invariant.
-  absl::StatusOr<bool> Schedule(internal::v1::StepPlan* plan);
+  absl::StatusOr<bool> Schedule(StepPlan* plan);
 
   // Applies the result of the last scheduled plan (rank 0's sampled tokens)
   // and appends one event per sampled token.
-  absl::Status Complete(const internal::v1::StepResult& result, std::vector<SampleEvent>* events);
+  absl::Status Complete(const StepResult& result, std::vector<SampleEvent>* events);
 
   bool HasWork() const { return !requests_.empty(); }
   // Ids of every request in flight (running or waiting), oldest first.
@@ -195,7 +195,7 @@ class Scheduler {
   };
   std::vector<StepSeq> step_seqs_;
   std::vector<StepSample> step_samples_;
-  std::vector<internal::v1::SamplerStart> pending_starts_;
+  std::vector<SamplerStart> pending_starts_;
   std::vector<int64_t> pending_sampler_ends_;
   uint64_t step_ = 0;
   bool in_step_ = false;

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "workers/collectives/gloo_communicator.h"
 
 ABSL_FLAG(int, rank, -1, "this process's rank in [0, world)");

@@ -21,7 +21,7 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "workers/collectives/internal.h"
 
 namespace chunkattn {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "workers/collectives/internal.h"
 
 namespace chunkattn {

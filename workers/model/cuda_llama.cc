@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/cuda_attention.h"
 #include "kernels/cuda/layers.h"
 #include "workers/collectives/nccl_communicator.h"

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "workers/collectives/communicator.h"
 
 // OpenBLAS's own (cblas.h is an alternatives link that may not declare it).

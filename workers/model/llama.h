@@ -28,7 +28,7 @@
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
-#include "workers/model/config.h"
+#include "config/model_config.h"
 #include "workers/model/kv_pool.h"
 #include "workers/model/model.h"
 #include "workers/model/weights.h"

@@ -1,7 +1,7 @@
 #include "workers/model/model.h"
 
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
 
@@ -80,7 +80,7 @@ absl::Status StepRows::Plan(const ForwardBatch& batch, const ModelConfig& config
     if (!have_plan_ || plan_.version != ctx->version) {
       have_plan_ = false;
       RETURN_IF_ERROR(ValidateChunkContext(*ctx, num_chunks));
-      ASSIGN_OR_RETURN(plan_, cpu::PlanDecode(*ctx, num_chunks));
+      ASSIGN_OR_RETURN(plan_, PlanDecode(*ctx, num_chunks));
       have_plan_ = true;
     }
     // The new token is the last one of its sequence: its slot is in the last
@@ -90,7 +90,7 @@ absl::Status StepRows::Plan(const ForwardBatch& batch, const ModelConfig& config
       int num_shared = 0;
       int32_t last_shared = -1;
       for (int32_t i = plan_.seq_run_begin[s]; i < plan_.seq_run_begin[s + 1]; ++i) {
-        const cpu::DecodePlan::Run& run = plan_.runs[plan_.seq_runs[i]];
+        const DecodePlan::Run& run = plan_.runs[plan_.seq_runs[i]];
         num_shared += run.last - run.first;
         last_shared = ctx->shared_chunk[run.last - 1];
       }

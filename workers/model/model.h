@@ -17,7 +17,7 @@
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"
-#include "workers/model/config.h"
+#include "config/model_config.h"
 #include "workers/model/kv_pool.h"
 #include "workers/model/weights.h"
 #include "workers/sampler/sampler.h"
@@ -28,7 +28,7 @@ struct ModelOptions {
   int chunk_size = 64;             // tokens per KV chunk
   int64_t num_kv_chunks = 0;       // KV pool capacity, chunks
   DType kv_dtype = DType::kFloat32;
-  cpu::DecodeImpl decode_impl = cpu::DecodeImpl::kTpp;
+  DecodeImpl decode_impl = DecodeImpl::kTpp;
 };
 
 // One iteration's work. Rows of the step, in order: the prefill tokens,
@@ -112,11 +112,11 @@ class StepRows {
   const std::vector<int32_t>& positions() const { return positions_; }
   const std::vector<int64_t>& slots() const { return slots_; }
   // The plan of the context of the last batch with decode rows.
-  const cpu::DecodePlan& decode_plan() const { return plan_; }
+  const DecodePlan& decode_plan() const { return plan_; }
 
  private:
   bool have_plan_ = false;
-  cpu::DecodePlan plan_;
+  DecodePlan plan_;
   int64_t prefill_rows_ = 0;
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;

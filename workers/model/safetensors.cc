@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace chunkattn {

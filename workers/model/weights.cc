@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/api/hash.h"
-#include "kernels/api/status_macros.h"
+#include "base/hash.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "workers/model/safetensors.h"
 

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/api/dtype.h"
-#include "workers/model/config.h"
+#include "config/model_config.h"
 
 namespace chunkattn {
 

@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
-#include "kernels/api/hash.h"
-#include "kernels/api/status_macros.h"
+#include "base/hash.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
 namespace {
@@ -210,28 +210,6 @@ struct RankOrder {
 constexpr RankOrder RanksBefore;
 
 }  // namespace
-
-absl::Status ValidateSamplingParams(const SamplingParams& params) {
-  if (!(params.temperature >= 0 && std::isfinite(params.temperature))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("temperature must be >= 0 and finite, got %g", params.temperature));
-  }
-  if (params.top_k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("top_k must be >= 0 (0 = off), got %d", params.top_k));
-  }
-  if (!(params.top_p > 0 && params.top_p <= 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat("top_p must be in (0, 1], got %g", params.top_p));
-  }
-  if (!(params.min_p >= 0 && params.min_p <= 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat("min_p must be in [0, 1], got %g", params.min_p));
-  }
-  if (!(params.repetition_penalty > 0 && std::isfinite(params.repetition_penalty))) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "repetition_penalty must be > 0 and finite, got %g", params.repetition_penalty));
-  }
-  return absl::OkStatus();
-}
 
 double UniformForStep(uint64_t seed, uint64_t step) {
   // Mixing seed and step separately before combining keeps nearby pairs such

@@ -17,26 +17,9 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "plan/sampling_params.h"
 
 namespace chunkattn {
-
-struct SamplingParams {
-  float temperature = 1.0f;         // 0 = greedy (argmax); else logits are divided by it
-  int32_t top_k = 0;                // keep the k most likely tokens; 0 = off
-  float top_p = 1.0f;               // nucleus mass in (0, 1]; 1 = off
-  float min_p = 0.0f;               // drop tokens with prob < min_p * max prob; in [0, 1]
-  float repetition_penalty = 1.0f;  // > 0; 1 = off (HF/CTRL style, see Sampler)
-  // With the step index, fixes the random draw. The sampler gives no default
-  // randomness: requests without a seed must be given a fresh one upstream.
-  uint64_t seed = 0;
-  // For the front end: whether to return SampleResult::logprob to the client.
-  // The sampler fills logprob always (it costs nothing extra).
-  bool return_logprobs = false;
-};
-
-// INVALID_ARGUMENT naming the offending field when a value is out of its range
-// above or not finite.
-absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 // One sequence of a Sample() batch. Borrowed for the duration of the call.
 struct SampleInput {

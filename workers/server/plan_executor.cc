@@ -4,31 +4,18 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
 
-using internal::v1::StepPlan;
-using internal::v1::StepResult;
-
-absl::Status PlanExecutor::SetContext(const internal::v1::DecodeContext& dc) {
+absl::Status PlanExecutor::SetContext(const ChunkContext& from) {
   // The models keep plans per version: a changed context must say so.
-  if (have_context_ && dc.version() == ctx_.version) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("context version %d is already in use: a new context needs a new version", dc.version()));
+  if (have_context_ && from.version == ctx_.version) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "context version %d is already in use: a new context needs a new version", from.version));
   }
-  ChunkContext ctx;
+  ChunkContext ctx = from;
   ctx.chunk_size = model_->options().chunk_size;
-  ctx.version = dc.version();
-  ctx.seq_ids.assign(dc.seq_ids().begin(), dc.seq_ids().end());
-  ctx.shared_chunk.assign(dc.shared_chunk().begin(), dc.shared_chunk().end());
-  ctx.shared_begin.assign(dc.shared_begin().begin(), dc.shared_begin().end());
-  ctx.shared_end.assign(dc.shared_end().begin(), dc.shared_end().end());
-  ctx.shared_tokens.assign(dc.shared_tokens().begin(), dc.shared_tokens().end());
-  ctx.private_begin.assign(dc.private_begin().begin(), dc.private_begin().end());
-  ctx.private_end.assign(dc.private_end().begin(), dc.private_end().end());
-  ctx.private_chunk.assign(dc.private_chunk().begin(), dc.private_chunk().end());
-  ctx.private_tokens.assign(dc.private_tokens().begin(), dc.private_tokens().end());
   const int n = ctx.num_seqs();
   if (static_cast<int>(ctx.private_begin.size()) != n || static_cast<int>(ctx.private_end.size()) != n) {
     return absl::InvalidArgumentError("context: private_begin/private_end must have one entry per sequence");
@@ -70,13 +57,13 @@ absl::Status PlanExecutor::SetContext(const internal::v1::DecodeContext& dc) {
 absl::Status PlanExecutor::UpdateLengths(const StepPlan& plan) {
   if (!have_context_) return absl::InvalidArgumentError("a decode step before any context");
   const int n = ctx_.num_seqs();
-  if (plan.seq_len_size() != n) {
+  if (static_cast<int64_t>(plan.seq_len.size()) != n) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("seq_len has %d entries for a context of %d sequences", plan.seq_len_size(), n));
+        absl::StrFormat("seq_len has %d entries for a context of %d sequences", plan.seq_len.size(), n));
   }
   const int c = ctx_.chunk_size;
   for (int s = 0; s < n; ++s) {
-    const int32_t len = plan.seq_len(s);
+    const int32_t len = plan.seq_len[s];
     const int64_t in_tail = int64_t{len} - int64_t{path_chunks_[s] - 1} * c;
     if (in_tail < 1 || in_tail > c) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -96,38 +83,35 @@ absl::Status PlanExecutor::UpdateLengths(const StepPlan& plan) {
 
 absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
   const absl::Time start = absl::Now();
-  result->Clear();
-  result->set_step(plan.step());
+  result->step = plan.step;
+  result->tokens.clear();
+  result->logprobs.clear();
+  result->compute_seconds = 0;
   if (samples_) {
-    for (const auto& s : plan.sampler_starts()) {
+    for (const SamplerStart& s : plan.sampler_starts) {
       SamplerState state;
-      state.params.temperature = s.params().temperature();
-      state.params.top_k = s.params().top_k();
-      state.params.top_p = s.params().top_p();
-      state.params.min_p = s.params().min_p();
-      state.params.repetition_penalty = s.params().repetition_penalty();
-      state.params.seed = s.params().seed();
+      state.params = s.params;
+      state.params.return_logprobs = false;
       RETURN_IF_ERROR(ValidateSamplingParams(state.params));
-      state.history.assign(s.history().begin(), s.history().end());
-      samplers_[s.key()] = std::move(state);
+      state.history = s.history;
+      samplers_[s.key] = std::move(state);
     }
   }
 
+  // The model reads its batch as a ForwardBatch; the copy of the row arrays
+  // is small next to the step.
   ForwardBatch batch;
-  batch.tokens.assign(plan.tokens().begin(), plan.tokens().end());
-  batch.prefill.prefix_len.assign(plan.prefill_prefix_len().begin(), plan.prefill_prefix_len().end());
-  batch.prefill.q_begin.assign(plan.prefill_q_begin().begin(), plan.prefill_q_begin().end());
-  batch.prefill.chunk_begin.assign(plan.prefill_chunk_begin().begin(), plan.prefill_chunk_begin().end());
-  batch.prefill.chunk_ids.assign(plan.prefill_chunk_ids().begin(), plan.prefill_chunk_ids().end());
-  for (const auto& c : plan.copies()) batch.copies.push_back({c.src_chunk(), c.dst_chunk(), c.num_tokens()});
-  batch.logits_rows.assign(plan.logits_rows().begin(), plan.logits_rows().end());
-  if (plan.has_context()) RETURN_IF_ERROR(SetContext(plan.context()));
-  if (plan.has_decode()) {
+  batch.tokens = plan.tokens;
+  batch.prefill = plan.prefill;
+  batch.copies = plan.copies;
+  batch.logits_rows = plan.logits_rows;
+  if (plan.has_context) RETURN_IF_ERROR(SetContext(plan.context));
+  if (plan.has_decode) {
     RETURN_IF_ERROR(UpdateLengths(plan));
     batch.decode = &ctx_;
   }
   if (batch.tokens.empty()) {
-    if (!batch.logits_rows.empty() || plan.samples_size() > 0) {
+    if (!batch.logits_rows.empty() || !plan.samples.empty()) {
       return absl::InvalidArgumentError("a plan without rows asks for logits");
     }
     RETURN_IF_ERROR(model_->CopyKv(batch.copies));
@@ -141,7 +125,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
       return samplers.status();
     }
-    if (greedy && model_->has_device_greedy()) {
+    if (!keep_logits_ && greedy && model_->has_device_greedy()) {
       RETURN_IF_ERROR(model_->ForwardGreedy(batch, greedy_tokens_, greedy_logprobs_));
       if (samples_) {
         picks_.resize(sample_rows_.size());
@@ -149,7 +133,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
           picks_[k] = {greedy_tokens_[sample_rows_[k]], greedy_logprobs_[sample_rows_[k]]};
         }
       }
-    } else if (samples_ && model_->has_device_sampling()) {
+    } else if (!keep_logits_ && samples_ && model_->has_device_sampling()) {
       RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows_, sample_inputs_, picks_));
     } else {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
@@ -157,43 +141,42 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
     }
     if (samples_) RETURN_IF_ERROR(Report(result));
   }
-  for (int64_t key : plan.sampler_ends()) samplers_.erase(key);
-  result->set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  for (int64_t key : plan.sampler_ends) samplers_.erase(key);
+  result->compute_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return absl::OkStatus();
 }
 
 absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
-  const int rows = plan.logits_rows_size();
-  const int n = plan.samples_size();
+  const int rows = static_cast<int>(plan.logits_rows.size());
+  const int n = static_cast<int>(plan.samples.size());
   sample_states_.resize(n);
   sample_rows_.resize(n);
   sample_inputs_.resize(n);
   bool greedy = true;
   for (int k = 0; k < n; ++k) {
-    const auto& row = plan.samples(k);
-    if (row.row() < 0 || row.row() >= rows) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("sample %d names logits row %d of %d", k, row.row(), rows));
+    const SampleRow& row = plan.samples[k];
+    if (row.row < 0 || row.row >= rows) {
+      return absl::InvalidArgumentError(absl::StrFormat("sample %d names logits row %d of %d", k, row.row, rows));
     }
-    auto it = samplers_.find(row.key());
+    auto it = samplers_.find(row.key);
     if (it == samplers_.end()) {
-      return absl::InvalidArgumentError(absl::StrFormat("sample %d: unknown sampler key %d", k, row.key()));
+      return absl::InvalidArgumentError(absl::StrFormat("sample %d: unknown sampler key %d", k, row.key));
     }
     SamplerState& state = it->second;
     const SamplingParams& p = state.params;
     greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f;
     sample_states_[k] = &state;
-    sample_rows_[k] = row.row();
+    sample_rows_[k] = row.row;
     sample_inputs_[k].params = &state.params;
     sample_inputs_[k].history = state.history;
-    sample_inputs_[k].step = row.step();
+    sample_inputs_[k].step = row.step;
   }
   return greedy;
 }
 
 absl::Status PlanExecutor::SampleOnHost(const StepPlan& plan) {
   const int vocab = model_->config().vocab_size;
-  const int n = plan.samples_size();
+  const int n = static_cast<int>(plan.samples.size());
   picks_.resize(n);
   if (n == 0) return absl::OkStatus();
   sample_logits_.resize(static_cast<size_t>(n) * vocab);
@@ -211,8 +194,8 @@ absl::Status PlanExecutor::Report(StepResult* result) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "logits row %d has a +inf logit or no finite logit", sample_rows_[k]));
     }
-    result->add_tokens(picks_[k].token);
-    result->add_logprobs(picks_[k].logprob);
+    result->tokens.push_back(picks_[k].token);
+    result->logprobs.push_back(picks_[k].logprob);
     if (sample_states_[k]->params.repetition_penalty != 1.0f) {
       sample_states_[k]->history.push_back(picks_[k].token);
     }

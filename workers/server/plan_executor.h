@@ -1,4 +1,4 @@
-// Runs the coordinator's per-iteration plans (worker.proto StepPlan) on one
+// Runs the coordinator's per-iteration plans (plan/step_plan.h) on one
 // rank's model shard: decodes the plan into a ForwardBatch, keeps the decode
 // context between versions (a plan carries the (C, i, j) context only when it
 // changed, and the new lengths every step), and on rank 0 samples the rows
@@ -22,8 +22,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "chunkattn/internal/v1/worker.pb.h"
 #include "kernels/api/chunk_context.h"
+#include "plan/step_plan.h"
 #include "workers/model/model.h"
 #include "workers/sampler/sampler.h"
 
@@ -37,7 +37,13 @@ class PlanExecutor {
 
   // Runs one step. On error the executor's state may be behind the
   // coordinator's: the session must be restarted.
-  absl::Status Execute(const internal::v1::StepPlan& plan, internal::v1::StepResult* result);
+  absl::Status Execute(const StepPlan& plan, StepResult* result);
+
+  // With `keep`, every step takes the host-logits path (no sampling on the
+  // device) and keeps its (logits_rows, vocab) fp32 logits in logits() until
+  // the next Execute: for tools that record them.
+  void set_keep_logits(bool keep) { keep_logits_ = keep; }
+  const std::vector<float>& logits() const { return logits_; }
 
  private:
   struct SamplerState {
@@ -45,18 +51,19 @@ class PlanExecutor {
     std::vector<int32_t> history;
   };
 
-  absl::Status SetContext(const internal::v1::DecodeContext& dc);
-  absl::Status UpdateLengths(const internal::v1::StepPlan& plan);
+  absl::Status SetContext(const ChunkContext& context);
+  absl::Status UpdateLengths(const StepPlan& plan);
   // The samplers and inputs of the plan's samples, checked; whether all
   // are greedy.
-  absl::StatusOr<bool> LookupSamplers(const internal::v1::StepPlan& plan);
+  absl::StatusOr<bool> LookupSamplers(const StepPlan& plan);
   // picks_ from the host logits_ through the CPU Sampler.
-  absl::Status SampleOnHost(const internal::v1::StepPlan& plan);
+  absl::Status SampleOnHost(const StepPlan& plan);
   // picks_ into the result, and each penalized stream's history.
-  absl::Status Report(internal::v1::StepResult* result);
+  absl::Status Report(StepResult* result);
 
   Model* model_;
   bool samples_;
+  bool keep_logits_ = false;
   bool have_context_ = false;
   ChunkContext ctx_;
   // Per context sequence: chunks on its path, and the table entry of its

@@ -13,13 +13,13 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "workers/common/address.h"
-#include "workers/common/device.h"
+#include "base/address.h"
+#include "base/device.h"
 #if CHUNKATTN_WITH_CUDA
 #include "kernels/cuda/device.h"
 #endif
-#include "workers/common/flags.h"
-#include "workers/common/signals.h"
+#include "base/flags.h"
+#include "base/signals.h"
 #include "workers/server/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50061", "host:port of the worker's gRPC server");

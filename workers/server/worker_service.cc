@@ -12,12 +12,13 @@
 #include "gloo/rendezvous/store.h"
 #include "grpcpp/create_channel.h"
 #include "kernels/api/dtype.h"
-#include "kernels/api/status_macros.h"
-#include "workers/common/grpc_status.h"
+#include "base/status_macros.h"
+#include "base/grpc_status.h"
 #include "workers/collectives/gloo_communicator.h"
-#include "workers/model/config.h"
+#include "config/model_config.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
+#include "plan/plan_proto.h"
 #include "workers/server/plan_executor.h"
 #if CHUNKATTN_WITH_CUDA
 #include "kernels/cuda/device.h"
@@ -29,8 +30,6 @@ namespace chunkattn {
 
 using internal::v1::JoinRequest;
 using internal::v1::JoinResponse;
-using internal::v1::StepPlan;
-using internal::v1::StepResult;
 
 namespace {
 
@@ -187,7 +186,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   session->weights = std::move(*weights);
   session->model_options.chunk_size = c;
   session->model_options.kv_dtype = *kv_dtype;
-  session->model_options.decode_impl = impl == "tpp" ? cpu::DecodeImpl::kTpp : cpu::DecodeImpl::kSequence;
+  session->model_options.decode_impl = impl == "tpp" ? DecodeImpl::kTpp : DecodeImpl::kSequence;
 
   const int64_t chunk_bytes =
       KvShapeOf(session->config, session->weights.layout, session->model_options).BytesPerChunk();
@@ -285,7 +284,7 @@ grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
 #endif
 
 grpc::Status WorkerService::Execute(grpc::ServerContext*,
-                                    grpc::ServerReaderWriter<StepResult, StepPlan>* stream) {
+                                    grpc::ServerReaderWriter<internal::v1::StepResult, internal::v1::StepPlan>* stream) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
@@ -296,13 +295,17 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
   }
   absl::MutexLock lock(&session->mu);
   if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
+  // The wire messages, and their C++ forms that the executor runs.
+  internal::v1::StepPlan wire_plan;
+  internal::v1::StepResult wire_result;
   StepPlan plan;
   StepResult result;
-  while (stream->Read(&plan)) {
+  while (stream->Read(&wire_plan)) {
+    FromProto(wire_plan, &plan);
     if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
     if (session->executor == nullptr) {
       // The first plan sizes the pool.
-      const int64_t chunks = plan.num_kv_chunks();
+      const int64_t chunks = plan.num_kv_chunks;
       if (chunks < 1 || chunks > session->capacity_chunks) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             absl::StrFormat("the first plan must size the pool: num_kv_chunks %d is "
@@ -336,7 +339,8 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
       session->broken = true;
       return ToGrpcStatus(status);
     }
-    if (!stream->Write(result)) break;
+    ToProto(result, &wire_result);
+    if (!stream->Write(wire_result)) break;
   }
   return grpc::Status::OK;
 }

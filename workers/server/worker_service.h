@@ -21,7 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "kernels/cpu/thread_pool.h"
-#include "workers/common/device.h"
+#include "base/device.h"
 
 namespace gloo::rendezvous {
 class Store;

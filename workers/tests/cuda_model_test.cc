@@ -77,7 +77,7 @@ struct Pair {
   std::unique_ptr<CudaLlamaModel> gpu;
 };
 
-Pair MakePair(const ModelConfig& config, DType t, cpu::DecodeImpl impl, bool graphs, int64_t max_rows = 512,
+Pair MakePair(const ModelConfig& config, DType t, DecodeImpl impl, bool graphs, int64_t max_rows = 512,
               uint64_t seed = 7) {
   absl::StatusOr<ModelWeights> w = DummyWeights(config, {}, seed);
   EXPECT_TRUE(w.ok()) << w.status();
@@ -131,7 +131,7 @@ using testing::OnePrefill;
 // prefix of `shared` tokens, prefilled (the first in full, the others over
 // the matched prefix), then `steps` decode steps with the CPU's greedy
 // tokens fed to both models. Checks every step's logits.
-void RunScenario(const ModelConfig& config, DType t, cpu::DecodeImpl impl, bool graphs, int n, int shared,
+void RunScenario(const ModelConfig& config, DType t, DecodeImpl impl, bool graphs, int n, int shared,
                  int steps) {
   Pair m = MakePair(config, t, impl, graphs);
   ASSERT_TRUE(m.cpu && m.gpu);
@@ -267,7 +267,7 @@ void RunScenario(const ModelConfig& config, DType t, cpu::DecodeImpl impl, bool 
 struct Variant {
   int head_dim;
   DType dtype;
-  cpu::DecodeImpl impl;
+  DecodeImpl impl;
   bool graphs;
   bool bias;
   bool tied;
@@ -284,24 +284,24 @@ TEST_P(CudaModelTest, ServingScenarioMatchesCpuModel) {
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, CudaModelTest,
-    ::testing::Values(Variant{64, DType::kFloat16, cpu::DecodeImpl::kTpp, true, false, false},
-                      Variant{64, DType::kFloat16, cpu::DecodeImpl::kTpp, false, false, false},
-                      Variant{64, DType::kFloat16, cpu::DecodeImpl::kSequence, true, false, false},
-                      Variant{128, DType::kFloat16, cpu::DecodeImpl::kTpp, true, true, false},
-                      Variant{64, DType::kBFloat16, cpu::DecodeImpl::kTpp, true, false, true},
-                      Variant{128, DType::kBFloat16, cpu::DecodeImpl::kSequence, false, true, true}),
+    ::testing::Values(Variant{64, DType::kFloat16, DecodeImpl::kTpp, true, false, false},
+                      Variant{64, DType::kFloat16, DecodeImpl::kTpp, false, false, false},
+                      Variant{64, DType::kFloat16, DecodeImpl::kSequence, true, false, false},
+                      Variant{128, DType::kFloat16, DecodeImpl::kTpp, true, true, false},
+                      Variant{64, DType::kBFloat16, DecodeImpl::kTpp, true, false, true},
+                      Variant{128, DType::kBFloat16, DecodeImpl::kSequence, false, true, true}),
     [](const ::testing::TestParamInfo<Variant>& info) {
       const Variant& v = info.param;
       return absl::StrFormat("%s_d%d_%s_%s%s%s", v.dtype == DType::kBFloat16 ? "bf16" : "fp16", v.head_dim,
-                             v.impl == cpu::DecodeImpl::kTpp ? "tpp" : "seq", v.graphs ? "graphs" : "eager",
+                             v.impl == DecodeImpl::kTpp ? "tpp" : "seq", v.graphs ? "graphs" : "eager",
                              v.bias ? "_bias" : "", v.tied ? "_tied_llama3rope" : "");
     });
 
 TEST(CudaModelBasics, GraphsAndEagerAgree) {
   SKIP_WITHOUT_GPU();
   const ModelConfig config = SmallConfig(64, false, false);
-  Pair graph = MakePair(config, DType::kFloat16, cpu::DecodeImpl::kTpp, true);
-  Pair eager = MakePair(config, DType::kFloat16, cpu::DecodeImpl::kTpp, false);
+  Pair graph = MakePair(config, DType::kFloat16, DecodeImpl::kTpp, true);
+  Pair eager = MakePair(config, DType::kFloat16, DecodeImpl::kTpp, false);
   ASSERT_TRUE(graph.gpu && eager.gpu);
   // Batches of 1..20 decode rows (buckets 1, 2, 4, 8, 16, 32) over fresh
   // one-chunk prompts.
@@ -335,7 +335,7 @@ TEST(CudaModelBasics, MixedStepAndCopyOnWrite) {
   SKIP_WITHOUT_GPU();
   const ModelConfig config = SmallConfig(64, true, false);
   for (DType t : {DType::kFloat16, DType::kBFloat16}) {
-    Pair m = MakePair(config, t, cpu::DecodeImpl::kTpp, true);
+    Pair m = MakePair(config, t, DecodeImpl::kTpp, true);
     ASSERT_TRUE(m.cpu && m.gpu);
     std::mt19937 rng(5);
     // Sequence A: 20 tokens in chunks 0, 1. Prefill it.
@@ -439,7 +439,7 @@ TEST(CudaModelBasics, TensorParallelOverNcclMatchesOneRank) {
   if (cuda::DeviceCount() < 2) GTEST_SKIP() << "needs two GPUs";
   const ModelConfig config = SmallConfig(64, false, false);
   const DType t = DType::kFloat16;
-  Pair whole = MakePair(config, t, cpu::DecodeImpl::kTpp, true);
+  Pair whole = MakePair(config, t, DecodeImpl::kTpp, true);
   ASSERT_TRUE(whole.gpu);
   absl::StatusOr<std::string> id = NcclCommunicator::MakeUniqueId();
   ASSERT_TRUE(id.ok()) << id.status();

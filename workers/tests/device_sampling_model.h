@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/api/status_macros.h"
+#include "base/status_macros.h"
 #include "workers/model/llama.h"
 #include "workers/sampler/row_sampling.h"
 

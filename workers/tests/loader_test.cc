@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
-#include "workers/model/config.h"
+#include "config/model_config.h"
 #include "workers/model/safetensors.h"
 #include "workers/model/weights.h"
 #include "workers/tests/model_test_util.h"

@@ -19,7 +19,7 @@ using testing::RelError;
 constexpr int kChunk = 16;
 constexpr double kTolerance = 1e-4;  // relative, fp32 against the reference
 
-ModelOptions Options(cpu::DecodeImpl impl = cpu::DecodeImpl::kTpp) {
+ModelOptions Options(DecodeImpl impl = DecodeImpl::kTpp) {
   ModelOptions o;
   o.chunk_size = kChunk;
   o.num_kv_chunks = 64;
@@ -70,7 +70,7 @@ TEST(ModelReferenceTest, PrefillLogitsMatchReference) {
 
 TEST(ModelReferenceTest, GreedyDecodeMatchesReference) {
   for (const auto& ref : References()) {
-    for (auto impl : {cpu::DecodeImpl::kTpp, cpu::DecodeImpl::kSequence}) {
+    for (auto impl : {DecodeImpl::kTpp, DecodeImpl::kSequence}) {
       auto model = LoadModelOrDie(ref.dir, {}, nullptr, Options(impl));
       const int vocab = model->config().vocab_size;
       for (size_t p = 0; p < ref.prompts.size(); ++p) {
@@ -81,7 +81,7 @@ TEST(ModelReferenceTest, GreedyDecodeMatchesReference) {
         GreedyDecode(*model, seq, Chunks(0, n), ref.greedy[p].size() - 1, n);
         EXPECT_EQ(std::vector<int32_t>(seq.begin() + ref.prompts[p].size(), seq.end()),
                   ref.greedy[p])
-            << ref.name << " prompt " << p << " " << cpu::DecodeImplName(impl);
+            << ref.name << " prompt " << p << " " << DecodeImplName(impl);
       }
     }
   }
@@ -133,7 +133,7 @@ TEST(ModelServingTest, SharedPrefixPrefillAndBatchedDecodeMatchScratch) {
       steps_logits.insert(steps_logits.end(), more.begin(), more.end());
       solo.push_back(std::move(steps_logits));
     }
-    for (auto impl : {cpu::DecodeImpl::kTpp, cpu::DecodeImpl::kSequence}) {
+    for (auto impl : {DecodeImpl::kTpp, DecodeImpl::kSequence}) {
       auto model = LoadModelOrDie(ref.dir, {}, nullptr, Options(impl));
       // Sequence 0 computes the prefix; the others find it cached and
       // prefill only their suffix. Chunks 0, 1 hold the shared prefix.
@@ -169,7 +169,7 @@ TEST(ModelServingTest, SharedPrefixPrefillAndBatchedDecodeMatchScratch) {
         ASSERT_TRUE(model->Forward(b, logits).ok());
         for (size_t s = 0; s < seqs.size(); ++s) {
           EXPECT_LT(RelError(logits.data() + s * vocab, solo[s][step].data(), vocab), kTolerance)
-              << ref.name << " seq " << s << " step " << step << " " << cpu::DecodeImplName(impl);
+              << ref.name << " seq " << s << " step " << step << " " << DecodeImplName(impl);
           seqs[s].push_back(Argmax(logits.data() + s * vocab, vocab));
         }
       }

@@ -23,11 +23,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
-#include "kernels/api/status_macros.h"
-#include "workers/model/config.h"
+#include "base/status_macros.h"
+#include "config/model_config.h"
 #include "workers/model/weights.h"
-#include "workers/tokenizer/tokenizer.h"
-#include "workers/tokenizer/train.h"
+#include "text/tokenizer.h"
+#include "text/train.h"
 
 ABSL_FLAG(std::string, corpus, CHUNKATTN_SOURCE_DIR "/data/demo/shakespeare.txt",
           "training text for the tokenizer and the bigram statistics");

@@ -121,7 +121,7 @@ TEST_P(CudaDecodeParity, TppAndSeqMatchTheOracle) {
     const std::vector<double> want = cpu::ReferenceDecode(ctx, pool.view, shape, q.values.data());
     for (CudaAttention* attn : {plain.get(), split.get()}) {
       for (DecodeImpl impl : {DecodeImpl::kTpp, DecodeImpl::kSequence}) {
-        SCOPED_TRACE(absl::StrFormat("%s, %s", cpu::DecodeImplName(impl), attn == split.get() ? "split" : "plain"));
+        SCOPED_TRACE(absl::StrFormat("%s, %s", DecodeImplName(impl), attn == split.get() ? "split" : "plain"));
         DeviceBuffer o = PoisonedOutput(q.bits.size());
         ASSERT_TRUE(attn->Decode(impl, ctx, dev.view, shape, dq.get(), o.get(), nullptr).ok());
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -166,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DecodeImpl::kTpp, DecodeImpl::kSequence), ::testing::Values(1, 4, 8),
                        ::testing::Values(16, 64), ::testing::Values(0, 64)),
     [](const ::testing::TestParamInfo<Params>& info) {
-      return absl::StrFormat("%s_g%d_c%d_conc%d", cpu::DecodeImplName(std::get<0>(info.param)),
+      return absl::StrFormat("%s_g%d_c%d_conc%d", DecodeImplName(std::get<0>(info.param)),
                              std::get<1>(info.param), std::get<2>(info.param), std::get<3>(info.param));
     });
 
@@ -293,7 +293,7 @@ TEST(DecodeWorkBounds, EveryPlanFitsItsBounds) {
     for (DecodeImpl impl : {DecodeImpl::kTpp, DecodeImpl::kSequence}) {
       for (int g : {1, 4, 8}) {
         for (int concurrent : {0, 8, 264}) {
-          SCOPED_TRACE(absl::StrFormat("%s g%d conc%d, %d seqs, longest path %d", cpu::DecodeImplName(impl), g,
+          SCOPED_TRACE(absl::StrFormat("%s g%d conc%d, %d seqs, longest path %d", DecodeImplName(impl), g,
                                        concurrent, ctx.num_seqs(), LongestPath(ctx)));
           const AttentionShape shape{4 * g, 4, d, 0};
           PlanOptions opt;

@@ -1,0 +1,21 @@
+// StepPlan / StepResult <-> worker.proto, at the gRPC boundary only (the
+// coordinator's worker pool, the worker's service). No checks here: a plan
+// from the network is checked field by field where it is run (PlanExecutor).
+#ifndef CHUNKATTN_PLAN_PLAN_PROTO_H_
+#define CHUNKATTN_PLAN_PLAN_PROTO_H_
+
+#include "chunkattn/internal/v1/worker.pb.h"
+#include "plan/step_plan.h"
+
+namespace chunkattn {
+
+void ToProto(const StepPlan& plan, internal::v1::StepPlan* out);
+// Overwrites every field of `out`, reusing its vectors' memory.
+void FromProto(const internal::v1::StepPlan& plan, StepPlan* out);
+
+void ToProto(const StepResult& result, internal::v1::StepResult* out);
+void FromProto(const internal::v1::StepResult& result, StepResult* out);
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_PLAN_PLAN_PROTO_H_
