@@ -1,10 +1,12 @@
 // chunkattn-cache-replay: replays a multi-tenant, shared-system-prompt serving
-// workload through the prefix-aware KV cache and reports how much KV memory
-// sharing saves. No model runs: each request is a system prompt (one of a few,
-// 1-4k tokens) + its own question, then decodes its completion one token per
-// iteration with iteration-level batching, as the coordinator's scheduler will.
+// workload through the coordinator's Scheduler (the served path's admission,
+// chunked prefill, in-batch sharing, copy-on-write, preemption and eviction)
+// with an executor that computes nothing, and reports how much KV memory and
+// prefill compute prefix sharing saves. Each request is a system prompt (one
+// of a few, 1-4k tokens) + its own question, then decodes its completion.
 //
 //   chunkattn-cache-replay                       # the default workload
+//   chunkattn-cache-replay --prefix_sharing=false  # the same without sharing
 //   chunkattn-cache-replay --requests=500 --json=out.json
 #include <algorithm>
 #include <cinttypes>
@@ -18,8 +20,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "base/hash.h"
 #include "kernels/api/kv_layout.h"
-#include "services/cache/prefix_forest.h"
+#include "services/cache/chunk_allocator.h"
+#include "services/scheduler/scheduler.h"
 
 ABSL_FLAG(int, requests, 2000, "requests to replay");
 ABSL_FLAG(int, system_prompts, 16, "distinct system prompts");
@@ -29,11 +33,13 @@ ABSL_FLAG(int, question_min, 16, "shortest per-request question, tokens");
 ABSL_FLAG(int, question_max, 256, "longest per-request question, tokens");
 ABSL_FLAG(int, completion_min, 32, "shortest completion, tokens");
 ABSL_FLAG(int, completion_max, 512, "longest completion, tokens");
-ABSL_FLAG(int, arrivals_per_iteration, 8, "requests arriving per decode iteration");
-ABSL_FLAG(int, max_batch, 256, "most sequences decoding at once");
+ABSL_FLAG(int, arrivals_per_iteration, 8, "requests arriving per iteration");
+ABSL_FLAG(int, max_batch, 256, "most sequences with rows in one iteration");
+ABSL_FLAG(int, max_tokens_per_step, 2048, "most input rows in one iteration (the coordinator's default)");
 ABSL_FLAG(int, chunk_size, 64, "tokens per KV chunk (power of two, 16..256)");
 ABSL_FLAG(double, kv_budget_gib, 40.0, "KV pool size, GiB");
 ABSL_FLAG(int, tenants, 1, "cache namespaces; system prompts are shared only within one");
+ABSL_FLAG(bool, prefix_sharing, true, "share KV across requests (false: the baseline)");
 ABSL_FLAG(int, report_every, 100, "print a table row every this many iterations (0: only the summary)");
 ABSL_FLAG(uint32_t, seed, 1, "workload seed");
 ABSL_FLAG(std::string, json, "", "also write the summary as JSON to this file");
@@ -44,17 +50,19 @@ namespace {
 // Llama-2-7B in fp16: 32 layers, 32 KV heads of 128 dims, 512 KiB per token.
 KvGeometry Llama7bGeometry(int chunk_size) { return KvGeometry{32, 32, chunk_size, 128, DType::kFloat16}; }
 
-struct Request {
-  std::vector<TokenId> prompt;
-  std::string ns;
-  int completion = 0;
-};
-
-struct Running {
-  SeqId seq = 0;
-  int remaining = 0;
-  std::string ns;
-};
+// The executor that computes nothing: every sample gets a token drawn from
+// (step, sample), never an EOS (the scheduler gets none), so each request
+// runs for exactly its completion length.
+StepResult NullExecute(const StepPlan& plan) {
+  StepResult result;
+  result.step = plan.step;
+  for (size_t k = 0; k < plan.samples.size(); ++k) {
+    const uint64_t h = SplitMix64(plan.step * kGoldenGamma + k);
+    result.tokens.push_back(static_cast<int32_t>(3 + h % 31997));
+    result.logprobs.push_back(0);
+  }
+  return result;
+}
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "chunkattn-cache-replay: %s\n", msg.c_str());
@@ -78,13 +86,22 @@ int Main() {
   if (tenants < 1) return Fail("--tenants must be >= 1");
   if (!IsValidChunkSize(chunk_size)) return Fail("--chunk_size must be a power of two in [16, 256]");
 
+  if (absl::GetFlag(FLAGS_max_tokens_per_step) < 1) return Fail("--max_tokens_per_step must be >= 1");
+
   const KvGeometry geometry = Llama7bGeometry(chunk_size);
   const int64_t budget = static_cast<int64_t>(absl::GetFlag(FLAGS_kv_budget_gib) * (int64_t{1} << 30));
   auto allocator = ChunkAllocator::FromBudget(geometry, budget);
   if (!allocator.ok()) return Fail(std::string(allocator.status().message()));
-  auto created = PrefixForest::Create({chunk_size, allocator->capacity(), 1 << 20});
+  SchedulerOptions so;
+  so.chunk_size = chunk_size;
+  so.num_chunks = allocator->capacity();
+  so.max_context = sys_max + q_max + c_max;
+  so.max_batch_size = absl::GetFlag(FLAGS_max_batch);
+  so.max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step);
+  so.prefix_sharing = absl::GetFlag(FLAGS_prefix_sharing);
+  auto created = Scheduler::Create(so);
   if (!created.ok()) return Fail(std::string(created.status().message()));
-  PrefixForest& forest = **created;
+  Scheduler& scheduler = **created;
 
   // The workload: system prompts are random token strings; each request picks
   // one (and a tenant), adds its own question and a completion length.
@@ -95,117 +112,87 @@ int Main() {
     s.resize(uniform(sys_min, sys_max));
     for (auto& t : s) t = uniform(3, 31999);
   }
-  std::deque<Request> waiting;
+  std::deque<RequestSpec> waiting;
   for (int i = 0; i < requests; ++i) {
-    Request r;
+    RequestSpec r;
     r.prompt = systems[uniform(0, static_cast<int>(systems.size()) - 1)];
     const int q = uniform(q_min, q_max);
     for (int k = 0; k < q; ++k) r.prompt.push_back(uniform(3, 31999));
-    r.ns = tenants == 1 ? "" : absl::StrFormat("tenant-%d", uniform(0, tenants - 1));
-    r.completion = uniform(c_min, c_max);
+    r.cache_namespace = tenants == 1 ? "" : absl::StrFormat("tenant-%d", uniform(0, tenants - 1));
+    r.max_new_tokens = uniform(c_min, c_max);
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
     waiting.push_back(std::move(r));
   }
 
-  std::printf("chunkattn cache replay: %d requests, %zu system prompts of %d-%d tokens, %d tenant(s)\n", requests,
-              systems.size(), sys_min, sys_max, tenants);
+  std::printf("chunkattn cache replay: %d requests, %zu system prompts of %d-%d tokens, %d tenant(s), "
+              "prefix sharing %s\n",
+              requests, systems.size(), sys_min, sys_max, tenants, so.prefix_sharing ? "on" : "off");
   std::printf("KV pool: %d chunks of %d tokens (%.1f GiB of Llama-2-7B fp16 KV, %.0f KiB/token)\n\n",
-              forest.capacity(), chunk_size, static_cast<double>(budget) / (1 << 30),
-              geometry.BytesPerToken() / 1024.0);
+              so.num_chunks, chunk_size, static_cast<double>(budget) / (1 << 30), geometry.BytesPerToken() / 1024.0);
   const char* header = "%9s %8s %8s %14s %15s %13s %16s\n";
-  const char* row = "%9d %8zu %8zu %14" PRId64 " %15" PRId64 " %12.1f%% %15.1f%%\n";
+  const char* row = "%9d %8" PRId64 " %8" PRId64 " %14" PRId64 " %15" PRId64 " %12.1f%% %15.1f%%\n";
   const int report_every = absl::GetFlag(FLAGS_report_every);
   if (report_every > 0) {
     std::printf(header, "iteration", "running", "waiting", "logical_tokens", "physical_tokens", "memory_saved",
                 "prefix_hit_rate");
   }
 
-  const size_t max_batch = absl::GetFlag(FLAGS_max_batch);
   const size_t arrivals = absl::GetFlag(FLAGS_arrivals_per_iteration);
-  std::deque<Request> queue;  // arrived, not admitted yet
-  std::vector<Running> running;
-  int64_t peak_logical = 0, peak_physical = 0, peak_batch = 0, preempted = 0, finished = 0;
+  int64_t peak_logical = 0, peak_physical = 0, peak_batch = 0, finished = 0, computed_prompt_rows = 0;
   double saved_at_peak = 0;
   int iteration = 0;
+  RequestId next_id = 0;
   auto hit_rate = [](const CacheStats& s) {
     return s.total_prompt_tokens ? 100.0 * s.total_matched_tokens / s.total_prompt_tokens : 0.0;
   };
   auto saved = [](const CacheStats& s) {
     return s.logical_tokens ? 100.0 * (1.0 - static_cast<double>(s.physical_tokens) / s.logical_tokens) : 0.0;
   };
-  while (!waiting.empty() || !queue.empty() || !running.empty()) {
+  StepPlan plan;
+  std::vector<SampleEvent> events;
+  while (!waiting.empty() || scheduler.HasWork()) {
     for (size_t k = 0; k < arrivals && !waiting.empty(); ++k) {
-      queue.push_back(std::move(waiting.front()));
+      absl::Status added = scheduler.Add(next_id++, std::move(waiting.front()));
       waiting.pop_front();
+      if (!added.ok()) return Fail("a request the pool can never hold: " + added.ToString());
     }
-    // Decode: every sequence prefilled in an earlier iteration grows by one
-    // token. When the pool is full the newest sequence is preempted: it leaves
-    // (its KV stays cached) and goes back to the head of the queue with what
-    // it generated.
-    for (size_t i = 0; i < running.size();) {
-      auto a = forest.Append(running[i].seq, {static_cast<TokenId>(uniform(3, 31999))});
-      if (!a.ok()) {
-        if (a.status().code() != absl::StatusCode::kResourceExhausted) return Fail(a.status().ToString());
-        Running victim = std::move(running.back());
-        running.pop_back();
-        Request again{*forest.Tokens(victim.seq), victim.ns, victim.remaining};
-        (void)forest.Remove(victim.seq);
-        queue.push_front(std::move(again));
-        ++preempted;
-        continue;  // retry sequence i (unless it was the one preempted)
-      }
-      ++i;
+    absl::StatusOr<bool> scheduled = scheduler.Schedule(&plan);
+    if (!scheduled.ok()) return Fail(scheduled.status().ToString());
+    if (!*scheduled) {
+      if (waiting.empty()) return Fail("requests wait but the scheduler planned no step");
+      continue;
     }
-    // Admission: FCFS while the batch and the pool have room, keeping one
-    // free-or-evictable chunk per running sequence so the admitted batch can
-    // grow (a watermark, as vLLM keeps) instead of preempting at once.
-    auto headroom = [&] {
-      const CacheStats s = forest.stats();
-      return int64_t{s.free_chunks} + s.cached_chunks > static_cast<int64_t>(running.size());
-    };
-    while (!queue.empty() && running.size() < max_batch && (running.empty() || headroom())) {
-      auto r = forest.Insert(queue.front().prompt, queue.front().ns);
-      if (!r.ok()) {
-        if (r.status().code() != absl::StatusCode::kResourceExhausted) return Fail(r.status().ToString());
-        if (running.empty()) return Fail("a single request does not fit: " + r.status().ToString());
-        break;
-      }
-      running.push_back({r->seq_id, queue.front().completion, queue.front().ns});
-      queue.pop_front();
-    }
-    // The step runs: prefills and decodes write their KV.
-    forest.MarkAllComputed();
-    const CacheStats s = forest.stats();
-    peak_batch = std::max<int64_t>(peak_batch, static_cast<int64_t>(running.size()));
+    // Prompt rows computed: the prefill pieces, and each first decode row of
+    // a prompt (a decode row whose sample has produced nothing yet).
+    computed_prompt_rows += plan.prefill.num_tokens();
+    for (const SampleRow& r : plan.samples) computed_prompt_rows += r.step == 0 ? 1 : 0;
+    events.clear();
+    if (absl::Status s = scheduler.Complete(NullExecute(plan), &events); !s.ok()) return Fail(s.ToString());
+    for (const SampleEvent& e : events) finished += e.request_done ? 1 : 0;
+    const CacheStats s = scheduler.cache_stats();
+    const SchedulerStats st = scheduler.stats();
+    peak_batch = std::max<int64_t>(peak_batch, static_cast<int64_t>(plan.seq_len.size()));
     if (s.logical_tokens > peak_logical) {
       peak_logical = s.logical_tokens;
       peak_physical = s.physical_tokens;
       saved_at_peak = saved(s);
     }
-    // Each sequence produced one token this step.
-    for (size_t i = 0; i < running.size();) {
-      if (--running[i].remaining == 0) {
-        (void)forest.Remove(running[i].seq);
-        running[i] = running.back();
-        running.pop_back();
-        ++finished;
-      } else {
-        ++i;
-      }
-    }
     ++iteration;
     if (report_every > 0 && iteration % report_every == 0) {
-      std::printf(row, iteration, running.size(), queue.size() + waiting.size(), s.logical_tokens,
-                  s.physical_tokens, saved(s), hit_rate(s));
+      std::printf(row, iteration, st.running_requests, st.waiting_requests + static_cast<int64_t>(waiting.size()),
+                  s.logical_tokens, s.physical_tokens, saved(s), hit_rate(s));
     }
   }
 
-  const CacheStats s = forest.stats();
+  const CacheStats s = scheduler.cache_stats();
+  const SchedulerStats st = scheduler.stats();
   const double gib_per_token = static_cast<double>(geometry.BytesPerToken()) / (1 << 30);
   std::printf("\nsummary\n");
   std::printf("  %-34s %" PRId64 "\n", "requests finished", finished);
-  std::printf("  %-34s %" PRId64 "\n", "preemptions (pool full)", preempted);
-  std::printf("  %-34s %d\n", "decode iterations", iteration);
-  std::printf("  %-34s %" PRId64 "\n", "peak batch", peak_batch);
+  std::printf("  %-34s %" PRId64 "\n", "preemptions (pool full)", st.preemptions_total);
+  std::printf("  %-34s %d\n", "iterations", iteration);
+  std::printf("  %-34s %" PRId64 "\n", "peak decode batch", peak_batch);
   std::printf("  %-34s %" PRId64 " (%.1f GiB)\n", "peak logical KV tokens", peak_logical,
               peak_logical * gib_per_token);
   std::printf("  %-34s %" PRId64 " (%.1f GiB)\n", "physical KV tokens at that peak", peak_physical,
@@ -214,6 +201,7 @@ int Main() {
   std::printf("  %-34s %" PRId64 " of %" PRId64 "\n", "prompt tokens found in cache", s.total_matched_tokens,
               s.total_prompt_tokens);
   std::printf("  %-34s %.1f%%\n", "prefix hit rate", hit_rate(s));
+  std::printf("  %-34s %" PRId64 "\n", "prompt tokens computed", computed_prompt_rows);
   std::printf("  %-34s %" PRId64 " (%" PRId64 " tokens)\n", "KV copies (copy-on-write)", s.total_copies,
               s.total_copied_tokens);
   std::printf("  %-34s %" PRId64 "\n", "chunks evicted", s.total_evictions);
@@ -225,13 +213,15 @@ int Main() {
     out << absl::StrFormat(
         "{\"requests\": %d, \"finished\": %d, \"preemptions\": %d, \"iterations\": %d, \"peak_batch\": %d, "
         "\"peak_logical_tokens\": %d, \"peak_physical_tokens\": %d, \"memory_saved_at_peak\": %.4f, "
-        "\"prompt_tokens\": %d, \"matched_tokens\": %d, \"prefix_hit_rate\": %.4f, \"copies\": %d, "
-        "\"evictions\": %d, \"chunk_size\": %d, \"pool_chunks\": %d}\n",
-        requests, finished, preempted, iteration, peak_batch, peak_logical, peak_physical, saved_at_peak / 100,
-        s.total_prompt_tokens, s.total_matched_tokens, hit_rate(s) / 100, s.total_copies, s.total_evictions,
-        chunk_size, forest.capacity());
+        "\"prompt_tokens\": %d, \"matched_tokens\": %d, \"prefix_hit_rate\": %.4f, "
+        "\"computed_prompt_tokens\": %d, \"copies\": %d, \"evictions\": %d, \"chunk_size\": %d, "
+        "\"pool_chunks\": %d, \"prefix_sharing\": %s}\n",
+        requests, finished, st.preemptions_total, iteration, peak_batch, peak_logical, peak_physical,
+        saved_at_peak / 100, s.total_prompt_tokens, s.total_matched_tokens, hit_rate(s) / 100, computed_prompt_rows,
+        s.total_copies, s.total_evictions, chunk_size, so.num_chunks, so.prefix_sharing ? "true" : "false");
     if (!out) return Fail("cannot write " + path);
   }
+  if (s.used_chunks != 0) return Fail(absl::StrFormat("%d chunks still in use after every request finished", s.used_chunks));
   return finished == requests ? 0 : 1;
 }
 
