@@ -14,8 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 namespace chunkattn::bench {
 
@@ -38,41 +37,31 @@ inline std::string CpuModel() {
   return "unknown";
 }
 
-// The contents of a JSON string literal for `s` (quotes, backslashes and
-// every control character escaped).
-inline std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (const char ch : s) {
-    const unsigned char u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (ch == '\n') {
-      out += "\\n";
-    } else if (u < 0x20) {
-      out += absl::StrFormat("\\u%04x", u);
-    } else {
-      out += ch;
-    }
-  }
-  return out;
+// `value` as one line of compact JSON text. Strings that are not valid UTF-8
+// (a host name, a command line, an error message) have the bad bytes replaced
+// by U+FFFD rather than failing the write.
+inline std::string Dump(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// A JSON array file that holds every row appended so far: rewritten whole
-// (a temporary file, then rename) after each row, so a run that is cut off
-// or fails later keeps what it finished. Writes nothing when `path` is empty.
+// A JSON array file that holds every row appended so far, one row per line:
+// rewritten whole (a temporary file, then rename) after each row, so a run
+// that is cut off or fails later keeps what it finished. Writes nothing when
+// `path` is empty.
 class JsonArrayFile {
  public:
   explicit JsonArrayFile(std::string path) : path_(std::move(path)) {}
 
-  // `object` is one JSON object. False, with a message, if the file cannot be written.
-  bool Append(std::string object) {
-    rows_.push_back(std::move(object));
+  // `row` is one JSON object. False, with a message, if the file cannot be written.
+  bool Append(nlohmann::json row) {
+    rows_.push_back(std::move(row));
     if (path_.empty()) return true;
     const std::string tmp = path_ + ".tmp";
     {
       std::ofstream out(tmp, std::ios::trunc);
-      out << "[\n  " << absl::StrJoin(rows_, ",\n  ") << "\n]\n";
+      out << "[";
+      for (size_t i = 0; i < rows_.size(); ++i) out << (i == 0 ? "\n  " : ",\n  ") << Dump(rows_[i]);
+      out << "\n]\n";
       if (!out.flush()) {
         std::fprintf(stderr, "cannot write %s\n", tmp.c_str());
         return false;
@@ -90,15 +79,21 @@ class JsonArrayFile {
 
  private:
   std::string path_;
-  std::vector<std::string> rows_;
+  std::vector<nlohmann::json> rows_;
 };
 
-// {"machine": ..., "cpu": ..., "cores": ..., "commit": ..., "command": ..., "time": ...}
-// fields, without braces, for the start of a result object.
-inline std::string ProvenanceJson(int argc, char** argv) {
+// Where and how a result was measured: a JSON object with "machine" (host
+// name), "cpu", "cores", "commit" (with "-dirty" if tracked files differ from
+// it), "command" (argv joined by spaces) and "time" (UTC). Result rows start
+// from it: `nlohmann::json row = bench::Provenance(argc, argv); row["x"] = ...`.
+inline nlohmann::json Provenance(int argc, char** argv) {
   char host[256] = "unknown";
   gethostname(host, sizeof(host) - 1);
-  std::vector<std::string> args(argv, argv + argc);
+  std::string command;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) command += ' ';
+    command += argv[i];
+  }
   // $CHUNKATTN_COMMIT names the commit where the binary runs away from its
   // checkout (a GPU host given a bundle).
   const char* env_commit = std::getenv("CHUNKATTN_COMMIT");
@@ -112,12 +107,14 @@ inline std::string ProvenanceJson(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return absl::StrFormat(
-      "\"machine\": \"%s\", \"cpu\": \"%s\", \"cores\": %d, \"commit\": \"%s%s\", \"command\": \"%s\", "
-      "\"time\": \"%s\"",
-      JsonEscape(host), JsonEscape(CpuModel()), std::thread::hardware_concurrency(),
-      commit.empty() ? "unknown" : commit, dirty.empty() ? "" : "-dirty", JsonEscape(absl::StrJoin(args, " ")),
-      when);
+  nlohmann::json p = nlohmann::json::object();
+  p["machine"] = std::string(host);
+  p["cpu"] = CpuModel();
+  p["cores"] = std::thread::hardware_concurrency();
+  p["commit"] = (commit.empty() ? std::string("unknown") : commit) + (dirty.empty() ? "" : "-dirty");
+  p["command"] = command;
+  p["time"] = std::string(when);
+  return p;
 }
 
 inline double Median(std::vector<double> v) {

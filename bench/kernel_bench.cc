@@ -40,10 +40,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "bench/bench_util.h"
 #include "kernels/api/attention.h"
-#include "base/status_macros.h"
 #include "kernels/cpu/attention.h"
+#include "nlohmann/json.hpp"
 #include "services/cache/prefix_forest.h"
 #if CHUNKATTN_BENCH_CUDA
 #include <cuda_runtime_api.h>
@@ -192,31 +193,42 @@ double SeqMedian(const std::vector<Result>& results) {
 // configuration that fails is recorded as failed and the run goes on (the
 // exit status is 1 at the end).
 struct Report {
-  std::string provenance, device;
+  nlohmann::json provenance;
+  std::string device;
   bench::JsonArrayFile json;
   int failed_rows = 0;
 
   // The fields every row of `cfg` and `impl` starts with.
-  std::string Head(const Config& cfg, const std::string& impl) const {
-    return absl::StrFormat(
-        "{%s, \"device\": \"%s\", \"impl\": \"%s\", \"np\": %d, \"ns\": %d, \"batch\": %d, \"heads\": %d, "
-        "\"kv_heads\": %d, \"head_dim\": %d, \"chunk\": %d, \"dtype\": \"%s\"",
-        provenance, bench::JsonEscape(device), impl, cfg.np, cfg.ns, cfg.batch, cfg.heads, cfg.kv_heads,
-        cfg.head_dim, cfg.chunk, DTypeName(cfg.dtype));
+  nlohmann::json Head(const Config& cfg, const std::string& impl) const {
+    nlohmann::json row = provenance;
+    row["device"] = device;
+    row["impl"] = impl;
+    row["np"] = cfg.np;
+    row["ns"] = cfg.ns;
+    row["batch"] = cfg.batch;
+    row["heads"] = cfg.heads;
+    row["kv_heads"] = cfg.kv_heads;
+    row["head_dim"] = cfg.head_dim;
+    row["chunk"] = cfg.chunk;
+    row["dtype"] = DTypeName(cfg.dtype);
+    return row;
   }
 
-  // A measured row; `tol` is the agreement it had to meet.
-  void Measured(const Config& cfg, const Result& r, double tol, const std::string& fields) {
+  // A measured row; `fields` (an object) are its measurements, `tol` the
+  // agreement it had to meet.
+  void Measured(const Config& cfg, const Result& r, double tol, const nlohmann::json& fields) {
     const bool ok = r.max_diff <= tol;
     if (!ok) {
       ++failed_rows;
       std::fprintf(stderr, "%s disagrees: max |diff| %.3g > %.0e (np %d, ns %d)\n", r.impl.c_str(), r.max_diff, tol,
                    cfg.np, cfg.ns);
     }
-    std::string row = Head(cfg, r.impl) + ", " + fields + absl::StrFormat(", \"tolerance\": %.3g, \"ok\": %s", tol,
-                                                                           ok ? "true" : "false");
-    if (!ok) row += absl::StrFormat(", \"error\": \"max |diff| %.3g > %.3g\"", r.max_diff, tol);
-    json.Append(row + "}");
+    nlohmann::json row = Head(cfg, r.impl);
+    row.update(fields);
+    row["tolerance"] = tol;
+    row["ok"] = ok;
+    if (!ok) row["error"] = absl::StrFormat("max |diff| %.3g > %.3g", r.max_diff, tol);
+    json.Append(std::move(row));
   }
 
   // A configuration that could not be measured: one failed row per impl.
@@ -225,8 +237,10 @@ struct Report {
                 cfg.head_dim, cfg.chunk, st.ToString().c_str());
     for (const std::string& impl : impls) {
       ++failed_rows;
-      json.Append(Head(cfg, impl) +
-                  absl::StrFormat(", \"ok\": false, \"error\": \"%s\"}", bench::JsonEscape(st.ToString())));
+      nlohmann::json row = Head(cfg, impl);
+      row["ok"] = false;
+      row["error"] = st.ToString();
+      json.Append(std::move(row));
     }
   }
 
@@ -304,11 +318,17 @@ absl::Status MeasureCpu(const Config& cfg, const std::vector<std::string>& impls
                 cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
                 min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff);
     report.Measured(cfg, r, tol,
-                    absl::StrFormat("\"median_us\": %.2f, \"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, "
-                                    "\"floor_us\": %.2f, \"read_gbps\": %.2f, \"speedup_vs_seq\": %.3f, "
-                                    "\"max_diff_vs_first\": %.3g, \"repeat\": %d, \"threads\": %d, \"isa\": \"%s\"",
-                                    r.median_us, r.min_us, min_bytes, gbps, floor_us, read_gbps, vs_seq, r.max_diff,
-                                    repeat, pool.num_threads(), cpu::IsaName(isa)));
+                    {{"median_us", r.median_us},
+                     {"min_us", r.min_us},
+                     {"min_bytes", min_bytes},
+                     {"gbps", gbps},
+                     {"floor_us", floor_us},
+                     {"read_gbps", read_gbps},
+                     {"speedup_vs_seq", vs_seq},
+                     {"max_diff_vs_first", r.max_diff},
+                     {"repeat", repeat},
+                     {"threads", pool.num_threads()},
+                     {"isa", cpu::IsaName(isa)}});
   }
   std::fflush(stdout);
   return absl::OkStatus();
@@ -484,12 +504,17 @@ absl::Status MeasureCuda(const Config& cfg, const std::vector<std::string>& impl
                 cfg.batch, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.chunk, r.impl.c_str(), r.median_us,
                 min_bytes / 1e6, gbps, floor_us, vs_seq, r.max_diff, items[k]);
     report.Measured(cfg, r, tol,
-                    absl::StrFormat("\"median_us\": %.2f, \"min_us\": %.2f, \"min_bytes\": %d, \"gbps\": %.2f, "
-                                    "\"floor_us\": %.2f, \"copy_gbps\": %.2f, \"speedup_vs_seq\": %.3f, "
-                                    "\"max_diff_vs_cpu\": %.3g, \"repeat\": %d, \"work_items\": %d, "
-                                    "\"l2_flushed\": true",
-                                    r.median_us, r.min_us, min_bytes, gbps, floor_us, b.copy_gbps, vs_seq,
-                                    r.max_diff, repeat, items[k]));
+                    {{"median_us", r.median_us},
+                     {"min_us", r.min_us},
+                     {"min_bytes", min_bytes},
+                     {"gbps", gbps},
+                     {"floor_us", floor_us},
+                     {"copy_gbps", b.copy_gbps},
+                     {"speedup_vs_seq", vs_seq},
+                     {"max_diff_vs_cpu", r.max_diff},
+                     {"repeat", repeat},
+                     {"work_items", items[k]},
+                     {"l2_flushed", true}});
   }
   std::fflush(stdout);
   return absl::OkStatus();
@@ -632,7 +657,7 @@ int Main(int argc, char** argv) {
   }
 
   cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
-  Report report{bench::ProvenanceJson(argc, argv), "", bench::JsonArrayFile(absl::GetFlag(FLAGS_json))};
+  Report report{bench::Provenance(argc, argv), "", bench::JsonArrayFile(absl::GetFlag(FLAGS_json))};
 #if CHUNKATTN_BENCH_CUDA
   if (device == "cuda") return RunCuda(configs, impls, repeat, warmup, pool, report);
 #endif

@@ -32,6 +32,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "chunkattn/v1/generation.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "services/client/client.h"
 
 ABSL_FLAG(std::string, server, "", "the coordinator, HOST:PORT");
@@ -249,20 +250,32 @@ int Main(int argc, char** argv) {
   std::printf("%-34s %12.1f%%\n", "prompt tokens cached", 100.0 * cached / std::max<int64_t>(1, int64_t{ok} * np));
 
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    nlohmann::json row = bench::Provenance(argc, argv);
+    row["server"] = server;
+    row["model"] = info.model();
+    row["tensor_parallel_size"] = info.tensor_parallel_size();
+    row["prefix_sharing"] = info.prefix_sharing();
+    row["rate"] = rate;
+    row["requests"] = requests;
+    row["ok"] = ok;
+    row["np"] = np;
+    row["ns"] = ns;
+    row["nc"] = nc;
+    row["normalized_latency_ms_per_token"] = mean_norm;
+    row["throughput_tokens_per_s"] = throughput;
+    row["ttft_p50_ms"] = bench::Percentile(ttft, 50);
+    row["ttft_p99_ms"] = bench::Percentile(ttft, 99);
+    row["itl_p50_ms"] = bench::Percentile(itl, 50);
+    row["itl_p99_ms"] = bench::Percentile(itl, 99);
+    row["peak_kv_bytes"] = stats.peak_used_chunks() * info.kv_chunk_bytes();
+    row["peak_kv_unshared_bytes"] = stats.peak_unshared_chunks() * info.kv_chunk_bytes();
+    row["peak_used_chunks"] = stats.peak_used_chunks();
+    row["peak_running_requests"] = peak_running.load();
+    row["cached_prompt_tokens"] = cached;
+    row["wall_s"] = wall_s;
     std::ofstream f(path);
-    f << absl::StrFormat(
-        "{%s, \"server\": \"%s\", \"model\": \"%s\", \"tensor_parallel_size\": %u, \"prefix_sharing\": %s, "
-        "\"rate\": %.6g, \"requests\": %d, \"ok\": %d, \"np\": %d, \"ns\": %d, \"nc\": %d, "
-        "\"normalized_latency_ms_per_token\": %.4f, \"throughput_tokens_per_s\": %.3f, \"ttft_p50_ms\": %.3f, "
-        "\"ttft_p99_ms\": %.3f, \"itl_p50_ms\": %.4f, \"itl_p99_ms\": %.4f, \"peak_kv_bytes\": %.0f, "
-        "\"peak_kv_unshared_bytes\": %.0f, \"peak_used_chunks\": %d, \"peak_running_requests\": %d, "
-        "\"cached_prompt_tokens\": %d, \"wall_s\": %.3f}\n",
-        bench::ProvenanceJson(argc, argv), bench::JsonEscape(server), bench::JsonEscape(info.model()),
-        info.tensor_parallel_size(), info.prefix_sharing() ? "true" : "false", rate, requests, ok, np, ns, nc,
-        mean_norm, throughput, bench::Percentile(ttft, 50), bench::Percentile(ttft, 99), bench::Percentile(itl, 50),
-        bench::Percentile(itl, 99), peak_kv, peak_unshared, stats.peak_used_chunks(), peak_running.load(), cached,
-        wall_s);
-    if (!f) {
+    f << bench::Dump(row) << "\n";
+    if (!f.flush()) {
       std::fprintf(stderr, "cannot write %s\n", path.c_str());
       return 1;
     }

@@ -10,8 +10,8 @@
 #include <map>
 #include <random>
 
-#include "gtest/gtest.h"
 #include "base/status_macros.h"
+#include "gtest/gtest.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"

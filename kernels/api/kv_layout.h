@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "kernels/api/dtype.h"
 #include "base/host_device.h"
+#include "kernels/api/dtype.h"
 
 namespace chunkattn {
 

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
-#include "kernels/api/attention_state.h"
 #include "base/status_macros.h"
+#include "kernels/api/attention_state.h"
 #include "kernels/cpu/internal/kernels.h"
 
 namespace chunkattn::cpu {

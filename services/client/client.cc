@@ -8,9 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/address.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/client_interceptor.h"
-#include "base/address.h"
 
 namespace chunkattn::client {
 

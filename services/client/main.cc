@@ -21,10 +21,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
-#include "services/client/client.h"
-#include "services/client/replay.h"
 #include "base/file.h"
 #include "base/flags.h"
+#include "services/client/client.h"
+#include "services/client/replay.h"
 
 ABSL_FLAG(std::string, server, "", "the coordinator, HOST:PORT");
 ABSL_FLAG(double, timeout_s, 600, "deadline of every RPC, seconds");

@@ -18,6 +18,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "base/address.h"
+#include "base/flags.h"
+#include "base/signals.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -28,9 +31,6 @@
 #include "services/coordinator/security.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
-#include "base/address.h"
-#include "base/flags.h"
-#include "base/signals.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port of the public gRPC API");
 ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port; 0 = off");

@@ -27,10 +27,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chunkattn/v1/generation.pb.h"
+#include "config/model_config.h"
 #include "services/coordinator/worker_pool.h"
 #include "services/metrics/metrics.h"
 #include "services/scheduler/scheduler.h"
-#include "config/model_config.h"
 #include "text/tokenizer.h"
 
 namespace chunkattn {

@@ -4,8 +4,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "grpcpp/security/server_credentials.h"
 #include "base/file.h"
+#include "grpcpp/security/server_credentials.h"
 
 namespace chunkattn {
 namespace {

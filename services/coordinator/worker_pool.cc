@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "grpcpp/create_channel.h"
 #include "base/grpc_status.h"
+#include "grpcpp/create_channel.h"
 #include "plan/plan_proto.h"
 
 namespace chunkattn {
@@ -57,7 +57,61 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
 
 WorkerPool::~WorkerPool() { Disconnect(); }
 
+void WorkerPool::StartStreamThreads() {
+  if (ranks_.size() < 2) return;  // one rank runs on the loop thread
+  {
+    absl::MutexLock lock(&step_mu_);
+    stop_threads_ = false;
+  }
+  for (auto& rank : ranks_) stream_threads_.emplace_back(&WorkerPool::StreamLoop, this, rank.get());
+}
+
+void WorkerPool::StopStreamThreads() {
+  {
+    absl::MutexLock lock(&step_mu_);
+    stop_threads_ = true;
+  }
+  // Between steps every thread waits for the next one, so this is prompt.
+  for (auto& t : stream_threads_) t.join();
+  stream_threads_.clear();
+}
+
+void WorkerPool::StreamLoop(Rank* rank) {
+  uint64_t seen;
+  {
+    absl::MutexLock lock(&step_mu_);
+    seen = step_seq_;
+  }
+  while (true) {
+    {
+      absl::MutexLock lock(&step_mu_);
+      auto ready = [this, &seen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return stop_threads_ || step_seq_ != seen;
+      };
+      step_mu_.Await(absl::Condition(&ready));
+      if (stop_threads_) return;
+      seen = step_seq_;
+    }
+    RunRank(rank);
+    absl::MutexLock lock(&step_mu_);
+    --pending_;
+  }
+}
+
+void WorkerPool::RunRank(Rank* rank) {
+  rank->status = absl::OkStatus();
+  if (!rank->stream->Write(wire_plan_) || !rank->stream->Read(&rank->result)) {
+    rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
+    Rank* none = nullptr;
+    first_failed_.compare_exchange_strong(none, rank);
+    // A failed rank cancels every stream, so ranks blocked in a collective
+    // with the dead one (or on us) return at once.
+    for (auto& r : ranks_) r->context->TryCancel();
+  }
+}
+
 void WorkerPool::Disconnect() {
+  StopStreamThreads();
   for (auto& rank : ranks_) {
     if (rank->context != nullptr) rank->context->TryCancel();
     if (rank->stream != nullptr) (void)rank->stream->Finish();
@@ -122,6 +176,7 @@ absl::Status WorkerPool::Connect() {
   }
   connected_ = true;
   sized_ = false;
+  StartStreamThreads();
   return absl::OkStatus();
 }
 
@@ -134,29 +189,15 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
   } else {
     wire_plan_.clear_num_kv_chunks();
   }
-  const WirePlan& plan = wire_plan_;
-  // A failed rank cancels every stream, so ranks blocked in a collective
-  // with the dead one (or on us) return at once.
-  auto cancel_all = [this] {
-    for (auto& rank : ranks_) rank->context->TryCancel();
-  };
-  std::atomic<Rank*> first_failed{nullptr};
-  auto run = [&plan, &cancel_all, &first_failed](Rank* rank) {
-    rank->status = absl::OkStatus();
-    if (!rank->stream->Write(plan) || !rank->stream->Read(&rank->result)) {
-      rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
-      Rank* none = nullptr;
-      first_failed.compare_exchange_strong(none, rank);
-      cancel_all();
-    }
-  };
-  if (ranks_.size() == 1) {
-    run(ranks_[0].get());
+  first_failed_ = nullptr;
+  if (stream_threads_.empty()) {
+    RunRank(ranks_[0].get());
   } else {
-    // One thread per rank: the first to fail cancels the rest.
-    std::vector<std::thread> threads;
-    for (auto& rank : ranks_) threads.emplace_back(run, rank.get());
-    for (auto& t : threads) t.join();
+    absl::MutexLock lock(&step_mu_);
+    pending_ = static_cast<int>(ranks_.size());
+    ++step_seq_;
+    auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return pending_ == 0; };
+    step_mu_.Await(absl::Condition(&done));
   }
   absl::Status failure;
   for (auto& rank : ranks_) {
@@ -165,12 +206,12 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
     // report the rank that failed first, not those cancelled after it.
     grpc::Status s = rank->stream->Finish();
     rank->stream.reset();
-    if (failure.ok() && rank.get() == first_failed.load()) {
+    if (failure.ok() && rank.get() == first_failed_.load()) {
       failure = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed: ",
                                                     s.ok() ? "stream closed" : s.error_message()));
     }
   }
-  const bool any_failed = first_failed.load() != nullptr;
+  const bool any_failed = first_failed_.load() != nullptr;
   if (any_failed || !failure.ok()) {
     Disconnect();
     return failure.ok() ? absl::UnavailableError("a worker failed") : failure;

@@ -8,19 +8,24 @@
 // UNAVAILABLE; every stream is then cancelled (so no rank stays blocked on
 // the coordinator) and the pool must be Connect()ed again.
 //
-// Thread-compatible: driven by the coordinator's loop thread. Step() reads
-// the ranks' results on one thread each, so a rank blocked in a collective
-// with a dead peer cannot delay noticing the dead one.
+// Thread-compatible: driven by the coordinator's loop thread. With more than
+// one rank, each rank's stream is written and read on its own thread, started
+// at Connect() and kept until Disconnect() (none is created per step), so a
+// rank blocked in a collective with a dead peer cannot delay noticing the
+// dead one.
 #ifndef CHUNKATTN_SERVICES_COORDINATOR_WORKER_POOL_H_
 #define CHUNKATTN_SERVICES_COORDINATOR_WORKER_POOL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "plan/step_plan.h"
@@ -67,6 +72,13 @@ class WorkerPool {
  private:
   struct Rank;
 
+  // Writes the current plan to `rank`'s stream and reads its result; the
+  // first rank to fail cancels every stream.
+  void RunRank(Rank* rank);
+  void StreamLoop(Rank* rank);
+  void StartStreamThreads();
+  void StopStreamThreads();
+
   WorkerPoolOptions options_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   bool connected_ = false;
@@ -78,6 +90,15 @@ class WorkerPool {
   std::string device_;
   std::string kv_dtype_;
   internal::v1::StepPlan wire_plan_;  // reused across steps
+  std::atomic<Rank*> first_failed_{nullptr};
+
+  // The stream threads' hand-off: Step() bumps step_seq_ and waits until
+  // pending_ is back to 0; wire_plan_ is only read while a step is pending.
+  absl::Mutex step_mu_;
+  uint64_t step_seq_ ABSL_GUARDED_BY(step_mu_) = 0;
+  int pending_ ABSL_GUARDED_BY(step_mu_) = 0;
+  bool stop_threads_ ABSL_GUARDED_BY(step_mu_) = false;
+  std::vector<std::thread> stream_threads_;
 };
 
 }  // namespace chunkattn

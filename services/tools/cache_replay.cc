@@ -20,9 +20,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include "base/hash.h"
 #include "kernels/api/kv_layout.h"
 #include "services/cache/chunk_allocator.h"
+#include "services/scheduler/null_executor.h"
 #include "services/scheduler/scheduler.h"
 
 ABSL_FLAG(int, requests, 2000, "requests to replay");
@@ -49,20 +49,6 @@ namespace {
 
 // Llama-2-7B in fp16: 32 layers, 32 KV heads of 128 dims, 512 KiB per token.
 KvGeometry Llama7bGeometry(int chunk_size) { return KvGeometry{32, 32, chunk_size, 128, DType::kFloat16}; }
-
-// The executor that computes nothing: every sample gets a token drawn from
-// (step, sample), never an EOS (the scheduler gets none), so each request
-// runs for exactly its completion length.
-StepResult NullExecute(const StepPlan& plan) {
-  StepResult result;
-  result.step = plan.step;
-  for (size_t k = 0; k < plan.samples.size(); ++k) {
-    const uint64_t h = SplitMix64(plan.step * kGoldenGamma + k);
-    result.tokens.push_back(static_cast<int32_t>(3 + h % 31997));
-    result.logprobs.push_back(0);
-  }
-  return result;
-}
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "chunkattn-cache-replay: %s\n", msg.c_str());
@@ -150,6 +136,7 @@ int Main() {
     return s.logical_tokens ? 100.0 * (1.0 - static_cast<double>(s.physical_tokens) / s.logical_tokens) : 0.0;
   };
   StepPlan plan;
+  StepResult result;
   std::vector<SampleEvent> events;
   while (!waiting.empty() || scheduler.HasWork()) {
     for (size_t k = 0; k < arrivals && !waiting.empty(); ++k) {
@@ -168,7 +155,8 @@ int Main() {
     computed_prompt_rows += plan.prefill.num_tokens();
     for (const SampleRow& r : plan.samples) computed_prompt_rows += r.step == 0 ? 1 : 0;
     events.clear();
-    if (absl::Status s = scheduler.Complete(NullExecute(plan), &events); !s.ok()) return Fail(s.ToString());
+    NullExecute(plan, &result);
+    if (absl::Status s = scheduler.Complete(result, &events); !s.ok()) return Fail(s.ToString());
     for (const SampleEvent& e : events) finished += e.request_done ? 1 : 0;
     const CacheStats s = scheduler.cache_stats();
     const SchedulerStats st = scheduler.stats();

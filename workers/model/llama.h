@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/model_config.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
-#include "config/model_config.h"
 #include "workers/model/kv_pool.h"
 #include "workers/model/model.h"
 #include "workers/model/weights.h"

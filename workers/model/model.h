@@ -14,10 +14,10 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "config/model_config.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"
-#include "config/model_config.h"
 #include "workers/model/kv_pool.h"
 #include "workers/model/weights.h"
 #include "workers/sampler/sampler.h"

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/api/dtype.h"
 #include "config/model_config.h"
+#include "kernels/api/dtype.h"
 
 namespace chunkattn {
 

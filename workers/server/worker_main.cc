@@ -9,12 +9,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/address.h"
+#include "base/device.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "base/address.h"
-#include "base/device.h"
 #if CHUNKATTN_WITH_CUDA
 #include "kernels/cuda/device.h"
 #endif

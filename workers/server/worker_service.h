@@ -19,9 +19,9 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
+#include "base/device.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "kernels/cpu/thread_pool.h"
-#include "base/device.h"
 
 namespace gloo::rendezvous {
 class Store;

@@ -1,7 +1,7 @@
 // The CUDA model's host arithmetic and the --device flag, tested on every
 // machine (the model itself needs a GPU: cuda_model_test.cc).
-#include "gtest/gtest.h"
 #include "base/device.h"
+#include "gtest/gtest.h"
 #include "workers/model/cuda_llama.h"
 
 namespace chunkattn {

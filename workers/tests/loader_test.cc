@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "gtest/gtest.h"
 #include "config/model_config.h"
+#include "gtest/gtest.h"
 #include "workers/model/safetensors.h"
 #include "workers/model/weights.h"
 #include "workers/tests/model_test_util.h"

@@ -25,9 +25,9 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "config/model_config.h"
-#include "workers/model/weights.h"
 #include "text/tokenizer.h"
 #include "text/train.h"
+#include "workers/model/weights.h"
 
 ABSL_FLAG(std::string, corpus, CHUNKATTN_SOURCE_DIR "/data/demo/shakespeare.txt",
           "training text for the tokenizer and the bigram statistics");

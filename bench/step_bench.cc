@@ -1,0 +1,199 @@
+// chunkattn-step-bench: the coordinator's own cost per decode step, with no
+// model: `--batch` requests behind one long shared prefix, all decoding, and
+// per step the phases the coordinator's loop thread runs:
+//   schedule  Scheduler::Schedule (feedback, admission, rows, the C++ plan)
+//   to_wire   the plan's worker.proto form (plan_proto.h), once per step
+//   serialize the wire bytes, once per rank (what each stream's Write costs)
+//   result    rank 0's reply parsed and converted back
+//   complete  Scheduler::Complete (tokens fed back, events)
+// Medians over `--steps` steps in each of `--repeats` runs (the median of the
+// runs' medians is reported), with the p99 of all steps. For comparison it
+// also times what the worker pool did per step before its stream threads
+// became persistent: start and join one std::thread per rank.
+//
+//   chunkattn-step-bench --batch 256 --shared_len 2048 --json bench/results/step-cpu.json
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "bench/bench_util.h"
+#include "nlohmann/json.hpp"
+#include "plan/plan_proto.h"
+#include "services/scheduler/null_executor.h"
+#include "services/scheduler/scheduler.h"
+
+ABSL_FLAG(int, batch, 256, "requests decoding together");
+ABSL_FLAG(int, shared_len, 2048, "tokens of the prefix every request shares");
+ABSL_FLAG(int, question_len, 32, "tokens of each request's own suffix");
+ABSL_FLAG(int, chunk_size, 64, "tokens per KV chunk");
+ABSL_FLAG(int, ranks, 2, "tensor-parallel ranks the plan is serialized for");
+ABSL_FLAG(int, steps, 200, "timed decode steps per run");
+ABSL_FLAG(int, repeats, 5, "runs");
+ABSL_FLAG(std::string, json, "", "write the result here");
+
+namespace chunkattn {
+namespace {
+
+constexpr int kPhases = 5;
+constexpr const char* kPhaseNames[kPhases] = {"schedule", "to_wire", "serialize", "result", "complete"};
+
+struct Run {
+  std::vector<double> phase_us[kPhases];
+  std::vector<double> total_us;
+  std::vector<double> spawn_us;  // one thread per rank started and joined
+};
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "chunkattn-step-bench: %s\n", msg.c_str());
+  return 2;
+}
+
+absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chunk, int ranks, int steps) {
+  const int warmup = 8;
+  const int max_new = warmup + steps + 8;
+  SchedulerOptions so;
+  so.chunk_size = chunk;
+  const int per_seq = (shared_len + question_len + max_new + chunk - 1) / chunk;
+  so.num_chunks = shared_len / chunk + batch * (per_seq - shared_len / chunk + 1) + 64;
+  so.max_context = shared_len + question_len + max_new;
+  so.max_batch_size = batch;
+  so.max_tokens_per_step = std::max(2048, batch);
+  ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(so));
+  std::vector<TokenId> shared(shared_len);
+  for (int i = 0; i < shared_len; ++i) shared[i] = 3 + (i * 7919) % 31000;
+  for (int r = 0; r < batch; ++r) {
+    RequestSpec spec;
+    spec.prompt = shared;
+    for (int k = 0; k < question_len; ++k) spec.prompt.push_back(3 + (r * 131 + k * 17) % 31000);
+    spec.max_new_tokens = max_new;
+    spec.ignore_eos = true;
+    spec.sampling.temperature = 0;
+    RETURN_IF_ERROR(scheduler->Add(r, std::move(spec)));
+  }
+  StepPlan plan;
+  StepResult result;
+  internal::v1::StepPlan wire;
+  internal::v1::StepResult wire_result;
+  std::string bytes;
+  std::vector<SampleEvent> events;
+  // Until every request decodes and has produced `warmup` tokens.
+  for (int guard = 0;; ++guard) {
+    if (guard > 100000) return absl::InternalError("the batch never reached steady decode");
+    ASSIGN_OR_RETURN(bool scheduled, scheduler->Schedule(&plan));
+    if (!scheduled) return absl::InternalError("nothing scheduled during warm-up");
+    const bool steady = plan.prefill.num_tokens() == 0 && static_cast<int>(plan.samples.size()) == batch &&
+                        plan.samples[0].step >= static_cast<uint64_t>(warmup);
+    NullExecute(plan, &result);
+    events.clear();
+    RETURN_IF_ERROR(scheduler->Complete(result, &events));
+    if (steady) break;
+  }
+  Run run;
+  for (int s = 0; s < steps; ++s) {
+    absl::Time t[kPhases + 1];
+    t[0] = absl::Now();
+    ASSIGN_OR_RETURN(bool scheduled, scheduler->Schedule(&plan));
+    if (!scheduled || static_cast<int>(plan.samples.size()) != batch) {
+      return absl::InternalError("a timed step lost its batch");
+    }
+    t[1] = absl::Now();
+    ToProto(plan, &wire);
+    t[2] = absl::Now();
+    for (int r = 0; r < ranks; ++r) {
+      bytes.clear();
+      if (!wire.SerializeToString(&bytes)) return absl::InternalError("serialization failed");
+    }
+    t[3] = absl::Now();
+    NullExecute(plan, &result);  // the workers' side: not timed
+    ToProto(result, &wire_result);
+    const std::string reply = wire_result.SerializeAsString();
+    const absl::Time parse_start = absl::Now();
+    if (!wire_result.ParseFromString(reply)) return absl::InternalError("parse failed");
+    FromProto(wire_result, &result);
+    t[4] = absl::Now();
+    events.clear();
+    RETURN_IF_ERROR(scheduler->Complete(result, &events));
+    t[5] = absl::Now();
+    const absl::Duration worker_side = parse_start - t[3];
+    double total = 0;
+    for (int p = 0; p < kPhases; ++p) {
+      absl::Duration d = t[p + 1] - t[p];
+      if (p == 3) d -= worker_side;
+      run.phase_us[p].push_back(absl::ToDoubleMicroseconds(d));
+      total += absl::ToDoubleMicroseconds(d);
+    }
+    run.total_us.push_back(total);
+    const absl::Time spawn = absl::Now();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) threads.emplace_back([] {});
+    for (auto& th : threads) th.join();
+    run.spawn_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - spawn));
+  }
+  return run;
+}
+
+int Main(int argc, char** argv) {
+  const int batch = absl::GetFlag(FLAGS_batch), shared_len = absl::GetFlag(FLAGS_shared_len);
+  const int question_len = absl::GetFlag(FLAGS_question_len), chunk = absl::GetFlag(FLAGS_chunk_size);
+  const int ranks = absl::GetFlag(FLAGS_ranks), steps = absl::GetFlag(FLAGS_steps);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  if (batch < 1 || shared_len < 0 || question_len < 1 || ranks < 1 || steps < 1 || repeats < 1) {
+    return Fail("need --batch, --question_len, --ranks, --steps, --repeats >= 1 and --shared_len >= 0");
+  }
+  std::vector<double> run_median[kPhases + 1];
+  std::vector<double> all_total;
+  std::vector<double> spawn_median;
+  for (int rep = 0; rep < repeats; ++rep) {
+    absl::StatusOr<Run> run = OneRun(batch, shared_len, question_len, chunk, ranks, steps);
+    if (!run.ok()) return Fail(run.status().ToString());
+    for (int p = 0; p < kPhases; ++p) run_median[p].push_back(bench::Median(run->phase_us[p]));
+    run_median[kPhases].push_back(bench::Median(run->total_us));
+    all_total.insert(all_total.end(), run->total_us.begin(), run->total_us.end());
+    spawn_median.push_back(bench::Median(run->spawn_us));
+  }
+  std::printf("coordinator cost per decode step: batch %d, shared prefix %d tokens + %d own, chunk %d, "
+              "%d ranks; medians of %d runs x %d steps\n\n",
+              batch, shared_len, question_len, chunk, ranks, repeats, steps);
+  std::printf("%-10s %10s\n", "phase", "median us");
+  nlohmann::json row = bench::Provenance(argc, argv);
+  row["benchmark"] = "coordinator_step";
+  row["batch"] = batch;
+  row["shared_len"] = shared_len;
+  row["question_len"] = question_len;
+  row["chunk_size"] = chunk;
+  row["ranks"] = ranks;
+  row["steps"] = steps;
+  row["repeats"] = repeats;
+  for (int p = 0; p < kPhases; ++p) {
+    const double m = bench::Median(run_median[p]);
+    std::printf("%-10s %10.1f\n", kPhaseNames[p], m);
+    row[std::string(kPhaseNames[p]) + "_us_median"] = m;
+  }
+  const double total = bench::Median(run_median[kPhases]);
+  const double p99 = bench::Percentile(all_total, 99);
+  std::printf("%-10s %10.1f   (p99 %.1f us)\n", "total", total, p99);
+  row["total_us_median"] = total;
+  row["total_us_p99"] = p99;
+  const double spawn = bench::Median(spawn_median);
+  std::printf("\nremoved: a thread per rank per step would add %.1f us (%d threads started and joined)\n",
+              spawn, ranks);
+  row["thread_per_rank_us_median"] = spawn;
+  bench::JsonArrayFile out(absl::GetFlag(FLAGS_json));
+  if (!out.Append(row)) return 1;
+  if (!out.path().empty()) std::printf("\nwrote %s\n", out.path().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace chunkattn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return chunkattn::Main(argc, argv);
+}
