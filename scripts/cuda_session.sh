@@ -202,7 +202,7 @@ case "$call" in
     ;;
   model)
     # Hugging Face's own logits for the model tests' three tiny models, the
-    # CUDA model against the CPU model, and the offline engine on a
+    # CUDA model against the CPU model, and chunkattn-generate (the local engine) on a
     # Llama-2-7B-shaped model with dummy weights (made on the host's cores:
     # 14.5 s for TinyLlama's 1.1B on a 2-core VM, so at most about 90 s).
     step fixtures 90 python3 "$root/tests/tools/make_reference.py" --backend transformers \

@@ -1,4 +1,4 @@
-// Internal to workers/tokenizer: a thin wrapper around the SentencePiece
+// Internal to text/: a thin wrapper around the SentencePiece
 // library that uses only std types.
 //
 // Why it exists: SentencePiece 0.1.97's public headers declare

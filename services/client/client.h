@@ -25,7 +25,7 @@ absl::Status ValidateServer(const std::string& server);
 absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& csv);
 
 // The non-blank lines of a file; NOT_FOUND if it cannot be read. (The whole
-// file: ReadFileToString in workers/common/file.h.)
+// file: ReadFileToString in base/file.h.)
 absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path);
 
 // "length" for FINISH_REASON_LENGTH, and so on.
