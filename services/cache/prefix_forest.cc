@@ -25,9 +25,6 @@ struct PrefixForest::Node {
   int32_t num_computed = 0;  // leading tokens whose KV a worker has written
   int32_t refcount = 0;    // live sequences holding it; roots: live sequences in the tree
   int32_t pos_in_parent = -1;
-  NodeId lru_prev = kNone;
-  NodeId lru_next = kNone;
-  bool in_lru = false;
   bool live = false;              // chunk nodes: in the tree; roots: namespace exists
   std::vector<NodeId> children;   // sorted by tokens (lexicographic); equal runs allowed
   std::vector<Sequence*> tails;   // live sequences whose last chunk this is
@@ -64,7 +61,8 @@ PrefixForest::PrefixForest(const PrefixForestOptions& options)
       max_seq_len_(options.max_seq_len),
       allocator_(options.num_chunks),
       nodes_(options.num_chunks),
-      tokens_(static_cast<size_t>(options.num_chunks) * options.chunk_size) {
+      tokens_(static_cast<size_t>(options.num_chunks) * options.chunk_size),
+      lru_(options.num_chunks, options.clock) {
   context_.chunk_size = chunk_size_;
 }
 
@@ -163,27 +161,10 @@ void PrefixForest::WriteTokens(NodeId id, absl::Span<const TokenId> tokens) {
 // ---------------------------------------------------------------------------
 // Refcounts, the cached (LRU) list, allocation and eviction.
 
-void PrefixForest::LruPushBack(NodeId id) {
-  Node& n = nodes_[id];
-  n.lru_prev = lru_tail_;
-  n.lru_next = kNone;
-  n.in_lru = true;
-  if (lru_tail_ != kNone) nodes_[lru_tail_].lru_next = id; else lru_head_ = id;
-  lru_tail_ = id;
-}
-
-void PrefixForest::LruRemove(NodeId id) {
-  Node& n = nodes_[id];
-  if (n.lru_prev != kNone) nodes_[n.lru_prev].lru_next = n.lru_next; else lru_head_ = n.lru_next;
-  if (n.lru_next != kNone) nodes_[n.lru_next].lru_prev = n.lru_prev; else lru_tail_ = n.lru_prev;
-  n.lru_prev = n.lru_next = kNone;
-  n.in_lru = false;
-}
-
 void PrefixForest::Acquire(NodeId id) {
   Node& n = nodes_[id];
   if (n.refcount == 0) {
-    LruRemove(id);
+    lru_.Uncached(id);
     --stats_.cached_chunks;
     stats_.cached_tokens -= n.num_tokens;
     ++stats_.used_chunks;
@@ -204,7 +185,7 @@ void PrefixForest::Release(NodeId id) {
     stats_.physical_tokens -= n.num_tokens;
     ++stats_.cached_chunks;
     stats_.cached_tokens += n.num_tokens;
-    LruPushBack(id);
+    lru_.Cached(id);
   }
 }
 
@@ -219,7 +200,7 @@ absl::Status PrefixForest::CheckCapacity(int64_t chunks_needed, int64_t pinned_c
 
 absl::Status PrefixForest::FreeCachedLeaf(NodeId id) {
   Node& n = nodes_[id];
-  LruRemove(id);
+  lru_.Uncached(id);
   --stats_.cached_chunks;
   stats_.cached_tokens -= n.num_tokens;
   EraseChild(id);
@@ -228,8 +209,8 @@ absl::Status PrefixForest::FreeCachedLeaf(NodeId id) {
 }
 
 absl::Status PrefixForest::EvictOne() {
-  const NodeId id = lru_head_;
-  if (id == kNone) return absl::InternalError("eviction with no cached chunk");
+  const NodeId id = lru_.Victim();
+  if (id == LruEviction::kNone) return absl::InternalError("eviction with no cached chunk");
   if (!nodes_[id].children.empty()) {
     return absl::InternalError(absl::StrFormat("least recently used cached chunk %d has children", id));
   }
@@ -242,7 +223,7 @@ absl::Status PrefixForest::EvictOne() {
 
 int32_t PrefixForest::EvictCached(int32_t max_chunks) {
   int32_t evicted = 0;
-  while (evicted < max_chunks && lru_head_ != kNone && EvictOne().ok()) ++evicted;
+  while (evicted < max_chunks && lru_.size() > 0 && EvictOne().ok()) ++evicted;
   return evicted;
 }
 
@@ -804,6 +785,7 @@ CacheStats PrefixForest::stats() const {
   s.capacity_chunks = capacity();
   s.free_chunks = allocator_.num_free();
   s.live_sequences = static_cast<int64_t>(seqs_.size());
+  s.oldest_cached_seconds = absl::ToDoubleSeconds(lru_.OldestAge());
   return s;
 }
 
@@ -869,7 +851,9 @@ absl::Status PrefixForest::CheckInvariants() const {
     if (n.parent == kNone || nodes_[n.parent].children[n.pos_in_parent] != id) {
       return fail("chunk %d not linked from its parent", id);
     }
-    if (n.in_lru != (n.refcount == 0)) return fail("chunk %d: refcount %d but in_lru %d", id, n.refcount, n.in_lru);
+    if (lru_.contains(id) != (n.refcount == 0)) {
+      return fail("chunk %d: refcount %d but cached %d", id, n.refcount, lru_.contains(id));
+    }
     if (n.refcount > 0) {
       ++used;
       physical += n.num_tokens;
@@ -881,12 +865,14 @@ absl::Status PrefixForest::CheckInvariants() const {
   }
   int32_t lru_len = 0;
   std::vector<int32_t> lru_rank(capacity(), -1);
-  for (NodeId id = lru_head_, prev = kNone; id != kNone; prev = id, id = nodes_[id].lru_next) {
-    if (nodes_[id].lru_prev != prev) return fail("cached list broken at %d", id);
+  for (NodeId id = lru_.Victim(), prev = kNone; id != kNone; prev = id, id = lru_.Next(id)) {
+    if (lru_.Prev(id) != prev) return fail("cached list broken at %d", id);
     if (lru_len >= cached) return fail("cached list longer than %d", cached);
     lru_rank[id] = lru_len++;
   }
-  if (lru_len != cached) return fail("cached list has %d of %d cached chunks", lru_len, cached);
+  if (lru_len != cached || lru_.size() != cached) {
+    return fail("cached list has %d (size %d) of %d cached chunks", lru_len, lru_.size(), cached);
+  }
   // Eviction takes the head, so a cached chunk must come before its cached parent.
   for (NodeId id = 0; id < capacity(); ++id) {
     const NodeId parent = nodes_[id].parent;

@@ -61,8 +61,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/clock.h"
 #include "kernels/api/chunk_context.h"
 #include "services/cache/chunk_allocator.h"
+#include "services/cache/lru_eviction.h"
 
 namespace chunkattn {
 
@@ -73,6 +75,7 @@ struct PrefixForestOptions {
   int chunk_size = kDefaultChunkSize;  // tokens per chunk, a power of two in [16, 256]
   int32_t num_chunks = 0;              // pool capacity (see ChunkAllocator::FromBudget)
   int32_t max_seq_len = 1 << 20;       // longest sequence accepted, tokens
+  const Clock* clock = nullptr;        // borrowed; ages of cached chunks (null: the wall clock)
 };
 
 struct InsertResult {
@@ -105,6 +108,7 @@ struct CacheStats {
   int64_t total_prompt_tokens = 0;   // tokens asked for by Insert
   int64_t total_matched_tokens = 0;  // of those, found in the cache
   int64_t total_evictions = 0;       // chunks evicted
+  double oldest_cached_seconds = 0;  // since the next chunk to evict was cached (0: none is)
   int64_t total_copies = 0;          // KvCopy operations reported
   int64_t total_copied_tokens = 0;
 };
@@ -216,8 +220,6 @@ class PrefixForest {
   // Refcount transitions, with the counters and the cached list.
   void Acquire(NodeId id);
   void Release(NodeId id);
-  void LruPushBack(NodeId id);
-  void LruRemove(NodeId id);
 
   // Sorted-children maintenance.
   void InsertChild(NodeId parent, NodeId child);
@@ -256,8 +258,7 @@ class PrefixForest {
   absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> seqs_;
   SeqId next_seq_id_ = 1;
 
-  NodeId lru_head_ = kNone;  // least recently cached
-  NodeId lru_tail_ = kNone;
+  LruEviction lru_;  // the cached chunks, in eviction order
 
   ChunkContext context_;
   bool structure_dirty_ = true;     // order or shared table must be rebuilt

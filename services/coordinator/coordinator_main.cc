@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/address.h"
 #include "base/flags.h"
@@ -47,6 +48,9 @@ ABSL_FLAG(std::string, decode_impl, "tpp", "decode attention: tpp | seq");
 ABSL_FLAG(int, max_batch_size, 256, "most sequences in one iteration");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input tokens in one iteration (prefill is chunked to fit)");
 ABSL_FLAG(int64_t, max_kv_chunks, 0, "caps the KV pool, chunks; 0 = the smallest worker capacity");
+ABSL_FLAG(double, priority_aging_s, 0,
+          "seconds of waiting that raise a request by one priority level; 0 = strict priority "
+          "(FCFS within a level)");
 ABSL_FLAG(bool, prefix_sharing, true, "share KV chunks of common prompt prefixes across requests");
 ABSL_FLAG(int, join_timeout_s, 120, "bound on a worker join (weights loading included), seconds");
 ABSL_FLAG(int, collective_timeout_s, 30, "bound on the workers' rendezvous and each collective, seconds");
@@ -140,6 +144,12 @@ int main(int argc, char** argv) {
       options.scheduler.max_tokens_per_step < options.scheduler.max_batch_size) {
     return Fail("--max_batch_size must be >= 1 and --max_tokens_per_step >= --max_batch_size");
   }
+  const double aging = absl::GetFlag(FLAGS_priority_aging_s);
+  if (!(aging >= 0 && aging <= absl::ToDoubleSeconds(AdmissionPolicy::kMaxAging))) {
+    return Fail(absl::StrFormat("--priority_aging_s must be in [0, %g], got %g",
+                                absl::ToDoubleSeconds(AdmissionPolicy::kMaxAging), aging));
+  }
+  options.scheduler.priority_aging = absl::Seconds(aging);
   options.workers.addresses = workers;
   options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
   options.workers.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));

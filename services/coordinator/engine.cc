@@ -93,6 +93,8 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   m_logical_tokens_ = &m.GetGauge("chunkattn_kv_logical_tokens", "Sum of the running sequences' lengths.");
   m_physical_tokens_ = &m.GetGauge("chunkattn_kv_physical_tokens", "Tokens stored in used KV chunks.");
   m_evicted_ = &m.GetCounter("chunkattn_kv_evicted_chunks_total", "Cached KV chunks evicted (LRU).");
+  m_oldest_cached_ = &m.GetGauge("chunkattn_kv_oldest_cached_seconds",
+                                 "Since the next KV chunk to evict lost its last user (0: none cached).");
   const std::string req_help = "Requests by state.";
   m_running_ = &m.GetGauge("chunkattn_requests", req_help, {{"state", "running"}});
   m_waiting_ = &m.GetGauge("chunkattn_requests", req_help, {{"state", "waiting"}});
@@ -410,6 +412,7 @@ void Engine::UpdateGauges() {
   m_shared_chunks_->Set(cs.shared_chunks);
   m_logical_tokens_->Set(static_cast<double>(cs.logical_tokens));
   m_physical_tokens_->Set(static_cast<double>(cs.physical_tokens));
+  m_oldest_cached_->Set(cs.oldest_cached_seconds);
   if (cs.total_evictions > evictions_seen_) m_evicted_->Increment(static_cast<double>(cs.total_evictions - evictions_seen_));
   evictions_seen_ = cs.total_evictions;
   if (ss.preemptions_total > preemptions_seen_) {

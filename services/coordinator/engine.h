@@ -156,6 +156,7 @@ class Engine {
   metrics::Gauge* m_logical_tokens_;
   metrics::Gauge* m_physical_tokens_;
   metrics::Counter* m_evicted_;
+  metrics::Gauge* m_oldest_cached_;
   std::map<std::string, metrics::Counter*> m_finished_;  // by reason label
   metrics::Gauge* m_running_;
   metrics::Gauge* m_waiting_;

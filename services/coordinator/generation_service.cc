@@ -219,6 +219,11 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
     return Invalid(absl::StrFormat("n must be in [1, %d], got %d", kMaxSamples, request.n()));
   }
   spec.n = request.n() == 0 ? 1 : static_cast<int32_t>(request.n());  // 0: the default, one sample
+  if (request.priority() < kMinPriority || request.priority() > kMaxPriority) {
+    return Invalid(
+        absl::StrFormat("priority must be in [%d, %d], got %d", kMinPriority, kMaxPriority, request.priority()));
+  }
+  spec.priority = request.priority();
   return out;
 }
 

@@ -40,7 +40,9 @@ struct Scheduler::Seq {
 struct Scheduler::Request {
   RequestId id = 0;
   RequestSpec spec;
-  int64_t arrival = 0;
+  int64_t arrival = 0;  // sequence number
+  QueuedRequest queued;
+  AdmissionKey key;
   bool running = false;
   int32_t cached_prompt_tokens = -1;  // of the first admission
   struct Sample {
@@ -116,6 +118,11 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
         "token per sequence",
         options.max_tokens_per_step, options.max_batch_size));
   }
+  if (options.priority_aging < absl::ZeroDuration() || options.priority_aging > AdmissionPolicy::kMaxAging) {
+    return absl::InvalidArgumentError(absl::StrCat("priority_aging must be in [0, ",
+                                                   absl::FormatDuration(AdmissionPolicy::kMaxAging), "], got ",
+                                                   absl::FormatDuration(options.priority_aging)));
+  }
   if (options.max_context < 2) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context must be >= 2, got %d", options.max_context));
@@ -124,12 +131,17 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   fo.chunk_size = options.chunk_size;
   fo.num_chunks = options.num_chunks;
   fo.max_seq_len = options.max_context;
+  fo.clock = options.clock;
   ASSIGN_OR_RETURN(std::unique_ptr<PrefixForest> forest, PrefixForest::Create(fo));
   return std::unique_ptr<Scheduler>(new Scheduler(options, std::move(forest)));
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixForest> forest)
-    : options_(options), forest_(std::move(forest)) {}
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      admission_(options.priority_aging),
+      preemption_(&admission_),
+      forest_(std::move(forest)) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -138,6 +150,10 @@ absl::Status Scheduler::Add(RequestId id, RequestSpec spec) {
     return absl::InvalidArgumentError(absl::StrFormat("request %d is already in flight", id));
   }
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (spec.priority < kMinPriority || spec.priority > kMaxPriority) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("priority must be in [%d, %d], got %d", kMinPriority, kMaxPriority, spec.priority));
+  }
   if (spec.n < 1 || spec.n > kMaxSamples) {
     return absl::InvalidArgumentError(
         absl::StrFormat("n must be in [1, %d], got %d", kMaxSamples, spec.n));
@@ -161,9 +177,11 @@ absl::Status Scheduler::Add(RequestId id, RequestSpec spec) {
   auto r = std::make_unique<Request>();
   r->id = id;
   r->arrival = next_arrival_++;
+  r->queued = {spec.priority, clock_->Now(), r->arrival};
+  r->key = admission_.Key(r->queued);
   r->samples.resize(spec.n);
   r->spec = std::move(spec);
-  waiting_.push_back(r.get());
+  Enqueue(r.get());
   requests_.emplace(id, std::move(r));
   return absl::OkStatus();
 }
@@ -194,18 +212,27 @@ void Scheduler::Preempt(Request* r) {
     s.sampler_key = 0;
   }
   r->running = false;
-  auto it = std::lower_bound(waiting_.begin(), waiting_.end(), r,
-                             [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
-  waiting_.insert(it, r);
+  Enqueue(r);
   ++preemptions_;
 }
 
-Scheduler::Request* Scheduler::NewestRunning() {
-  Request* newest = nullptr;
+void Scheduler::Enqueue(Request* r) {
+  // upper_bound: most arrivals go last, in O(log n) and O(1) to insert.
+  auto it = std::upper_bound(waiting_.begin(), waiting_.end(), r,
+                             [](const Request* a, const Request* b) { return a->key < b->key; });
+  waiting_.insert(it, r);
+}
+
+Scheduler::Request* Scheduler::PreemptionVictim() {
+  std::vector<Request*> running;
+  std::vector<QueuedRequest> queued;
   for (auto& [id, r] : requests_) {
-    if (r->running && (newest == nullptr || r->arrival > newest->arrival)) newest = r.get();
+    if (!r->running) continue;
+    running.push_back(r.get());
+    queued.push_back(r->queued);
   }
-  return newest;
+  const int victim = preemption_.Victim(queued);
+  return victim < 0 ? nullptr : running[victim];
 }
 
 void Scheduler::EraseRequest(RequestId id) {
@@ -333,11 +360,10 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   for (auto& [id, r] : requests_) {
     if (r->running) running.push_back(r.get());
   }
-  std::sort(running.begin(), running.end(),
-            [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+  std::sort(running.begin(), running.end(), [](const Request* a, const Request* b) { return a->key < b->key; });
 
-  // 1. Feed back last step's tokens, oldest first; preempt the newest when
-  //    no chunk is left.
+  // 1. Feed back last step's tokens in admission order; preempt the
+  //    policy's victim when no chunk is left.
   for (Request* r : running) {
     if (!r->running) continue;  // preempted for an older request
     for (size_t k = 0; k < r->seqs.size() && r->running; ++k) {
@@ -354,7 +380,7 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
         if (!absl::IsResourceExhausted(appended.status())) {
           return absl::InternalError(absl::StrCat("append: ", appended.status().ToString()));
         }
-        Request* victim = NewestRunning();
+        Request* victim = PreemptionVictim();  // not null: r is running
         Preempt(victim);
         if (victim == r) break;
       }
@@ -363,7 +389,8 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   running.erase(std::remove_if(running.begin(), running.end(), [](Request* r) { return !r->running; }),
                 running.end());
 
-  // 2. Admission: FCFS, bounded by the batch size and the free chunks.
+  // 2. Admission in the policy's order, bounded by the batch size and the
+  //    free chunks.
   int64_t batch_seqs = 0;
   for (Request* r : running) batch_seqs += static_cast<int64_t>(r->seqs.size());
   int scanned = 0;
@@ -394,7 +421,7 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
     batch_seqs += static_cast<int64_t>(r->seqs.size());
   }
 
-  // 3. Rows: every decode row first, then prefill pieces in arrival order
+  // 3. Rows: every decode row first, then prefill pieces in admission order
   //    within the token budget.
   struct Work {
     Seq* seq;

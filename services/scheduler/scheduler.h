@@ -6,7 +6,8 @@
 //
 // A request's life:
 //  - Add(): checked against the pool (RESOURCE_EXHAUSTED if it could never
-//    fit alone), queued FCFS.
+//    fit alone), queued in the AdmissionPolicy's order (by priority, then
+//    arrival; policies.h).
 //  - Admission (in Schedule): its prompt is inserted into the forest, which
 //    finds the longest cached prefix; the rest is prefilled, possibly over
 //    several steps when the per-step token budget is short (chunked prefill).
@@ -21,7 +22,8 @@
 //    copy-on-write when the tail is shared) and fed back the next step.
 //    n > 1 samples all come from the prompt's last row, then fork and share
 //    every prompt chunk.
-//  - When an Append finds no chunk, the newest running request is preempted:
+//  - When an Append finds no chunk, the PreemptionPolicy's victim (the
+//    running request admission would take last) is preempted:
 //    its sequences leave the forest (their computed KV stays cached) and it
 //    goes back to the queue, to be recomputed from prompt + generated tokens
 //    (mostly a cache hit) when memory allows.
@@ -46,10 +48,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
 #include "kernels/api/chunk_context.h"
 #include "plan/sampling_params.h"
 #include "plan/step_plan.h"
 #include "services/cache/prefix_forest.h"
+#include "services/scheduler/policies.h"
 
 namespace chunkattn {
 
@@ -69,6 +74,7 @@ struct RequestSpec {
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
   int32_t n = 1;
+  int32_t priority = 0;  // lower first, in [kMinPriority, kMaxPriority]
 };
 
 struct SchedulerOptions {
@@ -79,6 +85,8 @@ struct SchedulerOptions {
   int32_t max_tokens_per_step = 2048;  // input rows in one step
   bool prefix_sharing = true;        // false: no cross-request sharing (the baseline)
   std::vector<TokenId> eos_token_ids;
+  absl::Duration priority_aging = absl::ZeroDuration();  // see AdmissionPolicy
+  const Clock* clock = nullptr;  // borrowed: arrivals, cache ages (null: the wall clock)
 };
 
 // One sampled token of one sample, in the order they were produced.
@@ -121,7 +129,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request. INVALID_ARGUMENT: duplicate id, empty prompt, n < 1,
-  // max_new_tokens < 1, prompt + max_new_tokens over max_context.
+  // max_new_tokens < 1, prompt + max_new_tokens over max_context, priority
+  // out of range.
   // RESOURCE_EXHAUSTED: its n sequences at full length need more chunks than
   // the pool holds, so it could never run.
   absl::Status Add(RequestId id, RequestSpec spec);
@@ -165,15 +174,20 @@ class Scheduler {
   bool ShouldDefer(const Request& r) const;
   void ReleaseSeqs(Request* r);   // every sequence leaves the forest
   void Preempt(Request* r);
-  Request* NewestRunning();
+  // Inserts into waiting_ at its admission key.
+  void Enqueue(Request* r);
+  Request* PreemptionVictim();
   void EndSampler(int64_t key);
   void EraseRequest(RequestId id);
   void UpdatePeaks();
 
   SchedulerOptions options_;
+  const Clock* clock_;
+  AdmissionPolicy admission_;
+  PreemptionPolicy preemption_;
   std::unique_ptr<PrefixForest> forest_;
   std::map<RequestId, std::unique_ptr<Request>> requests_;
-  std::deque<Request*> waiting_;  // by arrival
+  std::deque<Request*> waiting_;  // by admission key
   int64_t next_arrival_ = 0;
   int64_t next_sampler_key_ = 1;
   absl::flat_hash_map<SeqId, Seq*> seqs_;

@@ -405,7 +405,7 @@ class Cluster:
 def make_request(prompt_ids=None, text=None, namespace='', temperature=None, top_k=None,
                  top_p=None, min_p=None, repetition_penalty=None, seed=None,
                  max_new_tokens=None, stop=(), stop_token_ids=(), ignore_eos=False, n=0,
-                 logprobs=False, request_id=''):
+                 logprobs=False, request_id='', priority=0):
     sampling = pb.SamplingParams()
     for field, value in (('temperature', temperature), ('top_k', top_k), ('top_p', top_p),
                          ('min_p', min_p), ('repetition_penalty', repetition_penalty),
@@ -417,7 +417,8 @@ def make_request(prompt_ids=None, text=None, namespace='', temperature=None, top
     if max_new_tokens is not None:
         stopping.max_new_tokens = max_new_tokens
     req = pb.GenerateRequest(request_id=request_id, cache_namespace=namespace, sampling=sampling,
-                             stopping=stopping, return_logprobs=logprobs, n=n)
+                             stopping=stopping, return_logprobs=logprobs, n=n,
+                             priority=priority)
     if prompt_ids is not None:
         req.token_ids.ids.extend(prompt_ids)
     if text is not None:

@@ -83,8 +83,16 @@ class BadInputTest(harness.ServiceTestCase):
             self.assert_invalid(mk(prompt_ids=[5] * 4097, max_new_tokens=1))
         with self.subTest('n = 1000'):
             self.assert_invalid(mk(prompt_ids=ok, n=1000))
+        for priority in (1000001, -1000001, 2**31 - 1):
+            with self.subTest(priority=priority):
+                self.assert_invalid(mk(prompt_ids=ok, priority=priority), 'priority')
 
     def test_edges_that_are_valid(self):
+        with self.subTest('the priority bounds'):
+            for priority in (-1000000, 1000000):
+                s = self.cluster.generate(harness.make_request(
+                    prompt_ids=[5, 6, 7], temperature=0.0, max_new_tokens=2, priority=priority))[0]
+                self.assertTrue(s.finished)
         with self.subTest('n = 0 means 1'):
             samples = self.cluster.generate(harness.make_request(
                 prompt_ids=[5, 6, 7], n=0, temperature=0.0, max_new_tokens=3))
@@ -205,8 +213,8 @@ class MetricsFormatTest(harness.ServiceTestCase):
                      'chunkattn_generation_tokens_total', 'chunkattn_kv_chunks',
                      'chunkattn_kv_chunk_bytes', 'chunkattn_kv_shared_chunks',
                      'chunkattn_kv_logical_tokens', 'chunkattn_kv_physical_tokens',
-                     'chunkattn_kv_evicted_chunks_total', 'chunkattn_requests',
-                     'chunkattn_requests_finished_total', 'chunkattn_preemptions_total',
+                     'chunkattn_kv_evicted_chunks_total', 'chunkattn_kv_oldest_cached_seconds',
+                     'chunkattn_requests', 'chunkattn_requests_finished_total', 'chunkattn_preemptions_total',
                      'chunkattn_time_to_first_token_seconds_bucket',
                      'chunkattn_inter_token_latency_seconds_bucket',
                      'chunkattn_request_duration_seconds_bucket',

@@ -243,6 +243,9 @@ class BadSecurityFlagsTest(unittest.TestCase):
             (['--auth_token_file', spaced], 'whitespace'),
             (['--auth_token_file', os.path.join(tmp, 'missing')], 'cannot read'),
             (['--health_port', '70000'], '--health_port'),
+            (['--priority_aging_s', '-1'], '--priority_aging_s'),
+            (['--priority_aging_s', 'nan'], '--priority_aging_s'),
+            (['--priority_aging_s', '90000'], '--priority_aging_s'),
         ]
         for args, message in cases:
             r = self.start(*args)
