@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "text/detokenizer.h"
 
 namespace chunkattn {
 
@@ -19,62 +18,10 @@ void Log(const std::string& message) {
                message.c_str());
 }
 
-v1::FinishReason ToProto(FinishReason r) {
-  switch (r) {
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStopToken:
-      return v1::FINISH_REASON_STOP_TOKEN;
-    case FinishReason::kStopString:
-      return v1::FINISH_REASON_STOP_STRING;
-    case FinishReason::kCancelled:
-      return v1::FINISH_REASON_CANCELLED;
-    case FinishReason::kNone:
-      break;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
-
-const char* ReasonLabel(FinishReason r) {
-  switch (r) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStopToken:
-      return "stop_token";
-    case FinishReason::kStopString:
-      return "stop_string";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kNone:
-      break;
-  }
-  return "error";
-}
-
 // Latency buckets, seconds: 1 ms .. ~65 s.
 std::vector<double> LatencyBuckets() { return metrics::ExponentialBuckets(0.001, 2, 17); }
 
 }  // namespace
-
-struct Engine::Live {
-  int64_t id = 0;
-  std::string request_id;
-  std::shared_ptr<ResponseSink> sink;
-  std::vector<std::string> stops;
-  bool return_logprobs = false;
-  absl::Time arrival;
-  bool first_token = false;
-  FinishReason last_reason = FinishReason::kNone;
-  struct Sample {
-    std::unique_ptr<IncrementalDetokenizer> detok;
-    std::string text;  // decoded so far
-    size_t sent = 0;   // bytes of text sent
-    bool finished = false;
-    bool has_token = false;
-    absl::Time last_token;
-  };
-  std::vector<Sample> samples;
-};
 
 Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer* tokenizer,
                metrics::Registry* metrics)
@@ -98,19 +45,29 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   const std::string req_help = "Requests by state.";
   m_running_ = &m.GetGauge("chunkattn_requests", req_help, {{"state", "running"}});
   m_waiting_ = &m.GetGauge("chunkattn_requests", req_help, {{"state", "waiting"}});
+  OutputMetrics om;
+  om.prompt_tokens = m_prompt_tokens_;
+  om.prompt_cached = m_prompt_cached_;
+  om.generation_tokens = m_generation_tokens_;
   const std::string fin_help = "Finished requests by reason.";
-  for (const char* reason : {"length", "stop_token", "stop_string", "cancelled", "error"}) {
-    m_finished_[reason] = &m.GetCounter("chunkattn_requests_finished_total", fin_help, {{"reason", reason}});
+  for (const char* reason : kFinishLabels) {
+    om.finished[reason] = &m.GetCounter("chunkattn_requests_finished_total", fin_help, {{"reason", reason}});
   }
   m_preemptions_ = &m.GetCounter("chunkattn_preemptions_total", "Requests preempted for memory (recomputed later).");
   m_workers_ready_ = &m.GetGauge("chunkattn_workers_ready", "1 when every worker is joined and serving.");
-  m_ttft_ = &m.GetHistogram("chunkattn_time_to_first_token_seconds", "Arrival to first token.", LatencyBuckets());
-  m_itl_ = &m.GetHistogram("chunkattn_inter_token_latency_seconds", "Between two tokens of a sample.",
+  om.ttft = &m.GetHistogram("chunkattn_time_to_first_token_seconds", "Arrival to first token.", LatencyBuckets());
+  om.itl = &m.GetHistogram("chunkattn_inter_token_latency_seconds", "Between two tokens of a sample.",
                            LatencyBuckets());
-  m_duration_ = &m.GetHistogram("chunkattn_request_duration_seconds", "Arrival to the last token.",
+  om.duration = &m.GetHistogram("chunkattn_request_duration_seconds", "Arrival to the last token.",
                                 LatencyBuckets());
   m_step_ = &m.GetHistogram("chunkattn_step_duration_seconds", "One iteration on the workers.", LatencyBuckets());
   pool_ = std::make_unique<WorkerPool>(options_.workers);
+  // A stop string found on the output thread ends the sample through the
+  // inbox, like a cancel.
+  output_ = std::make_unique<OutputProcessor>(tokenizer_, std::move(om), [this](int64_t id, int32_t index) {
+    Command c{Command::kFinishSample, id, index, {}, nullptr};
+    Post(std::move(c));
+  });
 }
 
 Engine::~Engine() { Stop(); }
@@ -122,6 +79,7 @@ void Engine::Stop() {
     inbox_cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
+  output_->Stop();  // after the loop: its last EndAll is delivered
 }
 
 void Engine::Start() { thread_ = std::thread([this] { Loop(); }); }
@@ -131,31 +89,35 @@ void Engine::SetReadyCallback(std::function<void(bool)> callback) {
   ready_callback_ = std::move(callback);
 }
 
+void Engine::Post(Command command) {
+  absl::MutexLock lock(&inbox_mu_);
+  inbox_.push_back(std::move(command));
+  inbox_cv_.Signal();
+}
+
 int64_t Engine::Submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) {
   const int64_t id = next_id_++;
-  absl::MutexLock lock(&inbox_mu_);
-  Command c{Command::kSubmit, id, std::move(request), std::move(sink)};
-  inbox_.push_back(std::move(c));
-  inbox_cv_.Signal();
+  Post(Command{Command::kSubmit, id, 0, std::move(request), std::move(sink)});
   return id;
 }
 
-void Engine::Cancel(int64_t id) {
-  absl::MutexLock lock(&inbox_mu_);
-  Command c{Command::kCancel, id, {}, nullptr};
-  inbox_.push_back(std::move(c));
-  inbox_cv_.Signal();
-}
+void Engine::Cancel(int64_t id) { Post(Command{Command::kCancel, id, 0, {}, nullptr}); }
 
-void Engine::ResetPeaks() {
-  absl::MutexLock lock(&inbox_mu_);
-  inbox_.push_back(Command{Command::kResetPeaks, 0, {}, nullptr});
-  inbox_cv_.Signal();
-}
+void Engine::ResetPeaks() { Post(Command{Command::kResetPeaks, 0, 0, {}, nullptr}); }
 
 Engine::Snapshot Engine::snapshot() const {
-  absl::MutexLock lock(&snapshot_mu_);
-  return snapshot_;
+  Snapshot s;
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    s = snapshot_;
+  }
+  // Read now, not at the loop's last update: the output thread counts a
+  // token before its response is sent, so a client that has its response
+  // sees it counted. Counters hold integers well below 2^53: exact as doubles.
+  s.prompt_tokens_total = static_cast<int64_t>(m_prompt_tokens_->value());
+  s.cached_prompt_tokens_total = static_cast<int64_t>(m_prompt_cached_->value());
+  s.generation_tokens_total = static_cast<int64_t>(m_generation_tokens_->value());
+  return s;
 }
 
 void Engine::Loop() {
@@ -219,36 +181,33 @@ void Engine::DrainInbox(bool serving) {
       if (scheduler_ != nullptr) scheduler_->ResetPeaks();
       continue;
     }
+    if (c.kind == Command::kFinishSample) {
+      if (scheduler_ != nullptr) scheduler_->FinishSample(c.id, c.index);
+      continue;
+    }
     if (c.kind == Command::kCancel) {
-      if (live_.count(c.id) == 0) continue;
       if (scheduler_ != nullptr) scheduler_->Abort(c.id);
-      EndRequest(c.id, absl::CancelledError("cancelled by the client"), "cancelled");
+      output_->End(c.id, absl::CancelledError("cancelled by the client"), "cancelled");
       continue;
     }
     if (!serving) {
-      c.sink->Finish(absl::UnavailableError("the workers are not ready; retry later"));
+      output_->Refuse(std::move(c.sink), absl::UnavailableError("the workers are not ready; retry later"));
       continue;
     }
-    const int n = c.request.spec.n;
-    const bool return_logprobs = c.request.spec.sampling.return_logprobs;
-    std::vector<int32_t> prompt = c.request.spec.prompt;
+    OutputProcessor::Request out;
+    out.id = c.id;
+    out.request_id = std::move(c.request.request_id);
+    out.stops = std::move(c.request.stop_strings);
+    out.return_logprobs = c.request.spec.sampling.return_logprobs;
+    out.n = c.request.spec.n;
+    if (tokenizer_ != nullptr) out.prompt = c.request.spec.prompt;
+    out.arrival = absl::Now();
     absl::Status added = scheduler_->Add(c.id, std::move(c.request.spec));
     if (!added.ok()) {
-      c.sink->Finish(added);
+      output_->Refuse(std::move(c.sink), added);
       continue;
     }
-    auto live = std::make_unique<Live>();
-    live->id = c.id;
-    live->request_id = std::move(c.request.request_id);
-    live->sink = std::move(c.sink);
-    live->stops = std::move(c.request.stop_strings);
-    live->return_logprobs = return_logprobs;
-    live->arrival = absl::Now();
-    live->samples.resize(n);
-    if (tokenizer_ != nullptr) {
-      for (auto& s : live->samples) s.detok = std::make_unique<IncrementalDetokenizer>(tokenizer_, prompt);
-    }
-    live_[c.id] = std::move(live);
+    output_->Open(std::move(out), std::move(c.sink));
   }
   if (serving) UpdateGauges();
 }
@@ -282,110 +241,12 @@ void Engine::Step() {
     FailAll(absl::InternalError(absl::StrCat("scheduler: ", completed.message())));
     return;
   }
-  std::vector<int64_t> touched;
-  for (const SampleEvent& e : events) {
-    HandleEvent(e, now);
-    touched.push_back(e.request);
-  }
-  std::sort(touched.begin(), touched.end());
-  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-  for (int64_t id : touched) {
-    auto it = live_.find(id);
-    if (it == live_.end()) continue;
-    const auto& samples = it->second->samples;
-    if (std::all_of(samples.begin(), samples.end(), [](const Live::Sample& s) { return s.finished; })) {
-      EndRequest(id, absl::OkStatus(), ReasonLabel(it->second->last_reason));
-    }
-  }
-  UpdateGauges();
-}
-
-void Engine::HandleEvent(const SampleEvent& e, absl::Time now) {
-  auto it = live_.find(e.request);
-  if (it == live_.end()) return;
-  Live& live = *it->second;
-  Live::Sample& sample = live.samples[e.index];
-  if (!live.first_token) {
-    live.first_token = true;
-    m_ttft_->Observe(absl::ToDoubleSeconds(now - live.arrival));
-    m_prompt_tokens_->Increment(e.prompt_tokens);
-    m_prompt_cached_->Increment(e.cached_prompt_tokens);
-  }
-  if (sample.has_token) m_itl_->Observe(absl::ToDoubleSeconds(now - sample.last_token));
-  sample.has_token = true;
-  sample.last_token = now;
-  m_generation_tokens_->Increment();
-
-  if (sample.detok != nullptr) {
-    absl::StatusOr<std::string> delta = sample.detok->Append(e.token);
-    if (delta.ok()) sample.text += *delta;
-  }
-  FinishReason finish = e.finish;
-  // Stop strings: the earliest match ends the text before it. Text that
-  // could still become a match is held back until it cannot.
-  size_t end = sample.text.size();
-  size_t earliest = std::string::npos;
-  for (const std::string& stop : live.stops) {
-    const size_t from = sample.sent >= stop.size() ? sample.sent - stop.size() + 1 : 0;
-    const size_t pos = sample.text.find(stop, from);
-    if (pos != std::string::npos && pos < earliest) earliest = pos;
-  }
-  if (earliest != std::string::npos) {
-    finish = FinishReason::kStopString;
-    end = std::max(earliest, sample.sent);
-  } else if (finish != FinishReason::kNone) {
-    if (sample.detok != nullptr) {
-      absl::StatusOr<std::string> rest = sample.detok->Flush();
-      if (rest.ok()) sample.text += *rest;
-    }
-    end = sample.text.size();
-  } else {
-    size_t hold = 0;
-    for (const std::string& stop : live.stops) {
-      for (size_t k = std::min(stop.size() - 1, sample.text.size() - sample.sent); k > hold; --k) {
-        if (sample.text.compare(sample.text.size() - k, k, stop, 0, k) == 0) {
-          hold = k;
-          break;
-        }
-      }
-    }
-    end = sample.text.size() - hold;
-  }
-  v1::GenerateResponse response;
-  response.set_request_id(live.request_id);
-  response.set_index(static_cast<uint32_t>(e.index));
-  response.add_token_ids(e.token);
-  if (end > sample.sent) {
-    response.set_text(sample.text.substr(sample.sent, end - sample.sent));
-    sample.sent = end;
-  }
-  if (live.return_logprobs) response.add_logprobs(e.logprob);
-  if (finish != FinishReason::kNone) {
-    sample.finished = true;
-    live.last_reason = finish;
-    response.set_finish_reason(ToProto(finish));
-    auto* usage = response.mutable_usage();
-    usage->set_prompt_tokens(static_cast<uint32_t>(e.prompt_tokens));
-    usage->set_cached_prompt_tokens(static_cast<uint32_t>(e.cached_prompt_tokens));
-    usage->set_completion_tokens(static_cast<uint32_t>(e.completion_tokens));
-    if (finish == FinishReason::kStopString) scheduler_->FinishSample(e.request, e.index);
-  }
-  live.sink->Send(std::move(response));
-}
-
-void Engine::EndRequest(int64_t id, const absl::Status& status, const std::string& reason) {
-  auto it = live_.find(id);
-  if (it == live_.end()) return;
-  m_finished_.at(reason)->Increment();
-  m_duration_->Observe(absl::ToDoubleSeconds(absl::Now() - it->second->arrival));
-  it->second->sink->Finish(status);
-  live_.erase(it);
+  UpdateGauges();  // first: a client that has its last response sees the step's stats
+  output_->Events(std::move(events), now);
 }
 
 void Engine::FailAll(const absl::Status& status) {
-  std::vector<int64_t> ids;
-  for (const auto& [id, live] : live_) ids.push_back(id);
-  for (int64_t id : ids) EndRequest(id, status, "error");
+  output_->EndAll(status);
   scheduler_.reset();
   evictions_seen_ = 0;
   preemptions_seen_ = 0;
@@ -429,10 +290,6 @@ void Engine::UpdateGauges() {
   snapshot_.kv_dtype = pool_->kv_dtype();
   snapshot_.cache = cs;
   snapshot_.scheduler = ss;
-  // Counters hold integers well below 2^53: exact as doubles.
-  snapshot_.prompt_tokens_total = static_cast<int64_t>(m_prompt_tokens_->value());
-  snapshot_.cached_prompt_tokens_total = static_cast<int64_t>(m_prompt_cached_->value());
-  snapshot_.generation_tokens_total = static_cast<int64_t>(m_generation_tokens_->value());
 }
 
 }  // namespace chunkattn

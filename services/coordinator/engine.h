@@ -1,8 +1,9 @@
 // The cache coordinator's engine: one loop thread owns the scheduler (and
 // through it the prefix forest and chunk allocator) and the worker pool. RPC
-// handlers post requests and cancellations to its inbox and never block; the
-// loop turns sampled tokens into responses (detokenized, stop strings
-// applied) and hands them to each request's sink.
+// handlers post requests and cancellations to its inbox and never block. The
+// loop only schedules and steps: it hands each step's sampled tokens to the
+// OutputProcessor, whose own thread detokenizes, applies stop strings and
+// writes to each request's sink (output_processor.h).
 //
 // Worker failure: the step fails with UNAVAILABLE, every request in flight
 // ends with UNAVAILABLE, the engine reports not ready (health NOT_SERVING)
@@ -28,21 +29,13 @@
 #include "absl/time/time.h"
 #include "chunkattn/v1/generation.pb.h"
 #include "config/model_config.h"
+#include "services/coordinator/output_processor.h"
 #include "services/coordinator/worker_pool.h"
 #include "services/metrics/metrics.h"
 #include "services/scheduler/scheduler.h"
 #include "text/tokenizer.h"
 
 namespace chunkattn {
-
-// Where a request's responses go. Called on the loop thread only; must not
-// block. Finish is the last call.
-class ResponseSink {
- public:
-  virtual ~ResponseSink() = default;
-  virtual void Send(v1::GenerateResponse response) = 0;
-  virtual void Finish(absl::Status status) = 0;
-};
 
 // A request as the engine runs it (the API front has validated and
 // tokenized it).
@@ -102,10 +95,10 @@ class Engine {
   Snapshot snapshot() const;
 
  private:
-  struct Live;
   struct Command {
-    enum Kind { kSubmit, kCancel, kResetPeaks } kind;
+    enum Kind { kSubmit, kCancel, kResetPeaks, kFinishSample } kind;
     int64_t id = 0;
+    int32_t index = 0;  // kFinishSample
     EngineRequest request;
     std::shared_ptr<ResponseSink> sink;
   };
@@ -114,8 +107,7 @@ class Engine {
   bool Connect();
   void DrainInbox(bool serving);
   void Step();
-  void HandleEvent(const SampleEvent& e, absl::Time now);
-  void EndRequest(int64_t id, const absl::Status& status, const std::string& reason);
+  void Post(Command command);
   void FailAll(const absl::Status& status);
   void UpdateGauges();
 
@@ -140,7 +132,7 @@ class Engine {
   // Loop thread only.
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::map<int64_t, std::unique_ptr<Live>> live_;
+  std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;
   int64_t preemptions_seen_ = 0;
 
@@ -157,14 +149,10 @@ class Engine {
   metrics::Gauge* m_physical_tokens_;
   metrics::Counter* m_evicted_;
   metrics::Gauge* m_oldest_cached_;
-  std::map<std::string, metrics::Counter*> m_finished_;  // by reason label
   metrics::Gauge* m_running_;
   metrics::Gauge* m_waiting_;
   metrics::Counter* m_preemptions_;
   metrics::Gauge* m_workers_ready_;
-  metrics::Histogram* m_ttft_;
-  metrics::Histogram* m_itl_;
-  metrics::Histogram* m_duration_;
   metrics::Histogram* m_step_;
 };
 
