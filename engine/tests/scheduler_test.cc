@@ -6,7 +6,12 @@
 #include "services/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <random>
 
@@ -84,6 +89,7 @@ class Harness {
       if (!scheduled.ok()) break;
       if (!*scheduled) continue;
       if (plan.has_context) ++contexts_sent_;
+      if (on_plan_) on_plan_(plan);
       StepResult result;
       absl::Status s = executor_->Execute(plan, &result);
       EXPECT_TRUE(s.ok()) << s;
@@ -102,6 +108,7 @@ class Harness {
   }
 
   Scheduler& scheduler() { return *scheduler_; }
+  std::function<void(const StepPlan&)> on_plan_;  // sees each plan before it runs
   std::map<RequestId, int32_t> cached_;
   int steps_ = 0;
   int contexts_sent_ = 0;
@@ -289,6 +296,86 @@ TEST(PlanExecutorTest, RefusesANewContextWithTheVersionInForce) {
   };
   ASSERT_TRUE(executor.Execute(decode(0, 1), &result).ok());
   EXPECT_EQ(executor.Execute(decode(3, 1), &result).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Finding 2 of the reliability issue: a worker died (SIGSEGV) on a decode
+// context with private_begin = -5, private_end = -4. Every field of a plan is
+// checked before use: each of thousands of plans with one field set to a
+// hostile value is rejected or executed, never a crash (run under ASan, never
+// a write outside an array). The victim executor also runs every valid plan,
+// so it holds real contexts and samplers when the bad ones arrive. (It found
+// a second way in: a refused context let an older version back in over the
+// model's cached plan for it. CHUNKATTN_TRACE_HOSTILE=1 prints each trial.)
+TEST(PlanExecutorTest, HostilePlansAreRejectedOrExecutedNeverACrash) {
+  Harness harness(96, 64, true);
+  ModelConfig config = TinyConfig();
+  ModelOptions mo;
+  mo.chunk_size = 16;
+  mo.num_kv_chunks = 96;
+  auto model = LlamaModel::Create(config, DummyWeights(config, {0, 1}, 7).value(), mo, nullptr, nullptr).value();
+  PlanExecutor victim(model.get(), true);
+  std::mt19937 rng(21);
+  int rejected = 0, executed = 0;
+  const int32_t hostile[] = {-5, -4, -1, 0, 1, 15, 16, 17, 95, 96, 97, 1 << 20, 1 << 30, INT32_MAX, INT32_MIN};
+  const bool trace = getenv("CHUNKATTN_TRACE_HOSTILE") != nullptr;
+  harness.on_plan_ = [&](const StepPlan& plan) {
+    // Usually the valid plan goes first, so the bad ones meet the context in
+    // force; sometimes a bad one races it for a new context's version.
+    const bool valid_first = !plan.has_context || rng() % 4 != 0;
+    StepResult result;
+    if (valid_first) (void)victim.Execute(plan, &result);
+    for (int trial = 0; trial < 200; ++trial) {
+      StepPlan bad = plan;
+      // Every int field the worker reads, one chosen at random.
+      std::vector<int32_t*> fields;
+      std::vector<const char*> names;  // for a failure's message
+      auto add = [&](std::vector<int32_t>& v, const char* name) {
+        for (int32_t& x : v) fields.push_back(&x), names.push_back(name);
+      };
+      add(bad.tokens, "tokens");
+      add(bad.prefill.prefix_len, "prefix_len");
+      add(bad.prefill.q_begin, "q_begin");
+      add(bad.prefill.chunk_begin, "chunk_begin");
+      add(bad.prefill.chunk_ids, "chunk_ids");
+      if (bad.has_context) {
+        add(bad.context.shared_chunk, "shared_chunk");
+        add(bad.context.shared_begin, "shared_begin");
+        add(bad.context.shared_end, "shared_end");
+        add(bad.context.shared_tokens, "shared_tokens");
+        add(bad.context.private_begin, "private_begin");
+        add(bad.context.private_end, "private_end");
+        add(bad.context.private_chunk, "private_chunk");
+        add(bad.context.private_tokens, "private_tokens");
+      }
+      add(bad.seq_len, "seq_len");
+      add(bad.logits_rows, "logits_rows");
+      for (KvCopy& c : bad.copies) {
+        fields.push_back(&c.src_chunk), names.push_back("copy.src");
+        fields.push_back(&c.dst_chunk), names.push_back("copy.dst");
+        fields.push_back(&c.num_tokens), names.push_back("copy.num_tokens");
+      }
+      for (SampleRow& r : bad.samples) fields.push_back(&r.row), names.push_back("sample.row");
+      for (SamplerStart& st : bad.sampler_starts) add(st.history, "history");
+      if (fields.empty()) break;
+      const size_t pick = rng() % fields.size();
+      int32_t* field = fields[pick];
+      if (trace) std::fprintf(stderr, "step %d: %s (was %d)\n", static_cast<int>(plan.step), names[pick], *field);
+      *field = rng() % 3 == 0 ? *field + static_cast<int32_t>(rng() % 3) - 1 : hostile[rng() % std::size(hostile)];
+      // Sometimes a length is off instead.
+      if (rng() % 8 == 0 && !bad.context.private_tokens.empty()) bad.context.private_tokens.pop_back();
+      if (rng() % 8 == 0 && !bad.seq_len.empty()) bad.seq_len.push_back(3);
+      if (rng() % 16 == 0 && bad.context.version > 0) --bad.context.version;  // an old version again
+      if (trace) std::fprintf(stderr, "  -> %d\n", *field);
+      const absl::Status st = victim.Execute(bad, &result);
+      if (trace) std::fprintf(stderr, "  : %s\n", st.ToString().c_str());
+      (st.ok() ? executed : rejected)++;
+    }
+    if (!valid_first) (void)victim.Execute(plan, &result);  // refused when a bad one took its version
+  };
+  Workload w = MakeWorkload(5, 12, 10);
+  harness.Run(w.arrivals);
+  EXPECT_GT(rejected, 100);
+  std::printf("hostile plans: %d rejected, %d executed\n", rejected, executed);
 }
 
 TEST(SchedulerTest, RejectsRequestsThatCanNeverFit) {

@@ -21,6 +21,7 @@
 #ifndef CHUNKATTN_KERNELS_CUDA_SAMPLE_ROW_H_
 #define CHUNKATTN_KERNELS_CUDA_SAMPLE_ROW_H_
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -192,7 +193,11 @@ CHUNKATTN_HOST_DEVICE SampleRowResult SampleRow(Ops& ops, const SampleRowParams&
   auto logit = [&](int i) {
     const float x = sanitized(i);
     if (!penalize || !ops.Marked(i)) return x;
-    return x < 0 ? Mul(x, p.penalty) : Div(x, p.penalty);
+    const float y = x < 0 ? Mul(x, p.penalty) : Div(x, p.penalty);
+    // A finite logit stays finite whatever the penalty (as the CPU sampler).
+    if (y > FLT_MAX && x <= FLT_MAX) return FLT_MAX;
+    if (y < -FLT_MAX && x >= -FLT_MAX) return -FLT_MAX;
+    return y;
   };
   if (p.temperature == 0 || p.top_k == 1) {
     const RowArgMax best = ops.ArgMax(logit);

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "base/address.h"
 #include "base/flags.h"
+#include "base/grpc_server.h"
 #include "base/signals.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -48,6 +49,8 @@ ABSL_FLAG(std::string, decode_impl, "tpp", "decode attention: tpp | seq");
 ABSL_FLAG(int, max_batch_size, 256, "most sequences in one iteration");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input tokens in one iteration (prefill is chunked to fit)");
 ABSL_FLAG(int64_t, max_kv_chunks, 0, "caps the KV pool, chunks; 0 = the smallest worker capacity");
+ABSL_FLAG(int64_t, max_waiting_requests, 4096,
+          "requests queued beyond which a new one gets RESOURCE_EXHAUSTED at once; 0 = unbounded");
 ABSL_FLAG(double, priority_aging_s, 0,
           "seconds of waiting that raise a request by one priority level; 0 = strict priority "
           "(FCFS within a level)");
@@ -150,6 +153,8 @@ int main(int argc, char** argv) {
                                 absl::ToDoubleSeconds(AdmissionPolicy::kMaxAging), aging));
   }
   options.scheduler.priority_aging = absl::Seconds(aging);
+  options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  if (options.max_waiting_requests < 0) return Fail("--max_waiting_requests must be >= 0 (0 = unbounded)");
   options.workers.addresses = workers;
   options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
   options.workers.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
@@ -185,6 +190,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  ExclusivePort(builder);
   int bound = 0;
   builder.AddListeningPort(listen, *credentials, &bound);
   builder.RegisterService(&service);
@@ -195,6 +201,7 @@ int main(int argc, char** argv) {
   if (health_port > 0) {
     const std::string health_address = absl::StrCat(listen_address->host, ":", health_port);
     grpc::ServerBuilder health_builder;
+    ExclusivePort(health_builder);
     int health_bound = 0;
     health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(), &health_bound);
     health_server = health_builder.BuildAndStart();

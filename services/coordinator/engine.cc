@@ -194,6 +194,13 @@ void Engine::DrainInbox(bool serving) {
       output_->Refuse(std::move(c.sink), absl::UnavailableError("the workers are not ready; retry later"));
       continue;
     }
+    const int64_t waiting = scheduler_->num_waiting();
+    if (options_.max_waiting_requests > 0 && waiting >= options_.max_waiting_requests) {
+      output_->Refuse(std::move(c.sink),
+                      absl::ResourceExhaustedError(absl::StrFormat(
+                          "the queue is full: %d requests waiting (--max_waiting_requests); retry later", waiting)));
+      continue;
+    }
     OutputProcessor::Request out;
     out.id = c.id;
     out.request_id = std::move(c.request.request_id);

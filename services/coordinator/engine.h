@@ -49,6 +49,9 @@ struct EngineOptions {
   SchedulerOptions scheduler;  // num_chunks is taken from the workers
   WorkerPoolOptions workers;
   absl::Duration reconnect_interval = absl::Milliseconds(500);
+  // Requests queued (admitted to the scheduler, not yet running) beyond which
+  // a new one is refused at once with RESOURCE_EXHAUSTED; 0 = unbounded.
+  int64_t max_waiting_requests = 0;
 };
 
 class Engine {
@@ -66,7 +69,8 @@ class Engine {
 
   // Returns the engine's id for the request (for Cancel). The sink gets the
   // responses, or one Finish with the error (INVALID_ARGUMENT, or
-  // RESOURCE_EXHAUSTED for a request that can never fit the pool).
+  // RESOURCE_EXHAUSTED for a request that can never fit the pool or when
+  // max_waiting_requests are queued).
   int64_t Submit(EngineRequest request, std::shared_ptr<ResponseSink> sink);
   // Stops a request (client cancel, deadline): its chunks are released and
   // its sink finishes with CANCELLED. Unknown ids are ignored.

@@ -152,6 +152,7 @@ class Scheduler {
   absl::Status Complete(const StepResult& result, std::vector<SampleEvent>* events);
 
   bool HasWork() const { return !requests_.empty(); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // Ids of every request in flight (running or waiting), oldest first.
   std::vector<RequestId> RequestIds() const;
   SchedulerStats stats() const;

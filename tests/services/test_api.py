@@ -87,6 +87,22 @@ class BadInputTest(harness.ServiceTestCase):
             with self.subTest(priority=priority):
                 self.assert_invalid(mk(prompt_ids=ok, priority=priority), 'priority')
 
+    def test_a_hostile_sampling_request_fails_no_other(self):
+        """Finding 1 of the reliability issue: repetition_penalty = 1e-38 on a
+        prompt that repeats a token overflowed a logit on the worker, failed the
+        step and every request in flight with it."""
+        import concurrent.futures
+        hostile = harness.make_request(text='hello world hello', repetition_penalty=1e-38,
+                                       max_new_tokens=8, ignore_eos=True, seed=1)
+        normal = harness.make_request(prompt_ids=[5, 6, 7, 8, 9], temperature=0.0, max_new_tokens=24,
+                                      ignore_eos=True)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(self.cluster.generate, hostile if i % 2 else normal) for i in range(16)]
+            results = [f.result(timeout=120) for f in futures]  # raises on any failed call
+        for i, samples in enumerate(results):
+            self.assertEqual(len(samples[0].tokens), 8 if i % 2 else 24, i)
+        self.assertEqual(harness.health(self.cluster.channel), harness.SERVING)
+
     def test_edges_that_are_valid(self):
         with self.subTest('the priority bounds'):
             for priority in (-1000000, 1000000):
@@ -137,6 +153,41 @@ class BadInputTest(harness.ServiceTestCase):
         self.assertEqual(harness.health(self.cluster.channel), harness.SERVING)
         raw = harness.reflection_list_services(self.cluster.channel)
         self.assertIn(b'chunkattn.v1.Generation', raw)
+
+
+class QueueBoundTest(harness.ServiceTestCase):
+    """--max_waiting_requests: beyond it a request is refused at once."""
+
+    @classmethod
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('queue', tp=1, coordinator_args=[
+            '--max_waiting_requests', '2', '--max_batch_size', '1'])
+
+    def test_full_queue_is_resource_exhausted(self):
+        import concurrent.futures
+        request = harness.make_request(prompt_ids=[5, 6, 7, 8], temperature=0.0, max_new_tokens=200,
+                                       ignore_eos=True)
+
+        def call():
+            try:
+                return self.cluster.generate(request, timeout=120)
+            except grpc.RpcError as e:
+                return e
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            outcomes = list(pool.map(lambda _: call(), range(10)))
+        refused = [o for o in outcomes if isinstance(o, grpc.RpcError)]
+        served = [o for o in outcomes if not isinstance(o, grpc.RpcError)]
+        # At most one runs (batch size 1) and two wait; the rest find the
+        # queue full (two or three are served, by how the calls interleave).
+        self.assertGreaterEqual(len(refused), 5, [o for o in refused])
+        self.assertGreaterEqual(len(served), 2)
+        for e in refused:
+            self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+            self.assertIn('queue is full', e.details())
+        for samples in served:
+            self.assertEqual(len(samples[0].tokens), 200)
+        self.assertEqual(harness.health(self.cluster.channel), harness.SERVING)
 
 
 class ParallelSamplesTest(harness.ServiceTestCase):

@@ -252,6 +252,28 @@ class BadSecurityFlagsTest(unittest.TestCase):
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn(message, r.stderr, args)
 
+    def test_an_occupied_port_is_refused(self):
+        """gRPC binds with SO_REUSEPORT unless told not to: a second worker or
+        coordinator on a busy port must fail, not take a share of its connections."""
+        port = harness.free_port()
+        first = harness.Process('occupied-first', [
+            harness.bin_path('chunkattn-worker'), '--listen', '127.0.0.1:%d' % port, '--device', 'cpu',
+            '--threads', '1']).start()
+        try:
+            harness.wait_for(lambda: 'listening' in open(first.log_path).read() or None, timeout=30,
+                             interval=0.1, what='the first worker to listen')
+            second = subprocess.run([harness.bin_path('chunkattn-worker'), '--listen', '127.0.0.1:%d' % port,
+                                     '--device', 'cpu', '--threads', '1'],
+                                    capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(second.returncode, 0, second.stderr)
+            self.assertIn('cannot listen', second.stdout + second.stderr)
+            coordinator = self.start('--listen', '127.0.0.1:%d' % port)
+            self.assertNotEqual(coordinator.returncode, 0, coordinator.stderr)
+            self.assertIn('cannot listen', coordinator.stderr)
+            self.assertTrue(first.alive())
+        finally:
+            first.stop()
+
 
 if __name__ == '__main__':
     harness.main()

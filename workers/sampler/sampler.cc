@@ -124,7 +124,13 @@ struct LogSumExp {
 };
 
 // HF RepetitionPenaltyLogitsProcessor: torch.where(score < 0, score * p, score / p).
-inline float Penalize(float x, float penalty) { return x < 0 ? x * penalty : x / penalty; }
+// A finite logit stays finite: a tiny or huge penalty would otherwise turn it
+// into +-inf and fail the row (one request's parameters must never fail a
+// step). -inf (and NaN, sanitized to it) stays -inf.
+inline float Penalize(float x, float penalty) {
+  const float y = x < 0 ? x * penalty : x / penalty;
+  return std::isinf(y) && !std::isinf(x) ? std::copysign(std::numeric_limits<float>::max(), y) : y;
+}
 inline float SanitizeNaN(float x) { return std::isnan(x) ? -kInf : x; }
 
 // The greedy path's single pass: argmax of the penalized row (the first

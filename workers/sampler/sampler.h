@@ -63,7 +63,8 @@ class Sampler {
   //  1. NaN logits count as -inf. A +inf logit, or a row with no finite
   //     logit, is INVALID_ARGUMENT.
   //  2. Repetition penalty p over the distinct tokens of history:
-  //     logit > 0 -> logit / p, else logit * p.
+  //     logit > 0 -> logit / p, else logit * p; a finite result that
+  //     overflows is clamped to +-FLT_MAX, so no penalty fails a row.
   //  3. temperature == 0 or top_k == 1: argmax, ties to the lowest token id;
   //     top_p and min_p are ignored. One pass over the row.
   //  4. Otherwise logits / temperature, then top-k (ties at the cut go to the

@@ -496,6 +496,34 @@ TEST(SamplerTest, RepetitionPenaltyFollowsHuggingFace) {
   EXPECT_EQ(SampleSingle(sampler, {2.0f, 1.9f, -5.0f}, p, 0, {}).token, 0);
 }
 
+// Finding 1 of the reliability issue: repetition_penalty = 1e-38 turned a
+// repeated positive logit into +inf and failed the whole step. Any valid
+// penalty now samples: overflows clamp to +-FLT_MAX.
+TEST(SamplerTest, ExtremePenaltiesNeverFailARow) {
+  Sampler sampler;
+  const std::vector<float> row = {5.0f, 1.0f, -3.0f, 0.5f, -kInf};
+  for (const float penalty : {1e-38f, 1e-30f, 1e30f, 3e38f}) {
+    for (const float temperature : {0.0f, 0.7f, 1.0f}) {
+      SamplingParams p;
+      p.temperature = temperature;
+      p.repetition_penalty = penalty;
+      p.top_p = 0.9f;
+      SCOPED_TRACE(testing::Message() << "penalty " << penalty << " temperature " << temperature);
+      for (uint64_t step = 0; step < 20; ++step) {
+        const SampleResult r = SampleSingle(sampler, row, p, step, {0, 2, 4});
+        ASSERT_GE(r.token, 0);
+        ASSERT_LT(r.token, 4);  // never the -inf token
+        EXPECT_TRUE(std::isfinite(r.logprob));
+        // A tiny penalty rewards the repeated positive logit past everything.
+        if (penalty < 1) EXPECT_EQ(r.token, 0);
+        // A huge one sends the repeated negative logit to -FLT_MAX, never
+        // -inf's "impossible": it still has no chance against finite rows.
+        if (penalty > 1) EXPECT_NE(r.token, 2);
+      }
+    }
+  }
+}
+
 TEST(SamplerTest, NaNCountsAsMinusInf) {
   Sampler sampler;
   const std::vector<float> row = {kNaN, 1.0f, 2.0f, kNaN, -kInf};

@@ -9,11 +9,19 @@
 namespace chunkattn {
 
 absl::Status PlanExecutor::SetContext(const ChunkContext& from) {
-  // The models keep plans per version: a changed context must say so.
-  if (have_context_ && from.version == ctx_.version) {
+  // The models keep plans per version, so a version must never name two
+  // contexts: each new one is newer than any seen (the scheduler counts up).
+  // Checked against every version offered, not only the one in force: a
+  // context refused after this point must not let an older version back in
+  // over a model plan made for it.
+  if (seen_version_ && from.version <= last_version_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "context version %d is already in use: a new context needs a new version", from.version));
+        "context version %d is not newer than %d: a new context needs a new version", from.version,
+        last_version_));
   }
+  have_context_ = false;  // until the new one is in place
+  seen_version_ = true;
+  last_version_ = from.version;
   ChunkContext ctx = from;
   ctx.chunk_size = model_->options().chunk_size;
   const int n = ctx.num_seqs();
@@ -24,6 +32,12 @@ absl::Status PlanExecutor::SetContext(const ChunkContext& from) {
   if (static_cast<int>(ctx.shared_begin.size()) != ns || static_cast<int>(ctx.shared_end.size()) != ns ||
       static_cast<int>(ctx.shared_tokens.size()) != ns) {
     return absl::InvalidArgumentError("context: shared arrays differ in length");
+  }
+  // Every index below is used before the model's full check
+  // (ValidateChunkContext, once seq_len is in): bound them all here.
+  const int64_t table = static_cast<int64_t>(ctx.private_chunk.size());
+  if (static_cast<int64_t>(ctx.private_tokens.size()) != table) {
+    return absl::InvalidArgumentError("context: private_chunk and private_tokens differ in length");
   }
   path_chunks_.assign(n, 0);
   tail_entry_.assign(n, 0);
@@ -38,8 +52,12 @@ absl::Status PlanExecutor::SetContext(const ChunkContext& from) {
     }
   }
   for (int s = 0; s < n; ++s) {
-    const int count = ctx.private_end[s] - ctx.private_begin[s];
-    if (count < 0) return absl::InvalidArgumentError("context: a private range ends before it begins");
+    const int32_t begin = ctx.private_begin[s], end = ctx.private_end[s];
+    if (begin < 0 || end < begin || end > table) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "context: sequence %d has private range [%d, %d) of a table of %d entries", s, begin, end, table));
+    }
+    const int count = end - begin;
     path_chunks_[s] += count;
     if (count > 0) tail_entry_[s] = ctx.private_end[s] - 1;
     if (path_chunks_[s] == 0) {

@@ -66,6 +66,8 @@ class PlanExecutor {
   bool keep_logits_ = false;
   bool have_context_ = false;
   ChunkContext ctx_;
+  bool seen_version_ = false;  // the newest context version offered, accepted or not
+  uint64_t last_version_ = 0;
   // Per context sequence: chunks on its path, and the table entry of its
   // last chunk (private index, or -1 - shared index).
   std::vector<int32_t> path_chunks_;

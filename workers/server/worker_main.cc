@@ -19,6 +19,7 @@
 #include "kernels/cuda/device.h"
 #endif
 #include "base/flags.h"
+#include "base/grpc_server.h"
 #include "base/signals.h"
 #include "workers/server/worker_service.h"
 
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  chunkattn::ExclusivePort(builder);
   int bound = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
   builder.SetMaxReceiveMessageSize(256 << 20);
