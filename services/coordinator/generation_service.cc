@@ -22,7 +22,7 @@ constexpr int kDefaultMaxNewTokens = 16;
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // The write side of one Generate call, shared by the reactor (gRPC threads)
-// and the engine's loop (Send/Finish). One write in flight at a time; Finish
+// and the engine's output thread (Send/Finish). One write in flight at a time; Finish
 // goes out after the queued writes.
 class GenerateReactor;
 
