@@ -40,9 +40,8 @@ struct Scheduler::Seq {
 struct Scheduler::Request {
   RequestId id = 0;
   RequestSpec spec;
-  int64_t arrival = 0;  // sequence number
-  QueuedRequest queued;
-  AdmissionKey key;
+  QueuedRequest queued;  // queued.sequence: arrival order
+  AdmissionKey key;      // of `queued`, kept: the queue compares it often
   bool running = false;
   int32_t cached_prompt_tokens = -1;  // of the first admission
   struct Sample {
@@ -176,8 +175,7 @@ absl::Status Scheduler::Add(RequestId id, RequestSpec spec) {
   }
   auto r = std::make_unique<Request>();
   r->id = id;
-  r->arrival = next_arrival_++;
-  r->queued = {spec.priority, clock_->Now(), r->arrival};
+  r->queued = {spec.priority, clock_->Now(), next_arrival_++};
   r->key = admission_.Key(r->queued);
   r->samples.resize(spec.n);
   r->spec = std::move(spec);
@@ -648,7 +646,7 @@ void Scheduler::UpdatePeaks() {
 std::vector<RequestId> Scheduler::RequestIds() const {
   std::vector<const Request*> all;
   for (const auto& [id, r] : requests_) all.push_back(r.get());
-  std::sort(all.begin(), all.end(), [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+  std::sort(all.begin(), all.end(), [](const Request* a, const Request* b) { return a->queued.sequence < b->queued.sequence; });
   std::vector<RequestId> ids;
   for (const Request* r : all) ids.push_back(r->id);
   return ids;
