@@ -9,6 +9,10 @@
 
 namespace chunkattn {
 
+// Metadata of the Execute call naming the session (JoinRequest.session) the
+// stream belongs to; a worker refuses a stream for any other.
+inline constexpr char kSessionMetadata[] = "chunkattn-session";
+
 void ToProto(const StepPlan& plan, internal::v1::StepPlan* out);
 // Overwrites every field of `out`, reusing its vectors' memory.
 void FromProto(const internal::v1::StepPlan& plan, StepPlan* out);

@@ -39,12 +39,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$BIN/chunkattn-worker" --listen "127.0.0.1:$W0" --device cpu --threads 1 > "$LOGS/worker0.log" 2>&1 &
+# The workers trust only callers with this run's secret (SECURITY.md).
+TOKEN="$LOGS/worker-token"
+(umask 077 && /usr/bin/python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > "$TOKEN")
+WORKER_ARGS=(--device cpu --threads 1 --worker_token_file "$TOKEN" --model_root "$BUILD/demo-model")
+"$BIN/chunkattn-worker" --listen "127.0.0.1:$W0" "${WORKER_ARGS[@]}" > "$LOGS/worker0.log" 2>&1 &
 PIDS+=($!)
-"$BIN/chunkattn-worker" --listen "127.0.0.1:$W1" --device cpu --threads 1 > "$LOGS/worker1.log" 2>&1 &
+"$BIN/chunkattn-worker" --listen "127.0.0.1:$W1" "${WORKER_ARGS[@]}" > "$LOGS/worker1.log" 2>&1 &
 PIDS+=($!)
 "$BIN/chunkattn-coordinator" --listen "$SERVER" --metrics_host 127.0.0.1 --metrics_port "$METRICS" \
-  --workers "127.0.0.1:$W0,127.0.0.1:$W1" --model "$BUILD/demo-model" > "$LOGS/coordinator.log" 2>&1 &
+  --workers "127.0.0.1:$W0,127.0.0.1:$W1" --model "$BUILD/demo-model" --worker_token_file "$TOKEN" \
+  > "$LOGS/coordinator.log" 2>&1 &
 PIDS+=($!)
 
 echo "serve-demo: coordinator $SERVER (metrics http://127.0.0.1:$METRICS/metrics), workers :$W0 :$W1, logs $LOGS/"

@@ -30,7 +30,7 @@
 #include "kernels/api/dtype.h"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/generation_service.h"
-#include "services/coordinator/security.h"
+#include "base/grpc_security.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
 
@@ -63,6 +63,8 @@ ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(std::string, tls_client_ca_file, "", "PEM CA bundle: require client certificates it signed (mTLS)");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file of bearer tokens, one per line: every API call must send 'authorization: Bearer <token>'");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "the workers' shared secret (the file their --worker_token_file names): sent on every worker call");
 
 namespace {
 
@@ -126,6 +128,9 @@ int main(int argc, char** argv) {
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   absl::StatusOr<TokenAuth> auth = TokenAuth::FromFile(absl::GetFlag(FLAGS_auth_token_file));
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
+  absl::StatusOr<TokenAuth> worker_auth =
+      TokenAuth::FromFile(absl::GetFlag(FLAGS_worker_token_file), "--worker_token_file");
+  if (!worker_auth.ok()) return Fail(std::string(worker_auth.status().message()));
 
   absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
   if (!config.ok()) return Fail("--model: " + config.status().ToString());
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
   options.workers.addresses = workers;
   options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
   options.workers.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
+  options.workers.auth = *worker_auth;
   auto& join = options.workers.join;
   join.set_model(model);
   join.set_load_format(format);

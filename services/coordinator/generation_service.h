@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "chunkattn/v1/generation.grpc.pb.h"
 #include "services/coordinator/engine.h"
-#include "services/coordinator/security.h"
+#include "base/grpc_security.h"
 
 namespace chunkattn {
 

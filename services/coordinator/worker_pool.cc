@@ -36,6 +36,10 @@ std::chrono::system_clock::time_point Deadline(absl::Duration d) {
 }  // namespace
 
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
+  if (options_.coordinator_id.empty()) {
+    std::mt19937_64 rng(std::random_device{}());
+    options_.coordinator_id = absl::StrFormat("c%016x%016x", rng(), rng());
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -128,6 +132,7 @@ absl::Status WorkerPool::Connect() {
   for (auto& rank : ranks_) {
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(absl::Seconds(2)));
+    options_.auth.Attach(&ctx);
     internal::v1::StoreGetRequest req;
     internal::v1::StoreGetResponse resp;
     grpc::Status s = rank->stub->StoreGet(&ctx, req, &resp);
@@ -148,8 +153,10 @@ absl::Status WorkerPool::Connect() {
       req.set_rank(r);
       req.set_world_size(n);
       req.set_rendezvous(options_.addresses[0]);
+      req.set_coordinator(options_.coordinator_id);
       grpc::ClientContext ctx;
       ctx.set_deadline(Deadline(options_.join_timeout));
+      options_.auth.Attach(&ctx);
       grpc::Status s = ranks_[r]->stub->Join(&ctx, req, &responses[r]);
       if (!s.ok()) statuses[r] = FromGrpcStatus(s, absl::StrCat("join worker ", ranks_[r]->address));
     });
@@ -172,6 +179,8 @@ absl::Status WorkerPool::Connect() {
   kv_dtype_ = responses[0].kv_dtype();
   for (auto& rank : ranks_) {
     rank->context = std::make_unique<grpc::ClientContext>();
+    options_.auth.Attach(rank->context.get());
+    rank->context->AddMetadata(kSessionMetadata, session);
     rank->stream = rank->stub->Execute(rank->context.get());
   }
   connected_ = true;

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/grpc_security.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "plan/step_plan.h"
 
@@ -39,6 +40,10 @@ struct WorkerPoolOptions {
   internal::v1::JoinRequest join;
   int64_t max_kv_chunks = 0;  // caps the pool; 0 = what the workers hold
   absl::Duration join_timeout = absl::Seconds(120);  // loading weights included
+  TokenAuth auth;  // the worker token, sent on every call
+  // Names this coordinator to the workers (they serve one at a time); empty =
+  // drawn at random by the pool.
+  std::string coordinator_id;
 };
 
 class WorkerPool {

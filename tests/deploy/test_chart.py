@@ -220,6 +220,24 @@ class LintAndTemplateTest(unittest.TestCase):
                 self.assertIn(folder, mounts, flag)
                 self.assertIn('secret', volumes[mounts[folder]], flag)
 
+        # The worker token: both send/require the same file, from the same Secret;
+        # workers load models only from the model's volume.
+        self.assertEqual(args['worker_token_file'], wargs['worker_token_file'])
+        worker_volumes = {v['name']: v for v in sts['spec']['template']['spec']['volumes']}
+        secrets = set()
+        for x, vols, xargs in ((c, volumes, args), (w, worker_volumes, wargs)):
+            xmounts = {m['mountPath']: m['name'] for m in x['volumeMounts']}
+            folder = os.path.dirname(xargs['worker_token_file'])
+            self.assertIn(folder, xmounts)
+            secrets.add(vols[xmounts[folder]]['secret']['secretName'])
+        self.assertEqual(len(secrets), 1)
+        token_secret = [d for d in by_kind(docs, 'Secret') if d['metadata']['name'] in secrets]
+        self.assertEqual(len(token_secret), 1, 'the chart makes the worker token')
+        self.assertGreaterEqual(len(next(iter(token_secret[0]['data'].values()))), 48)
+        self.assertTrue(args['model'] == wargs['model_root'] or
+                        args['model'].startswith(wargs['model_root'].rstrip('/') + '/'),
+                        (args['model'], wargs['model_root']))
+
         # The public Service routes to the coordinator's named ports.
         svc = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') != 'None'][0]
         self.assertTrue(labels_match(svc['spec']['selector'], deploy['spec']['template']['metadata']['labels']))
@@ -277,6 +295,18 @@ class LintAndTemplateTest(unittest.TestCase):
             args = parse_args(container(one(docs, 'Deployment'))['args'])
             self.assertEqual(len(args['workers'].split(',')), tp)
 
+    def test_worker_token_from_an_existing_secret_or_off(self):
+        docs = render([], '--set', 'workerAuth.existingSecret=mine', '--set', 'workerAuth.secretKey=k')
+        self.assertEqual(by_kind(docs, 'Secret'), [])
+        for workload in (one(docs, 'Deployment'), one(docs, 'StatefulSet')):
+            volume = [v for v in workload['spec']['template']['spec']['volumes'] if v['name'] == 'worker-token'][0]
+            self.assertEqual(volume['secret']['secretName'], 'mine')
+            self.assertEqual(volume['secret']['items'], [{'key': 'k', 'path': 'token'}])
+        docs = render([], '--set', 'workerAuth.enabled=false')
+        self.assertEqual(by_kind(docs, 'Secret'), [])
+        for workload in (one(docs, 'Deployment'), one(docs, 'StatefulSet')):
+            self.assertNotIn('worker_token_file', parse_args(container(workload)['args']))
+
     def test_schema_rejects_wrong_values(self):
         cases = [
             ('--set-string', 'tensorParallelSize=four', 'tensorParallelSize'),
@@ -300,6 +330,8 @@ class LintAndTemplateTest(unittest.TestCase):
             ('--set', 'fullnameOverride=' + 'a' * 46, 'fullnameOverride'),
             ('--set', 'nameOverride=Bad_Name', 'nameOverride'),
             ('--set', 'auth.secretKey=../x', 'secretKey'),
+            ('--set', 'workerAuth.secretKey=a/b', 'secretKey'),
+            ('--set-string', 'workerAuth.enabled=yes', 'enabled'),
             ('--set', 'podDisruptionBudget.maxUnavailable=abc', 'maxUnavailable'),
             ('--set', 'worker.updateStrategy=Recreate', 'updateStrategy'),
         ]
@@ -382,10 +414,17 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
                 out.append(replace.get(name, a))
             return out
 
+        tmp = tempfile.TemporaryDirectory(prefix='chunkattn-rendered-')
+        self.addCleanup(tmp.cleanup)
+        token_file = os.path.join(tmp.name, 'token')
+        with open(token_file, 'w') as f:
+            f.write('rendered-secret\n')
         for i in range(tp):
             argv = [harness.bin_path('chunkattn-worker')] + local(worker['args'], {
                 'listen': '--listen=127.0.0.1:%d' % cluster.worker_ports[i],
                 'collective_host': '--collective_host=127.0.0.1',
+                'model_root': '--model_root=' + harness.model_dir(),
+                'worker_token_file': '--worker_token_file=' + token_file,
             })
             cluster.workers[i] = harness.Process('rendered-worker%d' % i, argv).start()
         argv = [harness.bin_path('chunkattn-coordinator')] + local(coordinator['args'], {
@@ -395,6 +434,7 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
             'metrics_port': '--metrics_port=%d' % cluster.metrics_port,
             'workers': '--workers=' + ','.join('127.0.0.1:%d' % p for p in cluster.worker_ports),
             'model': '--model=' + harness.model_dir(),
+            'worker_token_file': '--worker_token_file=' + token_file,
         })
         cluster.coordinator = harness.Process('rendered-coordinator', argv).start()
         cluster.channel = cluster.open_channel()

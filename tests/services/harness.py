@@ -35,6 +35,8 @@ BUILD = None
 SOURCE = None
 pb = None        # chunkattn.v1.generation_pb2
 pb_grpc = None   # chunkattn.v1.generation_pb2_grpc
+wpb = None       # chunkattn.internal.v1.worker_pb2 (the worker's port, as an attacker sees it)
+wpb_grpc = None
 
 _live_processes = []
 _temp_dirs = []  # removed at exit, also on SIGTERM
@@ -76,13 +78,15 @@ def port_open(port, timeout=0.5):
 
 
 def generate_stubs(source):
-    """Compiles generation.proto into a temporary folder put on sys.path."""
-    global pb, pb_grpc
+    """Compiles generation.proto and worker.proto into a temporary folder put
+    on sys.path."""
+    global pb, pb_grpc, wpb, wpb_grpc
     out = tempfile.mkdtemp(prefix='chunkattn-stubs-')
     _temp_dirs.append(out)
     atexit.register(shutil.rmtree, out, True)
     proto_dir = os.path.join(source, 'proto')
-    target = os.path.join(proto_dir, 'chunkattn/v1/generation.proto')
+    targets = [os.path.join(proto_dir, 'chunkattn/v1/generation.proto'),
+               os.path.join(proto_dir, 'chunkattn/internal/v1/worker.proto')]
     # The generation proto uses proto3 `optional`, which needs protoc >= 3.12:
     # Debian 12's python3-grpc-tools bundles protoc 3.5, so its protoc
     # (protobuf-compiler, 3.21, the Python runtime's version) with the gRPC
@@ -90,16 +94,18 @@ def generate_stubs(source):
     protoc, plugin = shutil.which('protoc'), shutil.which('grpc_python_plugin')
     if protoc and plugin:
         cmd = [protoc, '--plugin=protoc-gen-grpc_python=' + plugin, '-I', proto_dir,
-               '--python_out=' + out, '--grpc_python_out=' + out, target]
+               '--python_out=' + out, '--grpc_python_out=' + out] + targets
     else:
         cmd = [sys.executable, '-m', 'grpc_tools.protoc', '-I', proto_dir,
-               '--python_out=' + out, '--grpc_python_out=' + out, target]
+               '--python_out=' + out, '--grpc_python_out=' + out] + targets
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError('generating the Python stubs failed: %s\n%s' % (' '.join(cmd), r.stderr))
     sys.path.insert(0, out)
     from chunkattn.v1 import generation_pb2, generation_pb2_grpc  # noqa: E402
+    from chunkattn.internal.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
     pb, pb_grpc = generation_pb2, generation_pb2_grpc
+    wpb, wpb_grpc = worker_pb2, worker_pb2_grpc
     return out
 
 

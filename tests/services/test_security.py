@@ -1,6 +1,9 @@
 """TLS, mutual TLS and bearer tokens on the public API, and the plaintext
 health port that Kubernetes' gRPC probes use (they cannot speak TLS)."""
+import collections
 import os
+import random
+import re
 import subprocess
 import tempfile
 import unittest
@@ -214,6 +217,214 @@ class ProbeSemanticsTest(harness.ServiceTestCase):
             probe.close()
 
 
+WORKER_TOKEN = 'wtok-8c41d2e09a7f'
+
+
+def write_file(folder, name, text):
+    path = os.path.join(folder, name)
+    with open(path, 'w') as f:
+        f.write(text)
+    return path
+
+
+class WorkerTrustTest(harness.ServiceTestCase):
+    """The worker port: every call but health needs the worker token; a worker
+    serves one live coordinator and a refused Join changes nothing; models load
+    only from under --model_root; the rendezvous store is bounded. Probed as an
+    attacker would, with two ranks (their rendezvous carries the token too)."""
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix='chunkattn-worker-trust-')
+        cls.token_file = write_file(cls.tmp.name, 'worker-token', '# shared secret\n%s\n' % WORKER_TOKEN)
+        cls.cluster = cls.start_cluster(
+            'trust', tp=2,
+            worker_args=['--worker_token_file', cls.token_file, '--model_root', harness.model_dir()],
+            coordinator_args=['--worker_token_file', cls.token_file])
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.tmp.cleanup()
+
+    def worker_stub(self, rank=0):
+        channel = grpc.insecure_channel('127.0.0.1:%d' % self.cluster.worker_ports[rank])
+        self.addCleanup(channel.close)
+        return harness.wpb_grpc.WorkerStub(channel)
+
+    def auth(self, token=WORKER_TOKEN):
+        return (('authorization', 'Bearer ' + token),)
+
+    def join_request(self, **fields):
+        req = harness.wpb.JoinRequest(session='s-intruder', rank=0, world_size=1, model=harness.model_dir(),
+                                      chunk_size=64, coordinator='c-intruder')
+        for k, v in fields.items():
+            setattr(req, k, v)
+        return req
+
+    def assert_code(self, code, fn, message=None):
+        with self.assertRaises(grpc.RpcError) as e:
+            fn()
+        self.assertEqual(e.exception.code(), code, e.exception.details())
+        if message:
+            self.assertIn(message, e.exception.details())
+        return e.exception.details()
+
+    def assert_serves(self):
+        """A normal request completes in full."""
+        req = harness.make_request(prompt_ids=harness.random_ids(random.Random(7), 40), max_new_tokens=4,
+                                   ignore_eos=True, namespace=harness.fresh_namespace('trust'))
+        samples = self.cluster.generate(req, timeout=60)
+        self.assertEqual(len(samples[0].tokens), 4)
+
+    def test_every_call_but_health_needs_the_token(self):
+        stub = self.worker_stub()
+        get = harness.wpb.StoreGetRequest(keys=['k'], timeout_ms=10)
+        calls = {
+            'Join': lambda md: stub.Join(self.join_request(), timeout=10, metadata=md),
+            'StoreSet': lambda md: stub.StoreSet(harness.wpb.StoreSetRequest(key='k', value=b'v'),
+                                                 timeout=10, metadata=md),
+            'StoreGet': lambda md: stub.StoreGet(get, timeout=10, metadata=md),
+            'Execute': lambda md: list(stub.Execute(iter([harness.wpb.StepPlan()]), timeout=10, metadata=md)),
+        }
+        for name, call in calls.items():
+            for md in (None, self.auth('wrong-token'), (('authorization', WORKER_TOKEN),)):
+                with self.subTest(call=name, metadata=md):
+                    self.assert_code(grpc.StatusCode.UNAUTHENTICATED, lambda: call(md))
+        channel = grpc.insecure_channel('127.0.0.1:%d' % self.cluster.worker_ports[0])
+        self.addCleanup(channel.close)
+        self.assertEqual(harness.health(channel), SERVING)
+        self.assert_serves()
+
+    def test_another_coordinators_join_changes_nothing(self):
+        """With the token (a second coordinator, misconfigured): refused while
+        the owner is live, whatever the Join says; bad models are refused before
+        anything; a stream naming another session is refused. The service is
+        unaffected throughout."""
+        stub = self.worker_stub(1)
+        outside = os.path.dirname(harness.model_dir())
+        cases = [
+            (self.join_request(), grpc.StatusCode.FAILED_PRECONDITION, 'another coordinator'),
+            (self.join_request(model='/etc'), grpc.StatusCode.PERMISSION_DENIED, '--model_root'),
+            (self.join_request(model=outside), grpc.StatusCode.PERMISSION_DENIED, '--model_root'),
+            (self.join_request(model=harness.model_dir() + '/..'), grpc.StatusCode.PERMISSION_DENIED,
+             '--model_root'),
+            (self.join_request(model=harness.model_dir() + '/missing'), grpc.StatusCode.NOT_FOUND, 'does not exist'),
+            (self.join_request(coordinator=''), grpc.StatusCode.INVALID_ARGUMENT, 'coordinator'),
+            (self.join_request(chunk_size=3), grpc.StatusCode.INVALID_ARGUMENT, 'chunk_size'),
+        ]
+        for _ in range(3):
+            for req, code, message in cases:
+                with self.subTest(model=req.model, coordinator=req.coordinator):
+                    self.assert_code(code, lambda: stub.Join(req, timeout=30, metadata=self.auth()), message)
+            md = self.auth() + (('chunkattn-session', 's-not-this-one'),)
+            self.assert_code(grpc.StatusCode.FAILED_PRECONDITION,
+                             lambda: list(stub.Execute(iter([harness.wpb.StepPlan()]), timeout=10, metadata=md)),
+                             'session')
+            self.assert_serves()
+        self.assertEqual(harness.health(self.cluster.channel), SERVING)
+        self.assertEqual(self.cluster.cache_stats().used_chunks, 0)
+
+    def test_the_store_is_bounded(self):
+        stub = self.worker_stub(0)
+        md = self.auth()
+        put = lambda key, value: stub.StoreSet(harness.wpb.StoreSetRequest(key=key, value=value), timeout=30,
+                                               metadata=md)
+        self.assert_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: put('big', b'x' * ((1 << 20) + 1)), 'at most')
+        self.assert_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: put('k' * 1025, b''), 'key')
+        self.assert_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: put('', b'v'), 'key')
+        # Bytes: 64 MiB in all. Overwriting a key does not count twice.
+        for _ in range(3):
+            put('same', b'y' * (1 << 20))
+        refused = None
+        for i in range(80):
+            try:
+                put('mib-%d' % i, b'z' * (1 << 20))
+            except grpc.RpcError as e:
+                refused = (i, e)
+                break
+        self.assertIsNotNone(refused, 'the store took 80 MiB')
+        self.assertEqual(refused[1].code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn('bytes held', refused[1].details())
+        self.assertGreaterEqual(refused[0], 60)
+        # Waiters: at most 64 StoreGet calls wait at once; the rest are refused
+        # at once, and the worker's thread count stays bounded.
+        get = harness.wpb.StoreGetRequest(keys=['never-set'], timeout_ms=4000)
+        futures = [stub.StoreGet.future(get, timeout=30, metadata=md) for _ in range(300)]
+        codes = collections.Counter()
+        for f in futures:
+            try:
+                f.result()
+                codes['OK'] += 1
+            except grpc.RpcError as e:
+                codes[e.code().name] += 1
+        self.assertEqual(codes['OK'], 0, codes)
+        self.assertLessEqual(codes['DEADLINE_EXCEEDED'], 64, codes)
+        self.assertGreaterEqual(codes['RESOURCE_EXHAUSTED'], 300 - 64, codes)
+        status = read('/proc/%d/status' % self.cluster.workers[0].proc.pid).decode()
+        threads = int(re.search(r'Threads:\s+(\d+)', status).group(1))
+        self.assertLess(threads, 600)
+        # A full store does not stop recovery: a re-join (rank 1 restarted)
+        # clears every key but the new session's.
+        self.cluster.kill_worker(1)
+        self.cluster.start_worker(1)
+
+        def serves():
+            try:
+                self.assert_serves()
+                return True
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+                return None
+        harness.wait_for(serves, harness.STARTUP_TIMEOUT_S, interval=0.5, what='service after rank 1 restarted')
+        put('after-rejoin', b'w' * (1 << 20))
+
+    def test_a_live_owner_keeps_its_workers_until_it_is_gone(self):
+        """A second coordinator with the token cannot take the workers while the
+        first serves; once the first stops, it takes over. One with a wrong
+        token never joins."""
+        wrong = write_file(self.tmp.name, 'wrong-token', 'not-the-secret\n')
+        intruder = harness.Cluster('trust-wrong', tp=2)
+        intruder.worker_ports = self.cluster.worker_ports
+        intruder.port, intruder.metrics_port = harness.free_port(), harness.free_port()
+        intruder.coordinator_args = ['--worker_token_file', wrong]
+        intruder.coordinator = harness.Process('trust-wrong-coordinator', intruder.coordinator_argv()).start()
+        self.addCleanup(intruder.coordinator.stop)
+        second = harness.Cluster('trust-second', tp=2)
+        second.worker_ports = self.cluster.worker_ports
+        second.port, second.metrics_port = harness.free_port(), harness.free_port()
+        second.coordinator_args = ['--worker_token_file', self.token_file]
+        second.coordinator = harness.Process('trust-second-coordinator', second.coordinator_argv()).start()
+        self.addCleanup(second.stop)
+        second.channel = second.open_channel()
+        second.stub = harness.pb_grpc.GenerationStub(second.channel)
+        logged = lambda process, text: text in read(process.log_path).decode() or None
+        harness.wait_for(lambda: logged(second.coordinator, 'another coordinator'), 60,
+                         what='the second coordinator to be refused')
+        harness.wait_for(lambda: logged(intruder.coordinator, 'unknown bearer token'), 60,
+                         what='the wrong-token coordinator to be refused')
+        for _ in range(3):
+            self.assert_serves()
+            self.assertEqual(harness.health(second.channel), NOT_SERVING)
+        # The first goes (a rollout); the second takes over, the intruder never.
+        self.cluster.coordinator.stop()
+        harness.wait_for(lambda: harness.health(second.channel) == SERVING, harness.STARTUP_TIMEOUT_S,
+                         what='the second coordinator to take over')
+        req = harness.make_request(prompt_ids=harness.random_ids(random.Random(8), 30), max_new_tokens=3,
+                                   ignore_eos=True)
+        samples = harness.collect(second.stub.Generate(req, timeout=60))
+        self.assertEqual(len(samples[0].tokens), 3)
+        self.assertIn('unknown bearer token', intruder.coordinator.log_tail())
+        # Give the class's cluster back its coordinator for the other tests.
+        second.stop()
+        self.cluster.coordinator = harness.Process('trust-coordinator-again', self.cluster.coordinator_argv()).start()
+        self.cluster.channel.close()
+        self.cluster.channel = self.cluster.open_channel()
+        self.cluster.stub = harness.pb_grpc.GenerationStub(self.cluster.channel)
+        harness.wait_for(lambda: harness.health(self.cluster.channel) == SERVING, harness.STARTUP_TIMEOUT_S,
+                         what='the first coordinator back')
+
+
 class BadSecurityFlagsTest(unittest.TestCase):
     """Wrong TLS / token flags stop the coordinator at start with a message."""
 
@@ -249,6 +460,20 @@ class BadSecurityFlagsTest(unittest.TestCase):
         ]
         for args, message in cases:
             r = self.start(*args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(message, r.stderr, args)
+        r = self.start('--worker_token_file', empty)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn('--worker_token_file', r.stderr)
+        worker_cases = [
+            (['--worker_token_file', empty], 'has no token'),
+            (['--worker_token_file', os.path.join(tmp, 'missing')], 'cannot read'),
+            (['--model_root', os.path.join(tmp, 'missing')], 'is not a folder'),
+            (['--model_root', not_pem], 'is not a folder'),
+        ]
+        for args, message in worker_cases:
+            r = subprocess.run([harness.bin_path('chunkattn-worker'), '--listen', '127.0.0.1:0'] + args,
+                               capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn(message, r.stderr, args)
 

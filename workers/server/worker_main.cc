@@ -3,6 +3,7 @@
 // rendezvous), then runs the plan stream the coordinator sends.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -13,12 +14,14 @@
 #include "base/device.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #if CHUNKATTN_WITH_CUDA
 #include "kernels/cuda/device.h"
 #endif
 #include "base/flags.h"
+#include "base/grpc_security.h"
 #include "base/grpc_server.h"
 #include "base/signals.h"
 #include "workers/server/worker_service.h"
@@ -34,6 +37,11 @@ ABSL_FLAG(bool, cuda_graphs, true, "replay decode steps from CUDA graphs (one pe
 ABSL_FLAG(std::string, collective_host, "",
           "address peers reach this rank's collectives at (default: the --listen host, or "
           "127.0.0.1 when that is 0.0.0.0)");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file of shared secrets, one per line: every call but health (the coordinator's, the peers' "
+          "rendezvous) must send one; the first is what this worker sends its peers");
+ABSL_FLAG(std::string, model_root, "",
+          "a Join's model must lie under this folder (symbolic links resolved); empty = anywhere");
 
 int main(int argc, char** argv) {
   chunkattn::NormalizeFlagDashes(argc, argv);
@@ -88,6 +96,23 @@ int main(int argc, char** argv) {
         (address->host == "0.0.0.0" || address->host == "[::]") ? "127.0.0.1" : address->host;
   }
 
+  absl::StatusOr<chunkattn::TokenAuth> auth =
+      chunkattn::TokenAuth::FromFile(absl::GetFlag(FLAGS_worker_token_file), "--worker_token_file");
+  if (!auth.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(auth.status().message()).c_str());
+    return 2;
+  }
+  options.auth = *auth;
+  if (const std::string root = absl::GetFlag(FLAGS_model_root); !root.empty()) {
+    std::error_code error;
+    const std::filesystem::path resolved = std::filesystem::canonical(root, error);
+    if (error || !std::filesystem::is_directory(resolved)) {
+      std::fprintf(stderr, "error: --model_root %s is not a folder\n", root.c_str());
+      return 2;
+    }
+    options.model_root = resolved.string();
+  }
+
   chunkattn::WorkerService service(options);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -97,16 +122,23 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
+  // Every call holds a sync-server thread: cap them, so a flood of calls
+  // queues instead of growing the process.
+  grpc::ResourceQuota quota("chunkattn-worker");
+  quota.SetMaxThreads(512);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound == 0) {
     std::fprintf(stderr, "error: cannot listen on %s\n", listen.c_str());
     return 1;
   }
-  std::fprintf(stderr, "chunkattn-worker listening on %s (device %s, KV budget %s)\n", listen.c_str(),
-               device->ToString().c_str(),
+  std::fprintf(stderr, "chunkattn-worker listening on %s (device %s, KV budget %s, %s, models from %s)\n",
+               listen.c_str(), device->ToString().c_str(),
                mib > 0 ? (std::to_string(mib) + " MiB").c_str()
-                       : (device->cuda ? "from --gpu_memory_fraction" : "1024 MiB"));
+                       : (device->cuda ? "from --gpu_memory_fraction" : "1024 MiB"),
+               auth->enabled() ? "worker token required" : "NO worker token: anyone who reaches this port may use it",
+               options.model_root.empty() ? "anywhere" : options.model_root.c_str());
   chunkattn::WaitForTerminationSignal();
   std::fprintf(stderr, "worker: shutting down\n");
   // In-flight calls (a plan stream, a store wait) get 5 s, then are cancelled.

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <stdexcept>
 #include <utility>
 
@@ -37,11 +38,13 @@ namespace {
 // Store interface reports errors by throwing; ConnectGloo catches them.
 class GrpcStore : public gloo::rendezvous::Store {
  public:
-  GrpcStore(const std::string& address, std::string prefix, std::chrono::milliseconds timeout)
+  GrpcStore(const std::string& address, std::string prefix, std::chrono::milliseconds timeout,
+            const TokenAuth* auth)
       : stub_(internal::v1::Worker::NewStub(
             grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
         prefix_(std::move(prefix)),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        auth_(auth) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     internal::v1::StoreSetRequest req;
@@ -52,6 +55,7 @@ class GrpcStore : public gloo::rendezvous::Store {
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
     ctx.set_deadline(std::chrono::system_clock::now() + timeout_);
+    auth_->Attach(&ctx);
     grpc::Status s = stub_->StoreSet(&ctx, req, &resp);
     if (!s.ok()) throw std::runtime_error("rendezvous set " + key + ": " + s.error_message());
   }
@@ -75,6 +79,7 @@ class GrpcStore : public gloo::rendezvous::Store {
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
     ctx.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(5));
+    auth_->Attach(&ctx);
     grpc::Status s = stub_->StoreGet(&ctx, req, &resp);
     if (!s.ok()) throw std::runtime_error("rendezvous get: " + s.error_message());
     return std::vector<std::string>(resp.values().begin(), resp.values().end());
@@ -83,12 +88,32 @@ class GrpcStore : public gloo::rendezvous::Store {
   std::unique_ptr<internal::v1::Worker::Stub> stub_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
+  const TokenAuth* auth_;  // the worker's own options: outlives every session
 };
+
+grpc::Status Refused(grpc::StatusCode code, const std::string& message) { return grpc::Status(code, message); }
+
+// `path` resolved (symbolic links, "..") lies in `root` (already canonical).
+// NOT_FOUND when it does not exist, PERMISSION_DENIED when outside.
+grpc::Status CheckUnderRoot(const std::string& root, const std::string& path) {
+  if (root.empty()) return grpc::Status::OK;
+  std::error_code error;
+  const std::filesystem::path resolved = std::filesystem::canonical(path, error);
+  if (error) return Refused(grpc::StatusCode::NOT_FOUND, "model " + path + " does not exist");
+  const std::string r = root == "/" ? root : root + "/";
+  if (resolved.string() != root && !absl::StartsWith(resolved.string(), r)) {
+    return Refused(grpc::StatusCode::PERMISSION_DENIED,
+                   absl::StrCat("model ", path, " is outside this worker's --model_root ", root));
+  }
+  return grpc::Status::OK;
+}
 
 }  // namespace
 
 struct WorkerService::Session {
   std::string id;
+  std::string coordinator;
+  std::atomic<int> streams{0};  // Execute calls open on this session
   int rank = 0;
   int world_size = 1;
   ModelConfig config;
@@ -121,9 +146,29 @@ WorkerService::WorkerService(const WorkerOptions& options)
 
 WorkerService::~WorkerService() = default;
 
-grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, JoinResponse* resp) {
+grpc::Status WorkerService::ClaimOwnership(const std::string& coordinator) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  const bool live = joins_in_flight_ > 0 || now < owner_lease_end_ ||
+                    (session_ != nullptr && session_->streams.load() > 0);
+  if (!owner_.empty() && owner_ != coordinator && live) {
+    return Refused(grpc::StatusCode::FAILED_PRECONDITION,
+                   "this worker serves another coordinator, which is live (a plan stream open or a "
+                   "recent Join); it is free once that coordinator is gone");
+  }
+  owner_ = coordinator;
+  owner_lease_end_ = now + absl::Seconds(kJoinLeaseSeconds);
+  ++joins_in_flight_;
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest* req, JoinResponse* resp) {
+  if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
   auto fail = [](const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); };
-  if (req->session().empty()) return fail("session is empty");
+  if (req->session().empty() || req->session().size() > 256) return fail("session must be 1 to 256 bytes");
+  if (req->coordinator().empty() || req->coordinator().size() > 256) {
+    return fail("coordinator must be 1 to 256 bytes");
+  }
   if (req->world_size() < 1 || req->world_size() > 1024) return fail("world_size must be in [1, 1024]");
   if (req->rank() < 0 || req->rank() >= req->world_size()) {
     return fail(absl::StrFormat("rank %d is outside [0, %d)", req->rank(), req->world_size()));
@@ -150,6 +195,20 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
     return fail("load_format must be auto or dummy, got " + format);
   }
   if (req->world_size() > 1 && req->rendezvous().empty()) return fail("rendezvous is empty");
+  if (grpc::Status s = CheckUnderRoot(options_.model_root, req->model()); !s.ok()) return s;
+  // Everything that can be checked without the weights is, before the
+  // current session is touched: a refused Join changes nothing.
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(req->model());
+  if (!config.ok()) return ToGrpcStatus(config.status());
+  if (grpc::Status s = ClaimOwnership(req->coordinator()); !s.ok()) return s;
+  struct JoinDone {  // the claim's Join is over, whatever it returns
+    WorkerService* service;
+    ~JoinDone() {
+      absl::MutexLock lock(&service->mu_);
+      --service->joins_in_flight_;
+      service->owner_lease_end_ = absl::Now() + absl::Seconds(kJoinLeaseSeconds);
+    }
+  } join_done{this};
 
   // A new session ends the old one: drop it first so its memory goes back
   // (outside mu_: tearing a GPU session down may wait on its collectives).
@@ -164,16 +223,20 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
     absl::MutexLock lock(&store_mu_);
     const std::string prefix = req->session() + "/";
     for (auto it = store_.begin(); it != store_.end();) {
-      it = absl::StartsWith(it->first, prefix) ? std::next(it) : store_.erase(it);
+      if (absl::StartsWith(it->first, prefix)) {
+        ++it;
+      } else {
+        store_bytes_ -= static_cast<int64_t>(it->first.size() + it->second.size());
+        it = store_.erase(it);
+      }
     }
   }
 
   auto session = std::make_shared<Session>();
   session->id = req->session();
+  session->coordinator = req->coordinator();
   session->rank = req->rank();
   session->world_size = req->world_size();
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(req->model());
-  if (!config.ok()) return ToGrpcStatus(config.status());
   session->config = *config;
   if (options_.device.cuda && auto_kv) {
     kv_dtype = DefaultGpuDType(session->config);
@@ -194,7 +257,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext*, const JoinRequest* req, J
   std::shared_ptr<GrpcStore> store;
   if (req->world_size() > 1) {
     store = std::make_shared<GrpcStore>(req->rendezvous(), req->session() + "/",
-                                        std::chrono::milliseconds(timeout_ms));
+                                        std::chrono::milliseconds(timeout_ms), &options_.auth);
   }
 
   if (options_.device.cuda) {
@@ -283,8 +346,10 @@ grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
 }
 #endif
 
-grpc::Status WorkerService::Execute(grpc::ServerContext*,
+grpc::Status WorkerService::Execute(grpc::ServerContext* context,
                                     grpc::ServerReaderWriter<internal::v1::StepResult, internal::v1::StepPlan>* stream) {
+  if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
+  const auto named = context->client_metadata().find(kSessionMetadata);
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
@@ -293,6 +358,22 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
   if (session == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no session: Join first");
   }
+  if (named == context->client_metadata().end() ||
+      absl::string_view(named->second.data(), named->second.size()) != session->id) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("the stream's '", kSessionMetadata, "' metadata does not name this worker's session"));
+  }
+  // Counted while open: a live stream keeps its coordinator the owner, and
+  // ends the Join's lease, so the worker is free as soon as the owner is gone.
+  session->streams.fetch_add(1);
+  {
+    absl::MutexLock lock(&mu_);
+    if (owner_ == session->coordinator) owner_lease_end_ = absl::InfinitePast();
+  }
+  struct StreamDone {
+    Session* session;
+    ~StreamDone() { session->streams.fetch_sub(1); }
+  } stream_done{session.get()};
   absl::MutexLock lock(&session->mu);
   if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
   // The wire messages, and their C++ forms that the executor runs.
@@ -345,16 +426,44 @@ grpc::Status WorkerService::Execute(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::StoreSet(grpc::ServerContext*, const internal::v1::StoreSetRequest* req,
+grpc::Status WorkerService::StoreSet(grpc::ServerContext* context, const internal::v1::StoreSetRequest* req,
                                      internal::v1::StoreSetResponse*) {
+  if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
+  const std::string& key = req->key();
+  if (key.empty() || key.size() > kMaxStoreKeyBytes) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("a store key must be 1 to %d bytes, got %d", kMaxStoreKeyBytes, key.size()));
+  }
+  if (req->value().size() > kMaxStoreValueBytes) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("a store value must be at most %d bytes, got %d", kMaxStoreValueBytes,
+                                   req->value().size()));
+  }
   absl::MutexLock lock(&store_mu_);
-  store_[req->key()] = req->value();
+  auto it = store_.find(key);
+  const int64_t old_bytes = it == store_.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
+  const int64_t new_bytes = static_cast<int64_t>(key.size() + req->value().size());
+  if (it == store_.end() && store_.size() >= kMaxStoreKeys) {
+    return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   absl::StrFormat("the store is full: %d keys", kMaxStoreKeys));
+  }
+  if (store_bytes_ - old_bytes + new_bytes > kMaxStoreBytes) {
+    return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   absl::StrFormat("the store is full: %d of %d bytes held", store_bytes_, kMaxStoreBytes));
+  }
+  store_bytes_ += new_bytes - old_bytes;
+  store_[key] = req->value();
   store_cv_.SignalAll();
   return grpc::Status::OK;
 }
 
 grpc::Status WorkerService::StoreGet(grpc::ServerContext* context, const internal::v1::StoreGetRequest* req,
                                      internal::v1::StoreGetResponse* resp) {
+  if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
+  if (req->keys_size() > kMaxStoreKeysPerGet) {
+    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrFormat("at most %d keys per StoreGet, got %d", kMaxStoreKeysPerGet, req->keys_size()));
+  }
   const absl::Duration timeout = absl::Milliseconds(std::min<uint32_t>(req->timeout_ms(), 600000));
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&store_mu_);
@@ -364,7 +473,17 @@ grpc::Status WorkerService::StoreGet(grpc::ServerContext* context, const interna
     }
     return true;
   };
-  // Poll in short waits so a cancelled call does not hold a thread.
+  // Each waiter holds a server thread: bounded, and a cancelled call polls
+  // its way out within 100 ms.
+  if (!all_present() && store_waiters_ >= kMaxStoreWaiters) {
+    return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   absl::StrFormat("%d StoreGet calls are already waiting", kMaxStoreWaiters));
+  }
+  ++store_waiters_;
+  struct WaitDone {
+    int* waiters;
+    ~WaitDone() { --*waiters; }  // runs under store_mu_ (declared after the lock)
+  } wait_done{&store_waiters_};
   while (!all_present()) {
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     if (absl::Now() >= deadline) {

@@ -5,6 +5,12 @@
 // stream that runs it, and the rendezvous store the group's ranks meet
 // through (rank 0's is used).
 //
+// Trust: with a worker token every RPC but health is authenticated; a worker
+// serves one coordinator (JoinRequest.coordinator) while that one is live and
+// refuses others; models load only from under --model_root; the store is
+// bounded (keys, bytes, waiters), so no caller can grow this process without
+// limit.
+//
 // Threads: gRPC's sync server threads call the handlers. One Execute stream
 // runs at a time per session and drives the model from its handler thread;
 // a Join replaces the session (after a peer died the coordinator re-joins
@@ -19,7 +25,9 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "base/device.h"
+#include "base/grpc_security.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -38,7 +46,21 @@ struct WorkerOptions {
   double gpu_memory_fraction = 0.9;   // of the device's memory this process may use
   bool cuda_graphs = true;            // replay decode steps from CUDA graphs
   std::string collective_host = "127.0.0.1";  // the address peers reach this rank's collectives at
+  TokenAuth auth;          // the worker token every caller (coordinator, peers) must send
+  std::string model_root;  // Join's model must resolve under it; empty = anywhere
 };
+
+// The store's bounds: far above what a rendezvous needs (a few small keys per
+// rank), far below what would hurt the process.
+inline constexpr int kMaxStoreKeys = 4096;
+inline constexpr int kMaxStoreKeyBytes = 1024;
+inline constexpr int kMaxStoreValueBytes = 1 << 20;
+inline constexpr int64_t kMaxStoreBytes = int64_t{64} << 20;
+inline constexpr int kMaxStoreWaiters = 64;       // StoreGet calls waiting at once
+inline constexpr int kMaxStoreKeysPerGet = 256;
+
+// How long a coordinator holds a worker after its Join without a plan stream.
+inline constexpr int kJoinLeaseSeconds = 60;
 
 class WorkerService final : public internal::v1::Worker::Service {
  public:
@@ -60,6 +82,9 @@ class WorkerService final : public internal::v1::Worker::Service {
 
   // The GPU half of Join: the NCCL group, the model on the device, the KV
   // capacity (defined in builds with CUDA, called only there).
+  // Refuses a Join by another coordinator while the owner is live, else makes
+  // the caller the owner. `joining` counts Joins in flight (they hold it).
+  grpc::Status ClaimOwnership(const std::string& coordinator);
   grpc::Status JoinCuda(const internal::v1::JoinRequest& req, Session* session,
                         const std::shared_ptr<gloo::rendezvous::Store>& store, uint32_t timeout_ms,
                         int64_t chunk_bytes);
@@ -70,10 +95,15 @@ class WorkerService final : public internal::v1::Worker::Service {
 
   absl::Mutex mu_;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  std::string owner_ ABSL_GUARDED_BY(mu_);  // the coordinator served; empty = none yet
+  absl::Time owner_lease_end_ ABSL_GUARDED_BY(mu_);
+  int joins_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 
   absl::Mutex store_mu_;
   absl::CondVar store_cv_;  // signalled on every StoreSet
   std::map<std::string, std::string> store_ ABSL_GUARDED_BY(store_mu_);
+  int64_t store_bytes_ ABSL_GUARDED_BY(store_mu_) = 0;
+  int store_waiters_ ABSL_GUARDED_BY(store_mu_) = 0;
 };
 
 }  // namespace chunkattn

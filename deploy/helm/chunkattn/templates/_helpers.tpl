@@ -68,6 +68,40 @@ app.kubernetes.io/component: worker
 {{- end -}}
 {{- end -}}
 
+{{/* The folder a worker may load models from (--model_root): the model's volume. */}}
+{{- define "chunkattn.modelRoot" -}}
+{{- if eq .Values.model.source "demo" -}}
+/opt/chunkattn/models
+{{- else -}}
+/models
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret with the workers' shared token: the user's, or the chart's own. */}}
+{{- define "chunkattn.workerTokenSecret" -}}
+{{- .Values.workerAuth.existingSecret | default (printf "%s-worker-token" (include "chunkattn.fullname" .)) -}}
+{{- end -}}
+
+{{/* The worker token's volume and mount (both components). */}}
+{{- define "chunkattn.workerTokenVolume" -}}
+{{- if .Values.workerAuth.enabled -}}
+- name: worker-token
+  secret:
+    secretName: {{ include "chunkattn.workerTokenSecret" . }}
+    items:
+      - key: {{ .Values.workerAuth.secretKey }}
+        path: token
+{{- end }}
+{{- end -}}
+
+{{- define "chunkattn.workerTokenMount" -}}
+{{- if .Values.workerAuth.enabled -}}
+- name: worker-token
+  mountPath: /etc/chunkattn/worker-token
+  readOnly: true
+{{- end }}
+{{- end -}}
+
 {{/* Rank order: worker-0 is rank 0 (it also serves the collectives' rendezvous). */}}
 {{- define "chunkattn.workerAddresses" -}}
 {{- $worker := include "chunkattn.worker.fullname" . -}}

@@ -1,4 +1,4 @@
-#include "services/coordinator/security.h"
+#include "base/grpc_security.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -61,20 +61,20 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
   return grpc::SslServerCredentials(options);
 }
 
-absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path) {
+absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path, const std::string& flag) {
   if (path.empty()) return TokenAuth();
-  absl::StatusOr<std::string> text = ReadFlagFile("--auth_token_file", path);
+  absl::StatusOr<std::string> text = ReadFlagFile(flag, path);
   if (!text.ok()) return text.status();
   std::vector<std::string> tokens;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     if (line.find_first_of(" \t") != absl::string_view::npos) {
-      return absl::InvalidArgumentError("--auth_token_file: a token must not contain whitespace");
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": a token must not contain whitespace"));
     }
     tokens.emplace_back(line);
   }
-  if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: ", path, " has no token"));
+  if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " has no token"));
   return TokenAuth(std::move(tokens));
 }
 
@@ -95,6 +95,10 @@ absl::Status TokenAuth::Check(const grpc::ServerContextBase& context) const {
   for (const std::string& token : tokens_) match |= ConstantTimeEquals(presented, token);
   if (!match) return absl::UnauthenticatedError("unknown bearer token");
   return absl::OkStatus();
+}
+
+void TokenAuth::Attach(grpc::ClientContext* context) const {
+  if (enabled()) context->AddMetadata("authorization", absl::StrCat("Bearer ", tokens_.front()));
 }
 
 }  // namespace chunkattn

@@ -1,4 +1,7 @@
-// Transport security and caller authentication of the public API.
+// Transport security and caller authentication: the coordinator's public
+// API (--auth_token_file, TLS) and the workers' port (--worker_token_file:
+// a secret the coordinator and its workers share; every worker RPC but
+// health carries it).
 //
 // TLS: a certificate chain and key (PEM) turn the public port into TLS; a
 // client CA on top requires and verifies client certificates (mutual TLS).
@@ -11,14 +14,15 @@
 // as grpcurl work without a token.
 //
 // Thread-safe after construction (TokenAuth is immutable).
-#ifndef CHUNKATTN_SERVICES_COORDINATOR_SECURITY_H_
-#define CHUNKATTN_SERVICES_COORDINATOR_SECURITY_H_
+#ifndef CHUNKATTN_BASE_GRPC_SECURITY_H_
+#define CHUNKATTN_BASE_GRPC_SECURITY_H_
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_context.h"
 
@@ -40,14 +44,20 @@ class TokenAuth {
   TokenAuth() = default;  // disabled: every call passes
 
   // An empty path disables authentication. A file with no token is an error
-  // (it would silently lock everyone out).
-  static absl::StatusOr<TokenAuth> FromFile(const std::string& path);
+  // (it would silently lock everyone out). `flag` names the file in errors.
+  static absl::StatusOr<TokenAuth> FromFile(const std::string& path,
+                                            const std::string& flag = "--auth_token_file");
 
   bool enabled() const { return !tokens_.empty(); }
 
   // OK, or UNAUTHENTICATED saying what is missing. Compares in constant time
   // per token so the reply's timing does not reveal a token's prefix.
   absl::Status Check(const grpc::ServerContextBase& context) const;
+
+  // The client side: sends the file's first token (every line is accepted,
+  // so a new secret can be rolled in as line one and the old one dropped
+  // once every process has it). No-op when disabled.
+  void Attach(grpc::ClientContext* context) const;
 
  private:
   explicit TokenAuth(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
@@ -56,4 +66,4 @@ class TokenAuth {
 
 }  // namespace chunkattn
 
-#endif  // CHUNKATTN_SERVICES_COORDINATOR_SECURITY_H_
+#endif  // CHUNKATTN_BASE_GRPC_SECURITY_H_
