@@ -8,6 +8,7 @@
 // process runs, so a coordinator waiting for its workers is not restarted.
 // --health_port serves the same statuses in plaintext, for Kubernetes' gRPC
 // probes, which cannot speak TLS.
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -57,6 +58,12 @@ ABSL_FLAG(double, priority_aging_s, 0,
 ABSL_FLAG(bool, prefix_sharing, true, "share KV chunks of common prompt prefixes across requests");
 ABSL_FLAG(int, join_timeout_s, 120, "bound on a worker join (weights loading included), seconds");
 ABSL_FLAG(int, collective_timeout_s, 30, "bound on the workers' rendezvous and each collective, seconds");
+ABSL_FLAG(double, step_timeout_s, 30,
+          "a step some worker has not answered in this long fails (a hung worker): the requests in flight end "
+          "with UNAVAILABLE and the workers are re-joined; 0 = no bound");
+ABSL_FLAG(double, drain_timeout_s, 30,
+          "on SIGTERM: readiness turns NOT_SERVING and new requests get UNAVAILABLE at once, running ones "
+          "finish for up to this long; 0 = end them at once");
 ABSL_FLAG(int, health_port, 0, "plaintext grpc.health.v1 port on the --listen host, for probes; 0 = off");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM certificate chain: serve the public API over TLS");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
@@ -164,6 +171,13 @@ int main(int argc, char** argv) {
   options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
   options.workers.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   options.workers.auth = *worker_auth;
+  const double step_timeout = absl::GetFlag(FLAGS_step_timeout_s);
+  const double drain_timeout = absl::GetFlag(FLAGS_drain_timeout_s);
+  if (!(step_timeout >= 0 && step_timeout <= 86400) || !(drain_timeout >= 0 && drain_timeout <= 86400)) {
+    return Fail(absl::StrFormat("--step_timeout_s and --drain_timeout_s must be in [0, 86400], got %g and %g",
+                                step_timeout, drain_timeout));
+  }
+  options.workers.step_timeout = step_timeout > 0 ? absl::Seconds(step_timeout) : absl::InfiniteDuration();
   auto& join = options.workers.join;
   join.set_model(model);
   join.set_load_format(format);
@@ -218,8 +232,10 @@ int main(int argc, char** argv) {
     SetReady(health, false);
     health->SetServingStatus("liveness", true);
   }
-  engine.SetReadyCallback([healths](bool ready) {
-    for (grpc::HealthCheckServiceInterface* health : healths) SetReady(health, ready);
+  // Once draining, readiness stays NOT_SERVING whatever the workers do.
+  std::atomic<bool> draining{false};
+  engine.SetReadyCallback([healths, &draining](bool ready) {
+    for (grpc::HealthCheckServiceInterface* health : healths) SetReady(health, ready && !draining);
   });
   engine.Start();
   std::fprintf(stderr,
@@ -230,7 +246,14 @@ int main(int argc, char** argv) {
                metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off", workers.size(), model.c_str());
 
   chunkattn::WaitForTerminationSignal();  // this thread, not a handler, shuts down
-  std::fprintf(stderr, "coordinator: shutting down\n");
+  // Drain: out of the load balancer's rotation at once (readiness), new
+  // requests refused, running ones finished within the bound.
+  draining = true;
+  for (grpc::HealthCheckServiceInterface* health : healths) SetReady(health, false);
+  std::fprintf(stderr, "coordinator: draining (up to %g s)\n", drain_timeout);
+  const bool drained = engine.Drain(absl::Seconds(drain_timeout));
+  std::fprintf(stderr, "coordinator: %s; shutting down\n",
+               drained ? "drained" : "drain timeout: ending the requests still running");
   for (grpc::HealthCheckServiceInterface* health : healths) health->Shutdown();
   // The engine first: it ends every stream (so the server's shutdown does not
   // wait on them) and makes its last ready callback while `health` lives.

@@ -96,9 +96,21 @@ void Engine::Post(Command command) {
 }
 
 int64_t Engine::Submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) {
+  if (draining_) {
+    output_->Refuse(std::move(sink),
+                    absl::UnavailableError("the server is shutting down; retry on another replica"));
+    return 0;
+  }
   const int64_t id = next_id_++;
   Post(Command{Command::kSubmit, id, 0, std::move(request), std::move(sink)});
   return id;
+}
+
+bool Engine::Drain(absl::Duration timeout) {
+  draining_ = true;
+  absl::MutexLock lock(&inbox_mu_);
+  auto quiet = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return idle_ && inbox_.empty(); };
+  return inbox_mu_.AwaitWithTimeout(absl::Condition(&quiet), timeout);
 }
 
 void Engine::Cancel(int64_t id) { Post(Command{Command::kCancel, id, 0, {}, nullptr}); }
@@ -141,6 +153,7 @@ void Engine::Loop() {
         last_error = s.ToString();
         DrainInbox(false);
         absl::MutexLock lock(&inbox_mu_);
+        idle_ = true;  // everything in flight was failed when the workers went
         if (inbox_.empty() && !stop_) inbox_cv_.WaitWithTimeout(&inbox_mu_, options_.reconnect_interval);
         continue;
       }
@@ -163,6 +176,7 @@ void Engine::Loop() {
       Step();
     } else {
       absl::MutexLock lock(&inbox_mu_);
+      idle_ = true;
       if (inbox_.empty() && !stop_) inbox_cv_.WaitWithTimeout(&inbox_mu_, absl::Milliseconds(200));
     }
   }
@@ -175,6 +189,7 @@ void Engine::DrainInbox(bool serving) {
   {
     absl::MutexLock lock(&inbox_mu_);
     commands.swap(inbox_);
+    if (!commands.empty()) idle_ = false;
   }
   for (Command& c : commands) {
     if (c.kind == Command::kResetPeaks) {

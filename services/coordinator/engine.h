@@ -79,6 +79,12 @@ class Engine {
   // any request submitted after this call).
   void ResetPeaks();
 
+  // Graceful shutdown, first half (SIGTERM): from now on Submit refuses with
+  // UNAVAILABLE; what was submitted before runs on. True once nothing is left
+  // to run, false when `timeout` passed first (Stop() then ends the rest with
+  // UNAVAILABLE). Blocks the caller.
+  bool Drain(absl::Duration timeout);
+
   // Whether the workers are joined and requests are served.
   bool ready() const { return ready_.load(); }
   // Called (from the loop thread) whenever ready() changes.
@@ -123,12 +129,16 @@ class Engine {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_id_{1};
 
   absl::Mutex inbox_mu_;
   absl::CondVar inbox_cv_;
   std::deque<Command> inbox_ ABSL_GUARDED_BY(inbox_mu_);
   std::function<void(bool)> ready_callback_ ABSL_GUARDED_BY(inbox_mu_);
+  // The loop has nothing to run (set where it goes idle, cleared when it
+  // takes commands): with an empty inbox, Drain is over.
+  bool idle_ ABSL_GUARDED_BY(inbox_mu_) = true;
 
   mutable absl::Mutex snapshot_mu_;
   Snapshot snapshot_ ABSL_GUARDED_BY(snapshot_mu_);

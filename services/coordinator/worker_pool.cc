@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/grpc_status.h"
 #include "grpcpp/create_channel.h"
@@ -20,6 +21,7 @@ using WireResult = internal::v1::StepResult;
 
 struct WorkerPool::Rank {
   std::string address;
+  std::atomic<bool> answered{false};  // this step's result is in
   std::unique_ptr<internal::v1::Worker::Stub> stub;
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<grpc::ClientReaderWriter<WirePlan, WireResult>> stream;
@@ -57,9 +59,36 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
         grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
     ranks_.push_back(std::move(rank));
   }
+  if (options_.step_timeout != absl::InfiniteDuration()) watchdog_ = std::thread(&WorkerPool::Watchdog, this);
 }
 
-WorkerPool::~WorkerPool() { Disconnect(); }
+WorkerPool::~WorkerPool() {
+  Disconnect();
+  if (watchdog_.joinable()) {
+    {
+      absl::MutexLock lock(&watch_mu_);
+      stop_watchdog_ = true;
+    }
+    watchdog_.join();
+  }
+}
+
+void WorkerPool::Watchdog() {
+  // Polls at a tenth of the timeout (at most 100 ms): a step is noticed
+  // overdue within timeout + 100 ms.
+  const absl::Duration poll = std::min(options_.step_timeout / 10, absl::Milliseconds(100));
+  absl::MutexLock lock(&watch_mu_);
+  while (!stop_watchdog_) {
+    auto stopping = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_watchdog_; };
+    watch_mu_.AwaitWithTimeout(absl::Condition(&stopping), poll);
+    if (stop_watchdog_ || absl::Now() - step_started_ < options_.step_timeout) continue;
+    step_timed_out_ = true;
+    for (auto& r : ranks_) {
+      if (r->context != nullptr) r->context->TryCancel();
+    }
+    step_started_ = absl::InfiniteFuture();  // once per step
+  }
+}
 
 void WorkerPool::StartStreamThreads() {
   if (ranks_.size() < 2) return;  // one rank runs on the loop thread
@@ -104,7 +133,10 @@ void WorkerPool::StreamLoop(Rank* rank) {
 
 void WorkerPool::RunRank(Rank* rank) {
   rank->status = absl::OkStatus();
-  if (!rank->stream->Write(wire_plan_) || !rank->stream->Read(&rank->result)) {
+  rank->answered = false;
+  if (rank->stream->Write(wire_plan_) && rank->stream->Read(&rank->result)) {
+    rank->answered = true;
+  } else {
     rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
     Rank* none = nullptr;
     first_failed_.compare_exchange_strong(none, rank);
@@ -199,6 +231,11 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
     wire_plan_.clear_num_kv_chunks();
   }
   first_failed_ = nullptr;
+  step_timed_out_ = false;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    step_started_ = absl::Now();
+  }
   if (stream_threads_.empty()) {
     RunRank(ranks_[0].get());
   } else {
@@ -207,6 +244,23 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
     ++step_seq_;
     auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return pending_ == 0; };
     step_mu_.Await(absl::Condition(&done));
+  }
+  {
+    absl::MutexLock lock(&watch_mu_);
+    step_started_ = absl::InfiniteFuture();
+  }
+  if (step_timed_out_) {
+    std::vector<std::string> silent;
+    for (auto& rank : ranks_) {
+      if (!rank->answered) silent.push_back(rank->address);
+    }
+    if (silent.empty()) {  // answered as the watchdog fired: the streams are cancelled all the same
+      for (auto& rank : ranks_) silent.push_back(rank->address);
+    }
+    Disconnect();
+    return absl::UnavailableError(absl::StrCat("worker ", absl::StrJoin(silent, ", "), " did not answer within ",
+                                               absl::FormatDuration(options_.step_timeout),
+                                               " (--step_timeout_s): hung or overloaded"));
   }
   absl::Status failure;
   for (auto& rank : ranks_) {

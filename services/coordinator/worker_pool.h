@@ -4,15 +4,19 @@
 // iteration on all of them (each rank computes its shard; rank 0 returns the
 // sampled tokens).
 //
-// Failure: any worker that fails or disappears fails the step with
-// UNAVAILABLE; every stream is then cancelled (so no rank stays blocked on
-// the coordinator) and the pool must be Connect()ed again.
+// Failure: any worker that fails, disappears or does not answer a step
+// within the step timeout (a hung or SIGSTOPped process: TCP alone would
+// not notice) fails the step with UNAVAILABLE; every stream is then
+// cancelled (so no rank stays blocked on the coordinator) and the pool must
+// be Connect()ed again.
 //
 // Thread-compatible: driven by the coordinator's loop thread. With more than
 // one rank, each rank's stream is written and read on its own thread, started
 // at Connect() and kept until Disconnect() (none is created per step), so a
 // rank blocked in a collective with a dead peer cannot delay noticing the
-// dead one.
+// dead one. With a step timeout a watchdog thread, kept for the pool's
+// lifetime, polls the step in flight and cancels the streams once it is
+// overdue (polling: a step pays no wake-up).
 #ifndef CHUNKATTN_SERVICES_COORDINATOR_WORKER_POOL_H_
 #define CHUNKATTN_SERVICES_COORDINATOR_WORKER_POOL_H_
 
@@ -44,6 +48,9 @@ struct WorkerPoolOptions {
   // Names this coordinator to the workers (they serve one at a time); empty =
   // drawn at random by the pool.
   std::string coordinator_id;
+  // A step not answered by every rank within this fails (UNAVAILABLE);
+  // InfiniteDuration = wait as long as the connections live.
+  absl::Duration step_timeout = absl::InfiniteDuration();
 };
 
 class WorkerPool {
@@ -83,6 +90,7 @@ class WorkerPool {
   void StreamLoop(Rank* rank);
   void StartStreamThreads();
   void StopStreamThreads();
+  void Watchdog();
 
   WorkerPoolOptions options_;
   std::vector<std::unique_ptr<Rank>> ranks_;
@@ -104,6 +112,15 @@ class WorkerPool {
   int pending_ ABSL_GUARDED_BY(step_mu_) = 0;
   bool stop_threads_ ABSL_GUARDED_BY(step_mu_) = false;
   std::vector<std::thread> stream_threads_;
+
+  // The watchdog: Step() sets step_started_ (under watch_mu_, so the
+  // watchdog never cancels a context Disconnect() is freeing) and clears it
+  // when the step is over.
+  absl::Mutex watch_mu_;
+  absl::Time step_started_ ABSL_GUARDED_BY(watch_mu_) = absl::InfiniteFuture();  // none in flight
+  bool stop_watchdog_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::atomic<bool> step_timed_out_{false};
+  std::thread watchdog_;
 };
 
 }  // namespace chunkattn

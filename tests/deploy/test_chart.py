@@ -173,6 +173,10 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertEqual(c['livenessProbe']['grpc']['port'], port_of(c, 'health'))
         self.assertEqual(c['livenessProbe']['grpc']['service'], 'liveness')
         self.assertEqual(c['readinessProbe']['grpc'].get('service', ''), '')
+        # SIGTERM drains for --drain_timeout_s: the pod's grace period covers it.
+        grace = deploy['spec']['template']['spec']['terminationGracePeriodSeconds']
+        self.assertGreaterEqual(grace, float(args['drain_timeout_s']) + 10)
+        self.assertGreater(float(args['step_timeout_s']), 0)
 
         # The workers: flags, port, and the coordinator's --workers naming each rank.
         w = container(sts)
@@ -331,6 +335,7 @@ class LintAndTemplateTest(unittest.TestCase):
             ('--set', 'nameOverride=Bad_Name', 'nameOverride'),
             ('--set', 'auth.secretKey=../x', 'secretKey'),
             ('--set', 'workerAuth.secretKey=a/b', 'secretKey'),
+            ('--set', 'coordinator.drainTimeoutSeconds=-1', 'drainTimeoutSeconds'),
             ('--set-string', 'workerAuth.enabled=yes', 'enabled'),
             ('--set', 'podDisruptionBudget.maxUnavailable=abc', 'maxUnavailable'),
             ('--set', 'worker.updateStrategy=Recreate', 'updateStrategy'),

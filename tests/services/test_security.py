@@ -457,6 +457,9 @@ class BadSecurityFlagsTest(unittest.TestCase):
             (['--priority_aging_s', '-1'], '--priority_aging_s'),
             (['--priority_aging_s', 'nan'], '--priority_aging_s'),
             (['--priority_aging_s', '90000'], '--priority_aging_s'),
+            (['--step_timeout_s', '-1'], '--step_timeout_s'),
+            (['--drain_timeout_s', 'nan'], '--drain_timeout_s'),
+            (['--drain_timeout_s', '1e9'], '--drain_timeout_s'),
         ]
         for args, message in cases:
             r = self.start(*args)

@@ -1,9 +1,12 @@
 """A worker dies mid-stream (SIGKILL, TP=2): the client learns within 5 s,
 health goes NOT_SERVING, and serving resumes once the worker is back on its
-port. SIGTERM ends a coordinator and a worker cleanly within a bound, also
-with a stream in flight."""
+port. A hung (SIGSTOPped) worker fails the step within --step_timeout_s and
+serving resumes after SIGCONT. SIGTERM drains a coordinator (readiness off,
+new requests refused, running ones finished within --drain_timeout_s) and
+ends a worker within a bound, also with a stream in flight."""
 import random
 import signal
+import threading
 import time
 import unittest
 
@@ -55,6 +58,135 @@ class WorkerFailureTest(harness.ServiceTestCase):
         self.assertEqual(again.tokens, reference.tokens)
 
 
+class HungWorkerTest(harness.ServiceTestCase):
+    STEP_TIMEOUT_S = 2.0
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('hung', tp=2, coordinator_args=['--step_timeout_s', str(cls.STEP_TIMEOUT_S)])
+
+    def test_a_stopped_worker_fails_the_step_within_the_timeout(self):
+        c = self.cluster
+        probe = harness.make_request(prompt_ids=[5, 6, 7, 8, 9], temperature=0.0, max_new_tokens=6,
+                                     ignore_eos=True)
+        reference = c.generate(probe)[0]
+        call = c.stub.Generate(harness.make_request(
+            prompt_ids=harness.random_ids(random.Random(9), 100), temperature=0.0, max_new_tokens=2000,
+            ignore_eos=True), timeout=120)
+        stopped_at = None
+        worker = c.workers[1].proc
+        try:
+            tokens = 0
+            with self.assertRaises(grpc.RpcError) as e:
+                for response in call:
+                    tokens += len(response.token_ids)
+                    if stopped_at is None and tokens >= 3:
+                        worker.send_signal(signal.SIGSTOP)
+                        stopped_at = time.monotonic()
+            failed_at = time.monotonic()
+            self.assertIsNotNone(stopped_at)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, e.exception.details())
+            self.assertIn('did not answer', e.exception.details())
+            self.assertIn(':%d' % c.worker_ports[1], e.exception.details())
+            # The step in flight at the stop began before it: its deadline is
+            # at most the timeout after the stop; one second of slack.
+            self.assertLessEqual(failed_at - stopped_at, self.STEP_TIMEOUT_S + 1.0,
+                                 'UNAVAILABLE came %.1f s after SIGSTOP' % (failed_at - stopped_at))
+            c.wait_health(harness.NOT_SERVING, timeout=5, check_alive=False)
+            with self.assertRaises(grpc.RpcError) as e:
+                c.generate(probe, timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, e.exception.details())
+            self.assertEqual(harness.health(c.channel), harness.NOT_SERVING)
+        finally:
+            worker.send_signal(signal.SIGCONT)
+        c.wait_health(harness.SERVING, timeout=90)
+        again = c.generate(probe)[0]
+        self.assertEqual(again.tokens, reference.tokens)
+        # A long healthy run never trips the deadline.
+        long = c.generate(harness.make_request(prompt_ids=[9, 8, 7], max_new_tokens=300, ignore_eos=True))[0]
+        self.assertEqual(long.completion_tokens, 300)
+
+
+class DrainTest(harness.ServiceTestCase):
+    """SIGTERM on the coordinator: readiness NOT_SERVING at once, new requests
+    UNAVAILABLE, running ones finish (or end UNAVAILABLE at the drain bound),
+    exit 0."""
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('drain', tp=1, coordinator_args=['--drain_timeout_s', '60'])
+
+    def start_streams(self, n, max_new_tokens):
+        """n long streams running on their own threads; returns (threads, results)
+        once each has its first response. results[i]: (tokens, finish, error code)."""
+        c = self.cluster
+        results = [None] * n
+        started = [threading.Event() for _ in range(n)]
+
+        def run(i):
+            tokens, finish = 0, None
+            try:
+                for r in c.stub.Generate(harness.make_request(
+                        prompt_ids=harness.random_ids(random.Random(i), 30), max_new_tokens=max_new_tokens,
+                        ignore_eos=True), timeout=120):
+                    tokens += len(r.token_ids)
+                    started[i].set()
+                    if r.finish_reason != harness.pb.FINISH_REASON_UNSPECIFIED:
+                        finish = r.finish_reason
+                results[i] = (tokens, finish, None)
+            except grpc.RpcError as e:
+                results[i] = (tokens, finish, e.code())
+            finally:
+                started[i].set()
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+        for t in threads:
+            t.start()
+        for e in started:
+            self.assertTrue(e.wait(60))
+        return threads, results
+
+    def restart_coordinator(self, *args):
+        c = self.cluster
+        c.coordinator_args = list(args)
+        c.coordinator = harness.Process('drain-coordinator-again', c.coordinator_argv()).start()
+        c.channel.close()
+        c.channel = c.open_channel()
+        c.stub = harness.pb_grpc.GenerationStub(c.channel)
+        c.wait_health(harness.SERVING, timeout=harness.STARTUP_TIMEOUT_S)
+
+    def test_sigterm_drains_then_bounds(self):
+        c = self.cluster
+        threads, results = self.start_streams(3, 1500)
+        c.coordinator.proc.send_signal(signal.SIGTERM)
+        harness.wait_for(lambda: harness.health(c.channel) == harness.NOT_SERVING, 2,
+                         what='readiness NOT_SERVING on SIGTERM')
+        self.assertEqual(harness.health(c.channel, service='liveness'), harness.SERVING)
+        with self.assertRaises(grpc.RpcError) as e:
+            c.generate(harness.make_request(prompt_ids=[1, 2, 3], max_new_tokens=2), timeout=30)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, e.exception.details())
+        self.assertIn('shutting down', e.exception.details())
+        self.assertTrue(any(r is None for r in results), 'the streams ended before the drain was probed')
+        for t in threads:
+            t.join(120)
+        self.assertEqual(results, [(1500, harness.pb.FINISH_REASON_LENGTH, None)] * 3)
+        self.assertEqual(c.coordinator.proc.wait(timeout=30), 0)
+        self.assertIn('coordinator: drained', c.coordinator.log_tail())
+
+        # A drain bound shorter than the work: the rest end UNAVAILABLE at it.
+        self.restart_coordinator('--drain_timeout_s', '1')
+        threads, results = self.start_streams(2, 1900)
+        signalled = time.monotonic()
+        c.coordinator.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(c.coordinator.proc.wait(timeout=30), 0)
+        self.assertLess(time.monotonic() - signalled, 10)
+        for t in threads:
+            t.join(60)
+        for tokens, finish, code in results:
+            self.assertEqual((finish, code), (None, grpc.StatusCode.UNAVAILABLE))
+            self.assertLess(tokens, 1900)
+        self.assertIn('drain timeout', c.coordinator.log_tail())
+
+
 class ShutdownTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
@@ -86,7 +218,7 @@ class ShutdownTest(harness.ServiceTestCase):
         c.coordinator.proc.send_signal(signal.SIGINT)
         self.assertEqual(c.coordinator.proc.wait(timeout=20), 0, c.coordinator.log_tail())
         self.assertLess(time.monotonic() - started, 10, 'the coordinator took too long to stop')
-        self.assertIn('coordinator: shutting down', c.coordinator.log_tail())
+        self.assertIn('shutting down', c.coordinator.log_tail())
 
 
 if __name__ == '__main__':
