@@ -64,6 +64,7 @@ ABSL_FLAG(double, step_timeout_s, 30,
 ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM: readiness turns NOT_SERVING and new requests get UNAVAILABLE at once, running ones "
           "finish for up to this long; 0 = end them at once");
+ABSL_FLAG(int, tokenize_threads, 2, "threads that tokenize text prompts, off gRPC's threads");
 ABSL_FLAG(int, health_port, 0, "plaintext grpc.health.v1 port on the --listen host, for probes; 0 = off");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM certificate chain: serve the public API over TLS");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
@@ -197,6 +198,8 @@ int main(int argc, char** argv) {
   info.tensor_parallel_size = static_cast<int>(workers.size());
   info.chunk_size = chunk;
   info.kv_dtype = kv_dtype;
+  info.text_threads = absl::GetFlag(FLAGS_tokenize_threads);
+  if (info.text_threads < 1 || info.text_threads > 64) return Fail("--tokenize_threads must be in [1, 64]");
   GenerationService service(&engine, &*config, tokenizer.get(), info, &*auth);
 
   std::unique_ptr<metrics::MetricsHttpServer> http;

@@ -96,14 +96,17 @@ void Engine::Post(Command command) {
 }
 
 int64_t Engine::Submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) {
-  if (draining_) {
-    output_->Refuse(std::move(sink),
-                    absl::UnavailableError("the server is shutting down; retry on another replica"));
-    return 0;
+  if (!draining_) {
+    const int64_t id = next_id_++;
+    absl::MutexLock lock(&inbox_mu_);
+    if (!closed_) {
+      inbox_.push_back(Command{Command::kSubmit, id, 0, std::move(request), std::move(sink)});
+      inbox_cv_.Signal();
+      return id;
+    }
   }
-  const int64_t id = next_id_++;
-  Post(Command{Command::kSubmit, id, 0, std::move(request), std::move(sink)});
-  return id;
+  output_->Refuse(std::move(sink), absl::UnavailableError("the server is shutting down; retry on another replica"));
+  return 0;
 }
 
 bool Engine::Drain(absl::Duration timeout) {
@@ -181,6 +184,10 @@ void Engine::Loop() {
     }
   }
   FailAll(absl::UnavailableError("the coordinator is shutting down"));
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    closed_ = true;  // a later Submit is refused at once: no loop would run it
+  }
   DrainInbox(false);
 }
 

@@ -139,6 +139,7 @@ class Engine {
   // The loop has nothing to run (set where it goes idle, cleared when it
   // takes commands): with an empty inbox, Drain is over.
   bool idle_ ABSL_GUARDED_BY(inbox_mu_) = true;
+  bool closed_ ABSL_GUARDED_BY(inbox_mu_) = false;  // the loop has ended
 
   mutable absl::Mutex snapshot_mu_;
   Snapshot snapshot_ ABSL_GUARDED_BY(snapshot_mu_);

@@ -1,10 +1,12 @@
 #include "services/coordinator/generation_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <random>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "base/grpc_status.h"
@@ -17,6 +19,11 @@ constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr size_t kMaxIdBytes = 256;
 constexpr size_t kMaxTextBytes = 4 << 20;
+// Text beyond the context's worth of bytes cannot fit: refused before it is
+// tokenized (tokenizing costs memory and time in proportion). Prose runs at
+// 3-5 bytes per token; 32 leaves room for long pieces and whitespace runs.
+constexpr size_t kMaxBytesPerToken = 32;
+constexpr int kMaxQueuedTexts = 256;
 constexpr int kDefaultMaxNewTokens = 16;
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -81,11 +88,25 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   explicit GenerateReactor(Engine* engine) : engine_(engine), stream_(std::make_shared<Stream>(this)) {}
 
   void Reject(const absl::Status& status) { stream_->Finish(status); }
-  void Submit(EngineRequest request) { id_ = engine_->Submit(std::move(request), stream_); }
+  // From a gRPC thread or a text pool thread; OnCancel may race with it.
+  void Submit(EngineRequest request) {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) {
+      stream_->Finish(absl::CancelledError("cancelled by the client"));
+      return;
+    }
+    id_ = engine_->Submit(std::move(request), stream_);
+  }
 
   void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
   void OnCancel() override {
-    if (id_ != 0) engine_->Cancel(id_);
+    int64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      id = id_;
+    }
+    if (id != 0) engine_->Cancel(id);
   }
   void OnDone() override {
     stream_->Detach();
@@ -95,7 +116,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  private:
   Engine* engine_;
   std::shared_ptr<Stream> stream_;
-  int64_t id_ = 0;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 void Stream::Pump() {
@@ -126,6 +149,10 @@ void Stream::Pump() {
 
 }  // namespace
 
+size_t MaxTextBytes(const ModelConfig& config) {
+  return std::min(kMaxTextBytes, static_cast<size_t>(std::max<int64_t>(config.max_context, 1)) * kMaxBytesPerToken);
+}
+
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                       const ModelConfig& config,
                                                       const Tokenizer* tokenizer, uint64_t seed) {
@@ -143,8 +170,10 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
       if (request.text().empty()) return Invalid("prompt.text is empty");
-      if (request.text().size() > kMaxTextBytes) {
-        return Invalid(absl::StrFormat("prompt.text is longer than %d bytes", kMaxTextBytes));
+      if (request.text().size() > MaxTextBytes(config)) {
+        return Invalid(absl::StrFormat(
+            "prompt.text has %d bytes; at most %d fit the context of %d tokens", request.text().size(),
+            MaxTextBytes(config), config.max_context));
       }
       if (tokenizer == nullptr) {
         return Invalid("prompt.text: the model has no tokenizer; send prompt.token_ids");
@@ -229,7 +258,14 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
 
 GenerationService::GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer,
                                      ServiceInfo info, const TokenAuth* auth)
-    : engine_(engine), config_(config), tokenizer_(tokenizer), info_(std::move(info)), auth_(auth) {}
+    : engine_(engine),
+      config_(config),
+      tokenizer_(tokenizer),
+      info_(std::move(info)),
+      auth_(auth),
+      text_pool_(std::make_unique<TextPool>(std::max(info_.text_threads, 1), kMaxQueuedTexts)) {}
+
+GenerationService::~GenerationService() = default;
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                                             const v1::GenerateRequest* request) {
@@ -244,12 +280,22 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc
   }
   static std::atomic<uint64_t> counter{std::random_device{}()};
   const uint64_t seed = counter.fetch_add(0x9E3779B97F4A7C15ull);
-  absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(*request, *config_, tokenizer_, seed);
-  if (!validated.ok()) {
-    reactor->Reject(validated.status());
-    return reactor;
+  // The request lives until the reactor finishes, which nothing does before
+  // this runs.
+  auto validate_and_submit = [this, reactor, request, seed] {
+    absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(*request, *config_, tokenizer_, seed);
+    if (!validated.ok()) {
+      reactor->Reject(validated.status());
+      return;
+    }
+    reactor->Submit(std::move(*validated));
+  };
+  if (request->prompt_case() != v1::GenerateRequest::kText) {
+    validate_and_submit();  // token ids: checked in time proportional to what gRPC already parsed
+  } else if (!text_pool_->Post(validate_and_submit)) {
+    reactor->Reject(absl::ResourceExhaustedError(
+        absl::StrFormat("%d text prompts are waiting to be tokenized; retry later", kMaxQueuedTexts)));
   }
-  reactor->Submit(std::move(*validated));
   return reactor;
 }
 
@@ -269,22 +315,32 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer"));
     return reactor;
   }
-  if (request->text().size() > kMaxTextBytes) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is longer than 4 MiB"));
+  if (request->text().size() > MaxTextBytes(*config_)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 absl::StrFormat("text has %d bytes; at most %d fit the context of %d tokens",
+                                                 request->text().size(), MaxTextBytes(*config_),
+                                                 config_->max_context)));
     return reactor;
   }
-  const bool add_bos = (request->has_add_bos() ? request->add_bos() : true) && tokenizer_->bos_id() >= 0;
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request->text(), add_bos);
-  if (!ids.ok()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("text: ", ids.status().message())));
-    return reactor;
+  auto tokenize = [this, reactor, request, response] {
+    const bool add_bos = (request->has_add_bos() ? request->add_bos() : true) && tokenizer_->bos_id() >= 0;
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request->text(), add_bos);
+    if (!ids.ok()) {
+      reactor->Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("text: ", ids.status().message())));
+      return;
+    }
+    for (int32_t id : *ids) {
+      response->add_token_ids(id);
+      absl::StatusOr<std::string> piece = tokenizer_->IdToPiece(id);
+      response->add_pieces(piece.ok() ? *piece : "");
+    }
+    reactor->Finish(grpc::Status::OK);
+  };
+  if (!text_pool_->Post(tokenize)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrFormat("%d texts are waiting to be tokenized; retry later", kMaxQueuedTexts)));
   }
-  for (int32_t id : *ids) {
-    response->add_token_ids(id);
-    absl::StatusOr<std::string> piece = tokenizer_->IdToPiece(id);
-    response->add_pieces(piece.ok() ? *piece : "");
-  }
-  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

@@ -1,19 +1,23 @@
 // The public API (chunkattn.v1.Generation) on gRPC's callback server: every
 // handler validates its request (INVALID_ARGUMENT naming the field), and
 // Generate posts to the Engine and streams what the engine's loop sends back.
-// No handler blocks: one small reactor per Generate call owns the write
-// queue, and a client cancel or deadline becomes Engine::Cancel.
+// No handler blocks: text is tokenized on a small pool of threads (a long
+// prompt must not stall the reactors streaming everyone else's tokens), one
+// small reactor per Generate call owns the write queue, and a client cancel
+// or deadline becomes Engine::Cancel.
 //
 // Thread-safe (gRPC calls it from its own threads).
 #ifndef CHUNKATTN_SERVICES_COORDINATOR_GENERATION_SERVICE_H_
 #define CHUNKATTN_SERVICES_COORDINATOR_GENERATION_SERVICE_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "chunkattn/v1/generation.grpc.pb.h"
-#include "services/coordinator/engine.h"
 #include "base/grpc_security.h"
+#include "services/coordinator/engine.h"
+#include "services/coordinator/text_pool.h"
 
 namespace chunkattn {
 
@@ -23,7 +27,12 @@ struct ServiceInfo {
   int tensor_parallel_size = 1;
   int chunk_size = 64;
   std::string kv_dtype;
+  int text_threads = 2;      // the pool that tokenizes text prompts
 };
+
+// The most bytes a text prompt may have: what could fit the context (and
+// never over 4 MiB).
+size_t MaxTextBytes(const ModelConfig& config);
 
 // The checked, tokenized form of a GenerateRequest. `seed` fills an unset
 // sampling seed.
@@ -37,6 +46,7 @@ class GenerationService final : public v1::Generation::CallbackService {
   // Every call must pass `auth` (a disabled TokenAuth lets all through).
   GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer, ServiceInfo info,
                     const TokenAuth* auth);
+  ~GenerationService() override;  // finishes the text already queued
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
                                                            const v1::GenerateRequest* request) override;
@@ -59,6 +69,7 @@ class GenerationService final : public v1::Generation::CallbackService {
   const Tokenizer* tokenizer_;
   ServiceInfo info_;
   const TokenAuth* auth_;
+  std::unique_ptr<TextPool> text_pool_;
 };
 
 }  // namespace chunkattn

@@ -147,7 +147,10 @@ void OutputProcessor::EndAll(absl::Status status) {
 }
 
 void OutputProcessor::Refuse(std::shared_ptr<ResponseSink> sink, absl::Status status) {
-  Post([sink = std::move(sink), status = std::move(status)] { sink->Finish(status); });
+  // After Stop no thread runs tasks; finishing here is then the only call
+  // the sink gets, so it is still called by one thread at a time.
+  auto finish = [sink, status] { sink->Finish(status); };
+  if (!Post(finish)) finish();
 }
 
 void OutputProcessor::Flush() {

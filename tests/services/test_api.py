@@ -1,8 +1,11 @@
 """The public API's contract on one coordinator and one worker: cancelling,
 argument checks, parallel samples, stop strings, the metrics' format."""
+import collections
 import random
+import re
 import shutil
 import subprocess
+import threading
 import time
 import unittest
 
@@ -86,6 +89,59 @@ class BadInputTest(harness.ServiceTestCase):
         for priority in (1000001, -1000001, 2**31 - 1):
             with self.subTest(priority=priority):
                 self.assert_invalid(mk(prompt_ids=ok, priority=priority), 'priority')
+
+    def test_long_text_is_refused_before_it_is_tokenized(self):
+        """Finding 4 of the reliability issue: 4 MB prompts were tokenized whole
+        on the reactor threads (3.3 GB, a normal stream stalled). Text beyond
+        the context's worth of bytes (32 per token) is refused unread; text
+        within it is tokenized on the coordinator's text pool, with bounded
+        memory, while a normal stream goes on."""
+        c = self.cluster
+        limit = 4096 * 32  # the demo model's context
+        prose = ('It was the best of times, it was the worst of times; ' * (limit // 50 + 1))[:limit]
+        for text in (prose + 'x', 'y' * (1 << 20)):
+            with self.assertRaises(grpc.RpcError) as e:
+                c.generate(harness.make_request(text=text, max_new_tokens=1), timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn('at most %d' % limit, e.exception.details())
+            with self.assertRaises(grpc.RpcError) as e:
+                c.stub.Tokenize(harness.pb.TokenizeRequest(text=text), timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        tokens = c.stub.Tokenize(harness.pb.TokenizeRequest(text=prose), timeout=60).token_ids
+        self.assertGreater(len(tokens), 4096)  # at the byte bound, still over the context
+        status_path = '/proc/%d/status' % c.coordinator.proc.pid
+
+        def peak_rss_mib():
+            with open(status_path) as f:
+                return int(re.search(r'VmHWM:\s+(\d+) kB', f.read()).group(1)) / 1024
+        before = peak_rss_mib()
+        normal = {}
+
+        def stream():
+            normal['samples'] = c.generate(harness.make_request(prompt_ids=[5, 6, 7], max_new_tokens=200,
+                                                                ignore_eos=True), timeout=120)
+        t = threading.Thread(target=stream)
+        t.start()
+        futures = [c.stub.Tokenize.future(harness.pb.TokenizeRequest(text=prose), timeout=120) for _ in range(24)]
+        streams = [c.stub.Generate(harness.make_request(text=prose, max_new_tokens=1), timeout=120) for _ in range(24)]
+        codes = collections.Counter()
+        for f in futures:
+            try:
+                self.assertEqual(list(f.result().token_ids), list(tokens))
+                codes['OK'] += 1
+            except grpc.RpcError as e:
+                codes[e.code().name] += 1
+        for call in streams:
+            with self.assertRaises(grpc.RpcError) as e:
+                list(call)
+            codes[e.exception.code().name] += 1
+            if e.exception.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                self.assertIn('exceed the context', e.exception.details())
+        t.join(120)
+        self.assertEqual(normal['samples'][0].completion_tokens, 200)
+        self.assertEqual(set(codes) - {'OK', 'INVALID_ARGUMENT', 'RESOURCE_EXHAUSTED'}, set(), codes)
+        self.assertGreater(codes['OK'], 0, codes)
+        self.assertLess(peak_rss_mib() - before, 256, 'tokenizing 48 prompts at the bound raised the peak RSS')
 
     def test_a_hostile_sampling_request_fails_no_other(self):
         """Finding 1 of the reliability issue: repetition_penalty = 1e-38 on a
