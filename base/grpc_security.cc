@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/constant_time.h"
 #include "base/file.h"
 #include "grpcpp/security/server_credentials.h"
 
@@ -23,14 +24,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " holds no PEM block"));
   }
   return text;
-}
-
-// Equal length and bytes, without an early exit on the first difference.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 }  // namespace
@@ -63,6 +56,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
 
 absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path, const std::string& flag) {
   if (path.empty()) return TokenAuth();
+  absl::StatusOr<std::vector<std::string>> tokens = ReadTokenFile(path, flag);
+  if (!tokens.ok()) return tokens.status();
+  return TokenAuth(*std::move(tokens));
+}
+
+absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path, const std::string& flag) {
   absl::StatusOr<std::string> text = ReadFlagFile(flag, path);
   if (!text.ok()) return text.status();
   std::vector<std::string> tokens;
@@ -75,7 +74,7 @@ absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path, const std
     tokens.emplace_back(line);
   }
   if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " has no token"));
-  return TokenAuth(std::move(tokens));
+  return tokens;
 }
 
 absl::Status TokenAuth::Check(const grpc::ServerContextBase& context) const {

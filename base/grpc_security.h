@@ -39,6 +39,11 @@ struct TlsFiles {
 // INVALID_ARGUMENT for a file that cannot be read or holds no PEM block.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsFiles& files);
 
+// The tokens of a token file: one per line, '#' starts a comment, no
+// whitespace inside a token; a file with none is INVALID_ARGUMENT. `flag`
+// names the file in errors.
+absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path, const std::string& flag);
+
 class TokenAuth {
  public:
   TokenAuth() = default;  // disabled: every call passes

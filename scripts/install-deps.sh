@@ -13,7 +13,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libgloo-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libcivetweb-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
 )
 TEST_PACKAGES=(
   python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml

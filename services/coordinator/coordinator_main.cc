@@ -71,6 +71,8 @@ ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(std::string, tls_client_ca_file, "", "PEM CA bundle: require client certificates it signed (mTLS)");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file of bearer tokens, one per line: every API call must send 'authorization: Bearer <token>'");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "file of bearer tokens, one per line: /metrics requires one (/healthz stays open)");
 ABSL_FLAG(std::string, worker_token_file, "",
           "the workers' shared secret (the file their --worker_token_file names): sent on every worker call");
 
@@ -136,6 +138,12 @@ int main(int argc, char** argv) {
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   absl::StatusOr<TokenAuth> auth = TokenAuth::FromFile(absl::GetFlag(FLAGS_auth_token_file));
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
+  std::vector<std::string> metrics_tokens;
+  if (const std::string path = absl::GetFlag(FLAGS_metrics_token_file); !path.empty()) {
+    absl::StatusOr<std::vector<std::string>> tokens = ReadTokenFile(path, "--metrics_token_file");
+    if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
+    metrics_tokens = *std::move(tokens);
+  }
   absl::StatusOr<TokenAuth> worker_auth =
       TokenAuth::FromFile(absl::GetFlag(FLAGS_worker_token_file), "--worker_token_file");
   if (!worker_auth.ok()) return Fail(std::string(worker_auth.status().message()));
@@ -205,7 +213,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<metrics::MetricsHttpServer> http;
   if (metrics_port > 0) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started = metrics::MetricsHttpServer::Start(
-        absl::GetFlag(FLAGS_metrics_host), metrics_port, [&registry] { return registry.Serialize(); });
+        absl::GetFlag(FLAGS_metrics_host), metrics_port, [&registry] { return registry.Serialize(); },
+        metrics_tokens);
     if (!started.ok()) return Fail("--metrics_port: " + started.status().ToString());
     http = std::move(*started);
   }

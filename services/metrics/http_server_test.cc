@@ -30,9 +30,29 @@ struct HttpResponse {
   std::string body;
 };
 
+// A connected socket to 127.0.0.1:`port` with 5 s send/receive timeouts, or -1.
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  timeval timeout = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // One HTTP/1.1 request to 127.0.0.1:`port` on a raw socket; reads until the
-// server closes, giving up after about 5 s.
-HttpResponse Fetch(int port, const std::string& path, const std::string& method = "GET") {
+// server closes, giving up after about 5 s. `headers`: extra lines, each
+// ending in \r\n; `raw_request` replaces the whole request when non-empty.
+HttpResponse Fetch(int port, const std::string& path, const std::string& method = "GET",
+                   const std::string& headers = "", const std::string& raw_request = "") {
   HttpResponse response;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return response;
@@ -45,9 +65,10 @@ HttpResponse Fetch(int port, const std::string& path, const std::string& method 
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string raw;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = absl::StrCat(method, " ", path,
-                                             " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                             "Connection: close\r\n\r\n");
+    const std::string request =
+        !raw_request.empty() ? raw_request
+                             : absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n", headers,
+                                            "Connection: close\r\n\r\n");
     if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
         static_cast<ssize_t>(request.size())) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -134,6 +155,52 @@ TEST_F(MetricsHttpServerTest, ConcurrentScrapes) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(ok.load(), 6 * 20);
+}
+
+// Finding 7 of the reliability issue: three idle connections held civetweb's
+// three threads for its 10 s timeout, and /metrics did not answer.
+TEST_F(MetricsHttpServerTest, IdleAndSlowConnectionsDoNotStarveAScrape) {
+  std::vector<int> idle;
+  for (int i = 0; i < MetricsHttpServer::kMaxConnections + 40; ++i) {
+    const int fd = Connect(server_->port());
+    ASSERT_GE(fd, 0);
+    if (i % 2 == 1) {  // half of them send part of a request, then stall
+      const std::string part = "GET /metr";
+      ASSERT_EQ(send(fd, part.data(), part.size(), MSG_NOSIGNAL), static_cast<ssize_t>(part.size()));
+    }
+    idle.push_back(fd);
+  }
+  for (int i = 0; i < 5; ++i) {
+    const HttpResponse r = Fetch(server_->port(), "/metrics");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_TRUE(absl::StrContains(r.body, "chunkattn_prompt_tokens_total 42"));
+  }
+  for (int fd : idle) close(fd);
+}
+
+TEST_F(MetricsHttpServerTest, MalformedAndOversizedRequests) {
+  EXPECT_EQ(Fetch(server_->port(), "", "", "", "NONSENSE\r\n\r\n").status, 400);
+  EXPECT_EQ(Fetch(server_->port(), "", "", "", "GET /metrics SPDY/9\r\n\r\n").status, 400);
+  EXPECT_EQ(Fetch(server_->port(), "/metrics", "GET", "X-Big: " + std::string(20000, 'a') + "\r\n").status, 431);
+  EXPECT_EQ(Fetch(server_->port(), "/metrics?x=1").status, 200);
+  EXPECT_EQ(Fetch(server_->port(), "/metrics").status, 200);  // unharmed
+}
+
+TEST(MetricsHttpServerTokenTest, MetricsNeedATokenHealthzDoesNot) {
+  auto server = MetricsHttpServer::Start("127.0.0.1", 0, [] { return std::string("m 1\n"); },
+                                         {"new-secret", "old-secret"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  EXPECT_EQ(Fetch(port, "/metrics").status, 401);
+  EXPECT_EQ(Fetch(port, "/metrics", "GET", "Authorization: Bearer wrong\r\n").status, 401);
+  EXPECT_EQ(Fetch(port, "/metrics", "GET", "Authorization: new-secret\r\n").status, 401);
+  EXPECT_EQ(Fetch(port, "/metrics", "GET", "Authorization: Bearer new-secre\r\n").status, 401);
+  for (const char* token : {"new-secret", "old-secret"}) {
+    const HttpResponse r = Fetch(port, "/metrics", "GET", absl::StrCat("authorization: bearer ", token, "\r\n"));
+    EXPECT_EQ(r.status, 200) << token;
+    EXPECT_EQ(r.body, "m 1\n");
+  }
+  EXPECT_EQ(Fetch(port, "/healthz").status, 200);
 }
 
 TEST_F(MetricsHttpServerTest, PortInUseIsUnavailable) {

@@ -458,6 +458,8 @@ class BadSecurityFlagsTest(unittest.TestCase):
             (['--priority_aging_s', 'nan'], '--priority_aging_s'),
             (['--priority_aging_s', '90000'], '--priority_aging_s'),
             (['--step_timeout_s', '-1'], '--step_timeout_s'),
+            (['--metrics_token_file', empty], '--metrics_token_file'),
+            (['--tokenize_threads', '0'], '--tokenize_threads'),
             (['--drain_timeout_s', 'nan'], '--drain_timeout_s'),
             (['--drain_timeout_s', '1e9'], '--drain_timeout_s'),
         ]
