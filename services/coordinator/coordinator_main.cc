@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  ExclusivePort(builder);
+  ConfigureServer(builder);
   int bound = 0;
   builder.AddListeningPort(listen, *credentials, &bound);
   builder.RegisterService(&service);
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
   if (health_port > 0) {
     const std::string health_address = absl::StrCat(listen_address->host, ":", health_port);
     grpc::ServerBuilder health_builder;
-    ExclusivePort(health_builder);
+    ConfigureServer(health_builder);
     int health_bound = 0;
     health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(), &health_bound);
     health_server = health_builder.BuildAndStart();

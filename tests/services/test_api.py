@@ -143,6 +143,43 @@ class BadInputTest(harness.ServiceTestCase):
         self.assertGreater(codes['OK'], 0, codes)
         self.assertLess(peak_rss_mib() - before, 256, 'tokenizing 48 prompts at the bound raised the peak RSS')
 
+    def test_unparseable_bodies_are_named_not_logged(self):
+        """Finding 8 of the reliability issue: a body that is not the method's
+        message got UNIMPLEMENTED with no message (and a log line each)."""
+        c = self.cluster
+        garbage = b'\xff\xff\xff\xff\x0f not a protobuf'
+        raw = lambda channel, method, streaming=False: (channel.unary_stream if streaming else channel.unary_unary)(
+            method, request_serializer=lambda x: x, response_deserializer=lambda x: x)
+        worker = grpc.insecure_channel('127.0.0.1:%d' % c.worker_ports[0])
+        self.addCleanup(worker.close)
+        def log_lines(process):
+            with open(process.log_path, 'rb') as f:
+                return len(f.read().splitlines())
+        before = log_lines(c.coordinator), log_lines(c.workers[0])
+        for _ in range(50):
+            for channel, method, streaming in ((c.channel, '/chunkattn.v1.Generation/Generate', True),
+                                               (c.channel, '/chunkattn.v1.Generation/Tokenize', False),
+                                               (c.channel, '/chunkattn.v1.Generation/GetCacheStats', False),
+                                               (worker, '/chunkattn.internal.v1.Worker/Join', False),
+                                               (worker, '/chunkattn.internal.v1.Worker/StoreGet', False)):
+                with self.assertRaises(grpc.RpcError) as e:
+                    result = raw(channel, method, streaming)(garbage, timeout=10)
+                    if streaming:
+                        list(result)
+                self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, method)
+                self.assertIn('not a valid message for ' + method, e.exception.details())
+        for channel, method in ((c.channel, '/chunkattn.v1.Generation/Nope'),
+                                (worker, '/chunkattn.internal.v1.Worker/Nope')):
+            with self.assertRaises(grpc.RpcError) as e:
+                raw(channel, method)(b'', timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+            self.assertIn(method + ' is not served here', e.exception.details())
+        after = log_lines(c.coordinator), log_lines(c.workers[0])
+        self.assertLess(after[0] - before[0], 5)
+        self.assertLess(after[1] - before[1], 5)
+        samples = c.generate(harness.make_request(prompt_ids=[5, 6, 7], max_new_tokens=3, ignore_eos=True))
+        self.assertEqual(samples[0].completion_tokens, 3)
+
     def test_a_hostile_sampling_request_fails_no_other(self):
         """Finding 1 of the reliability issue: repetition_penalty = 1e-38 on a
         prompt that repeats a token overflowed a logit on the worker, failed the

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  chunkattn::ExclusivePort(builder);
+  chunkattn::ConfigureServer(builder);
   int bound = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
   builder.SetMaxReceiveMessageSize(256 << 20);
