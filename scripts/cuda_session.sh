@@ -16,7 +16,8 @@
 #
 # On the GPU host, one device call each, in this order:
 #   scripts/cuda_session.sh tests|kernels|model|e2e-on|e2e-off "$OUT"
-# A call unpacks the bundle into ${TMPDIR:-/tmp}, then runs its steps one after another,
+# A call unpacks the bundle into ${TMPDIR:-/tmp} (removed, with the call's work
+# folder, when the call exits), then runs its steps one after another,
 # each under `timeout` (limits below; a call's limits add up to at most 8
 # minutes). After every step it rewrites $OUT/<call>.tar.gz (summary.txt, every
 # step's log, the results so far) and $OUT/<call>-summary.txt: two files
@@ -103,6 +104,25 @@ mkdir -p "$OUT"
 no_gpu=${CHUNKATTN_SESSION_NO_GPU:-0}
 cap=${CHUNKATTN_SESSION_STEP_CAP_S:-10}
 work=${TMPDIR:-/tmp}/chunkattn-session/$call
+bundle_tar=${CHUNKATTN_BUNDLE:-$root/gpu-bundle.tar.xz}
+bundle_dir=${TMPDIR:-/tmp}/chunkattn-bundle/$(basename "$bundle_tar" .tar.xz)
+coordinator=
+worker=
+# Everything the call made outside $OUT goes when it exits, however it exits
+# (the e2e servers first: they write into the work folder).
+cleanup() {
+  if [ -n "$coordinator$worker" ]; then
+    # shellcheck disable=SC2086
+    kill $coordinator $worker 2>/dev/null || true
+    wait 2>/dev/null || true
+  fi
+  rm -rf "$work" "$bundle_dir"
+  rmdir "$(dirname "$work")" "$(dirname "$bundle_dir")" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
 rm -rf "$work"
 mkdir -p "$work/logs" "$work/results"
 summary=$work/summary.txt
@@ -141,9 +161,7 @@ step() {
   return 0
 }
 
-# The bundle (unpacked by the first step) and its commit.
-bundle_tar=${CHUNKATTN_BUNDLE:-$root/gpu-bundle.tar.xz}
-bundle_dir=${TMPDIR:-/tmp}/chunkattn-bundle/$(basename "$bundle_tar" .tar.xz)
+# The bundle (unpacked by the first step into $bundle_dir) and its commit.
 if [ "$no_gpu" = 1 ]; then
   gpu=nogpu
 else
@@ -232,7 +250,6 @@ case "$call" in
       --load_format dummy --kv_dtype float16 --prefix_sharing="$flag" --max_batch_size 256 \
       --max_tokens_per_step 4096 --metrics_port 0 --join_timeout_s 300 > "$work/logs/coordinator.log" 2>&1 &
     coordinator=$!
-    trap 'kill $coordinator $worker 2>/dev/null || true' EXIT
     step ready 150 bash -c 'until "$1" chunkattn health --server "$4" >/dev/null 2>&1; do
       kill -0 "$2" 2>/dev/null && kill -0 "$3" 2>/dev/null || exit 1; sleep 2; done' _ "$run" "$coordinator" "$worker" "$api"
     step info 15 "$run" chunkattn info --server "$api"
@@ -247,6 +264,7 @@ case "$call" in
     done
     kill "$coordinator" "$worker" 2>/dev/null || true
     wait 2>/dev/null || true
+    coordinator= worker=
     ;;
 esac
 echo >> "$summary"

@@ -367,8 +367,7 @@ class LintAndTemplateTest(unittest.TestCase):
     def render_notes(self, *values):
         """NOTES.txt as `helm install` prints it. That needs a cluster, so a copy
         of the chart renders it into a ConfigMap through `tpl` instead."""
-        copy = os.path.join(tempfile.mkdtemp(prefix='chunkattn-notes-'), 'chart')
-        harness._temp_dirs.append(os.path.dirname(copy))
+        copy = os.path.join(harness.temp_dir('chunkattn-notes-', self.addCleanup), 'chart')
         shutil.copytree(chart_dir(), copy, symlinks=False)
         shutil.copy(os.path.join(copy, 'templates', 'NOTES.txt'), os.path.join(copy, 'files', 'NOTES.txt'))
         with open(os.path.join(copy, 'templates', 'zz-notes.yaml'), 'w') as f:

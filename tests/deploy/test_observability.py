@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.parse
@@ -212,9 +211,10 @@ class PrometheusScrapeTest(harness.ServiceTestCase):
     @harness.setup_class_or_dump
     def setUpClass(cls):
         cls.cluster = cls.start_cluster('prometheus', tp=1)
-        tmp = tempfile.mkdtemp(prefix='chunkattn-prometheus-')
-        harness._temp_dirs.append(tmp)
+        tmp = harness.temp_dir('chunkattn-prometheus-', cls.addClassCleanup)
         cls.prometheus = Prometheus('prometheus', '127.0.0.1:%d' % cls.cluster.metrics_port, tmp)
+        # Class cleanups run last in, first out: Prometheus stops before its folder goes.
+        cls.addClassCleanup(cls.prometheus.process.stop)
         harness.wait_for(cls.prometheus.ready, 60, what='prometheus ready')
 
     def test_hit_rate_expression(self):

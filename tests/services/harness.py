@@ -9,6 +9,11 @@ unittest with the remaining arguments (e.g. a test class name).
 Every process started here is killed when the test process exits, however it
 exits: atexit, SIGTERM, and PR_SET_PDEATHSIG for a SIGKILLed test. Every wait
 is bounded. A failing test prints the tail of each process's log.
+
+Temporary folders come from temp_dir(): each is removed by the test (class)
+that made it, through addCleanup / addClassCleanup, and whatever is left,
+with the processes' logs, when the test process exits (atexit and SIGTERM),
+also after a failure. CHUNKATTN_KEEP_TEST_LOGS=1 keeps the logs' folder.
 """
 
 import argparse
@@ -40,8 +45,10 @@ wpb_grpc = None
 
 _live_processes = []
 _temp_dirs = []  # removed at exit, also on SIGTERM
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()  # re-entered by the SIGTERM handler
 _log_dir = None
+_log_dir_done = False  # removed (or reported kept) at exit
+_cleanup_pid = os.getpid()  # a forked child must not remove its parent's folders
 
 STARTUP_TIMEOUT_S = 120
 RPC_TIMEOUT_S = 120
@@ -52,6 +59,29 @@ def log_dir():
     if _log_dir is None:
         _log_dir = tempfile.mkdtemp(prefix='chunkattn-services-')
     return _log_dir
+
+
+def keep_logs():
+    return os.environ.get('CHUNKATTN_KEEP_TEST_LOGS', '') not in ('', '0')
+
+
+def temp_dir(prefix, add_cleanup=None):
+    """A new folder under $TMPDIR. add_cleanup (a test's addCleanup, or a
+    class's addClassCleanup in setUpClass) removes it when that test or class
+    is done, passed or failed; it is removed at exit in any case."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    with _live_lock:
+        _temp_dirs.append(folder)
+    if add_cleanup is not None:
+        add_cleanup(remove_temp_dir, folder)
+    return folder
+
+
+def remove_temp_dir(folder):
+    shutil.rmtree(folder, ignore_errors=True)
+    with _live_lock:
+        if folder in _temp_dirs:
+            _temp_dirs.remove(folder)
 
 
 def bin_path(name):
@@ -81,9 +111,7 @@ def generate_stubs(source):
     """Compiles generation.proto and worker.proto into a temporary folder put
     on sys.path."""
     global pb, pb_grpc, wpb, wpb_grpc
-    out = tempfile.mkdtemp(prefix='chunkattn-stubs-')
-    _temp_dirs.append(out)
-    atexit.register(shutil.rmtree, out, True)
+    out = temp_dir('chunkattn-stubs-')
     proto_dir = os.path.join(source, 'proto')
     targets = [os.path.join(proto_dir, 'chunkattn/v1/generation.proto'),
                os.path.join(proto_dir, 'chunkattn/internal/v1/worker.proto')]
@@ -193,21 +221,45 @@ def _kill_all():
                 pass
 
 
-atexit.register(_kill_all)
+def _remove_temp_dirs():
+    """Removes every folder temp_dir() made that is still there, and the
+    logs' folder (unless CHUNKATTN_KEEP_TEST_LOGS is set)."""
+    if os.getpid() != _cleanup_pid:
+        return
+    with _live_lock:
+        folders = list(_temp_dirs)
+        _temp_dirs.clear()
+    for d in folders:
+        shutil.rmtree(d, ignore_errors=True)
+    global _log_dir_done
+    if _log_dir is not None and not _log_dir_done:
+        _log_dir_done = True
+        if keep_logs():
+            sys.stderr.write('logs kept in %s\n' % _log_dir)
+        else:
+            shutil.rmtree(_log_dir, ignore_errors=True)
+
+
+def _cleanup():
+    # The processes first: they may still write into the folders.
+    _kill_all()
+    _remove_temp_dirs()
+
+
+atexit.register(_cleanup)
 
 
 def _on_sigterm(signum, frame):
     # Not sys.exit(): unittest would record SystemExit as a test error and
     # carry on with the next test.
-    _kill_all()
-    for d in _temp_dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    _cleanup()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(128 + signum)
 
 
 signal.signal(signal.SIGTERM, _on_sigterm)
+signal.signal(signal.SIGHUP, _on_sigterm)
 
 
 class StartupError(Exception):
@@ -573,12 +625,9 @@ def main():
     if not os.path.isfile(os.path.join(model_dir(), 'config.json')):
         sys.exit('missing the demo model in %s (ctest fixture demo_model)' % model_dir())
     generate_stubs(SOURCE)
-    sys.stderr.write('logs: %s\n' % log_dir())
+    sys.stderr.write('logs: %s%s\n' % (log_dir(), '' if keep_logs() else
+                                         ' (removed at exit; CHUNKATTN_KEEP_TEST_LOGS=1 keeps them)'))
     program = unittest.main(module='__main__', argv=[sys.argv[0]] + rest, verbosity=2, exit=False)
-    _kill_all()
     ok = program.result.wasSuccessful()
-    if ok:
-        shutil.rmtree(log_dir(), ignore_errors=True)
-    else:
-        sys.stderr.write('logs kept in %s\n' % log_dir())
+    _cleanup()
     sys.exit(0 if ok else 1)

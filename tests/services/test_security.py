@@ -5,7 +5,6 @@ import os
 import random
 import re
 import subprocess
-import tempfile
 import unittest
 
 import grpc
@@ -20,12 +19,11 @@ def openssl(*args, cwd):
     subprocess.run(['openssl'] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def make_pki():
+def make_pki(add_cleanup=None):
     """A CA, a server certificate for localhost / 127.0.0.1 and a client
-    certificate, all signed by the CA, in a new folder (removed at exit).
-    Returns (folder, {name: path})."""
-    folder = tempfile.mkdtemp(prefix='chunkattn-pki-')
-    harness._temp_dirs.append(folder)
+    certificate, all signed by the CA, in a new folder (removed by
+    add_cleanup, and at exit in any case). Returns (folder, {name: path})."""
+    folder = harness.temp_dir('chunkattn-pki-', add_cleanup)
     openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=test-ca',
             '-keyout', 'ca.key', '-out', 'ca.pem', cwd=folder)
     with open(os.path.join(folder, 'san.ext'), 'w') as f:
@@ -55,7 +53,7 @@ class TlsTokenTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.tmp, cls.pki = make_pki()
+        cls.tmp, cls.pki = make_pki(cls.addClassCleanup)
         cls.tokens = os.path.join(cls.tmp, 'tokens')
         with open(cls.tokens, 'w') as f:
             f.write('# one per line\n\nother-token\n%s\n' % TOKEN)
@@ -164,7 +162,7 @@ class MutualTlsTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.tmp, cls.pki = make_pki()
+        cls.tmp, cls.pki = make_pki(cls.addClassCleanup)
         cls.with_cert = grpc.ssl_channel_credentials(root_certificates=read(cls.pki['ca.pem']),
                                                      private_key=read(cls.pki['client.key']),
                                                      certificate_chain=read(cls.pki['client.pem']))
@@ -235,17 +233,12 @@ class WorkerTrustTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix='chunkattn-worker-trust-')
-        cls.token_file = write_file(cls.tmp.name, 'worker-token', '# shared secret\n%s\n' % WORKER_TOKEN)
+        cls.tmp = harness.temp_dir('chunkattn-worker-trust-', cls.addClassCleanup)
+        cls.token_file = write_file(cls.tmp, 'worker-token', '# shared secret\n%s\n' % WORKER_TOKEN)
         cls.cluster = cls.start_cluster(
             'trust', tp=2,
             worker_args=['--worker_token_file', cls.token_file, '--model_root', harness.model_dir()],
             coordinator_args=['--worker_token_file', cls.token_file])
-
-    @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
-        cls.tmp.cleanup()
 
     def worker_stub(self, rank=0):
         channel = grpc.insecure_channel('127.0.0.1:%d' % self.cluster.worker_ports[rank])
@@ -383,7 +376,7 @@ class WorkerTrustTest(harness.ServiceTestCase):
         """A second coordinator with the token cannot take the workers while the
         first serves; once the first stops, it takes over. One with a wrong
         token never joins."""
-        wrong = write_file(self.tmp.name, 'wrong-token', 'not-the-secret\n')
+        wrong = write_file(self.tmp, 'wrong-token', 'not-the-secret\n')
         intruder = harness.Cluster('trust-wrong', tp=2)
         intruder.worker_ports = self.cluster.worker_ports
         intruder.port, intruder.metrics_port = harness.free_port(), harness.free_port()
@@ -434,8 +427,7 @@ class BadSecurityFlagsTest(unittest.TestCase):
         return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=60)
 
     def test_rejected(self):
-        tmp = tempfile.mkdtemp(prefix='chunkattn-badsec-')
-        harness._temp_dirs.append(tmp)
+        tmp = harness.temp_dir('chunkattn-badsec-', self.addCleanup)
         empty = os.path.join(tmp, 'empty')
         with open(empty, 'w') as f:
             f.write('# no token here\n\n')

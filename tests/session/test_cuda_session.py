@@ -74,6 +74,8 @@ class GpuSessionPlumbingTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="chunkattn-session-test-")
+        # A class cleanup also runs when setUpClass fails (tearDownClass does not).
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
         cls.bundle = os.path.join(cls.tmp, "gpu-bundle.tar.xz")
         env = dict(os.environ, BUILD_DIR=BUILD, CHUNKATTN_BUNDLE=cls.bundle)
         r = subprocess.run([os.path.join(SOURCE, "scripts", "cuda_session.sh"), "bundle"], env=env,
@@ -81,10 +83,6 @@ class GpuSessionPlumbingTest(unittest.TestCase):
         if r.returncode != 0:
             raise AssertionError(f"bundle failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         cls.bundle_log = r.stdout
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_bundle_travels_and_resolves(self):
         self.assertLess(os.path.getsize(self.bundle), 60 << 20)

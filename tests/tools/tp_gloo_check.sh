@@ -6,8 +6,18 @@
 set -eu
 BIN=$1
 SRC=$2
-WORK=$(mktemp -d /tmp/chunkattn-tp-XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/chunkattn-tp-XXXXXX")
+RANK1=
+# sh runs the EXIT trap on a signal only through an `exit` in its own trap;
+# rank 1 (in its own process group under timeout) is stopped first.
 trap 'rm -rf "$WORK"' EXIT
+on_signal() {
+  [ -z "$RANK1" ] || { kill "$RANK1" 2>/dev/null; wait "$RANK1"; }
+  exit "$1"
+}
+trap 'on_signal 143' TERM
+trap 'on_signal 130' INT
+trap 'on_signal 129' HUP
 /usr/bin/python3 "$SRC/tests/tools/make_reference.py" --out "$WORK/ref" > /dev/null
 MODEL="$WORK/ref/llama3_gqa"
 IDS=5,17,90,3,44,250,12,7,7,8,100,101,102,33,64,65,66,67,1,2,200,201,9,9,9,45,46,47,48,49,50,51,52,53

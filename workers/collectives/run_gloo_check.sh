@@ -7,8 +7,18 @@ set -u
 bin=$1
 world=$2
 store=$(mktemp -d "${TMPDIR:-/tmp}/chunkattn-gloo.XXXXXX") || exit 1
-trap 'rm -rf "$store"' EXIT
 pids=""
+# sh runs the EXIT trap on a signal only through an `exit` in its own trap;
+# the ranks (each in its own process group under timeout) are stopped first.
+trap 'rm -rf "$store"' EXIT
+on_signal() {
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || { kill $pids 2>/dev/null; wait; }
+  exit "$1"
+}
+trap 'on_signal 143' TERM
+trap 'on_signal 130' INT
+trap 'on_signal 129' HUP
 r=0
 while [ "$r" -lt "$world" ]; do
   timeout -k 5 60 "$bin" --rank "$r" --world "$world" --store "$store" --timeout_s 20 &

@@ -17,10 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/chunkattn-loader-XXXXXX";
-  return mkdtemp(tmpl);
-}
+// Removed by the test when it gets that far, and at exit in any case (an
+// ASSERT that fails returns before the test's own remove_all).
+std::string TempDir() { return testing::MakeTempDir("chunkattn-loader"); }
 
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;

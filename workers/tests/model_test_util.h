@@ -7,12 +7,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -31,18 +36,51 @@ struct Reference {
   std::vector<std::vector<float>> logits;  // per prompt: (len, vocab)
 };
 
+// A new folder $TMPDIR/PREFIX-XXXXXX (default /tmp), removed with everything
+// in it when the test process exits normally, whether its tests passed or
+// failed (ctest runs each test in its own process). Empty (and a test
+// failure) if it cannot be made.
+inline std::string MakeTempDir(const std::string& prefix) {
+  struct Dirs {
+    const pid_t owner = getpid();  // a forked death-test child leaves them alone
+    std::mutex mu;
+    std::vector<std::string> paths;
+    ~Dirs() {
+      if (getpid() != owner) return;
+      std::error_code ec;
+      for (const std::string& p : paths) std::filesystem::remove_all(p, ec);
+    }
+  };
+  static Dirs dirs;
+  std::error_code ec;
+  std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+  if (ec) base = "/tmp";
+  std::string tmpl = (base / (prefix + "-XXXXXX")).string();
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << tmpl << ": " << std::strerror(errno);
+    return "";
+  }
+  std::lock_guard<std::mutex> lock(dirs.mu);
+  dirs.paths.push_back(tmpl);
+  return tmpl;
+}
+
 // Generates the NumPy fixtures once per test binary (a few seconds) and adds
-// the committed transformers fixtures when they exist.
+// the committed transformers fixtures when they exist. The NumPy fixtures'
+// folder is removed when the process exits.
 inline const std::vector<Reference>& References() {
   static const std::vector<Reference>* refs = [] {
     auto* out = new std::vector<Reference>();
-    char tmpl[] = "/tmp/chunkattn-ref-XXXXXX";
-    const std::string tmp = mkdtemp(tmpl);
+    const std::string tmp = MakeTempDir("chunkattn-ref");
+    if (tmp.empty()) return out;
     const std::string cmd = std::string("/usr/bin/python3 " CHUNKATTN_SOURCE_DIR
                                         "/tests/tools/make_reference.py --backend numpy --out ") +
                             tmp + " > " + tmp + "/log.txt 2>&1";
     if (std::system(cmd.c_str()) != 0) {
-      ADD_FAILURE() << "make_reference.py failed: see " << tmp << "/log.txt";
+      std::ifstream log(tmp + "/log.txt");
+      std::stringstream text;
+      text << log.rdbuf();
+      ADD_FAILURE() << "make_reference.py failed:\n" << text.str();
       return out;
     }
     std::vector<std::pair<std::string, std::string>> roots = {
