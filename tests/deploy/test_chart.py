@@ -311,6 +311,23 @@ class LintAndTemplateTest(unittest.TestCase):
         for workload in (one(docs, 'Deployment'), one(docs, 'StatefulSet')):
             self.assertNotIn('worker_token_file', parse_args(container(workload)['args']))
 
+    def test_metrics_token_from_a_secret(self):
+        docs = render([], '--set', 'metrics.auth.existingSecret=mt', '--set', 'metrics.serviceMonitor.enabled=true')
+        deploy = one(docs, 'Deployment')
+        c = container(deploy)
+        args = parse_args(c['args'])
+        self.assertIn('metrics_token_file', binary_flags('chunkattn-coordinator'))
+        folder = os.path.dirname(args['metrics_token_file'])
+        mount = [m for m in c['volumeMounts'] if m['mountPath'] == folder][0]
+        volume = [v for v in deploy['spec']['template']['spec']['volumes'] if v['name'] == mount['name']][0]
+        self.assertEqual(volume['secret']['secretName'], 'mt')
+        self.assertEqual(volume['secret']['items'][0]['path'], os.path.basename(args['metrics_token_file']))
+        endpoint = one(docs, 'ServiceMonitor')['spec']['endpoints'][0]
+        self.assertEqual(endpoint['authorization'], {'type': 'Bearer', 'credentials': {'name': 'mt', 'key': 'token'}})
+        docs = render([], '--set', 'metrics.serviceMonitor.enabled=true')
+        self.assertNotIn('metrics_token_file', parse_args(container(one(docs, 'Deployment'))['args']))
+        self.assertNotIn('authorization', one(docs, 'ServiceMonitor')['spec']['endpoints'][0])
+
     def test_schema_rejects_wrong_values(self):
         cases = [
             ('--set-string', 'tensorParallelSize=four', 'tensorParallelSize'),
