@@ -54,30 +54,19 @@ int Connect(int port) {
 HttpResponse Fetch(int port, const std::string& path, const std::string& method = "GET",
                    const std::string& headers = "", const std::string& raw_request = "") {
   HttpResponse response;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = Connect(port);
   if (fd < 0) return response;
-  timeval timeout = {5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string raw;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        !raw_request.empty() ? raw_request
-                             : absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n", headers,
-                                            "Connection: close\r\n\r\n");
-    if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-        static_cast<ssize_t>(request.size())) {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      char buf[4096];
-      ssize_t n;
-      while (std::chrono::steady_clock::now() < deadline &&
-             (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
-        raw.append(buf, n);
-      }
+  const std::string request =
+      !raw_request.empty() ? raw_request
+                           : absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n", headers,
+                                          "Connection: close\r\n\r\n");
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    char buf[4096];
+    ssize_t n;
+    while (std::chrono::steady_clock::now() < deadline && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+      raw.append(buf, n);
     }
   }
   close(fd);

@@ -371,13 +371,11 @@ class ModelTestBinaryTest(HygieneTestCase):
 
 def main():
     global SOURCE, BUILD
-    here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument('--source', default=os.path.dirname(os.path.dirname(here)))
-    parser.add_argument('--build', default=None)
+    parser.add_argument('--source', required=True)
+    parser.add_argument('--build', required=True)
     args, rest = parser.parse_known_args()
-    SOURCE = os.path.abspath(args.source)
-    BUILD = os.path.abspath(args.build or os.path.join(SOURCE, 'build'))
+    SOURCE, BUILD = os.path.abspath(args.source), os.path.abspath(args.build)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 
