@@ -153,6 +153,17 @@ size_t MaxTextBytes(const ModelConfig& config) {
   return std::min(kMaxTextBytes, static_cast<size_t>(std::max<int64_t>(config.max_context, 1)) * kMaxBytesPerToken);
 }
 
+namespace {
+
+// INVALID_ARGUMENT naming `field` when `text` could not fit the context.
+absl::Status CheckTextFits(absl::string_view field, absl::string_view text, const ModelConfig& config) {
+  if (text.size() <= MaxTextBytes(config)) return absl::OkStatus();
+  return Invalid(absl::StrFormat("%s has %d bytes; at most %d fit the context of %d tokens", field, text.size(),
+                                 MaxTextBytes(config), config.max_context));
+}
+
+}  // namespace
+
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                       const ModelConfig& config,
                                                       const Tokenizer* tokenizer, uint64_t seed) {
@@ -170,11 +181,7 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
       if (request.text().empty()) return Invalid("prompt.text is empty");
-      if (request.text().size() > MaxTextBytes(config)) {
-        return Invalid(absl::StrFormat(
-            "prompt.text has %d bytes; at most %d fit the context of %d tokens", request.text().size(),
-            MaxTextBytes(config), config.max_context));
-      }
+      if (absl::Status fits = CheckTextFits("prompt.text", request.text(), config); !fits.ok()) return fits;
       if (tokenizer == nullptr) {
         return Invalid("prompt.text: the model has no tokenizer; send prompt.token_ids");
       }
@@ -315,11 +322,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer"));
     return reactor;
   }
-  if (request->text().size() > MaxTextBytes(*config_)) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 absl::StrFormat("text has %d bytes; at most %d fit the context of %d tokens",
-                                                 request->text().size(), MaxTextBytes(*config_),
-                                                 config_->max_context)));
+  if (absl::Status fits = CheckTextFits("text", request->text(), *config_); !fits.ok()) {
+    reactor->Finish(ToGrpcStatus(fits));
     return reactor;
   }
   auto tokenize = [this, reactor, request, response] {

@@ -21,7 +21,6 @@ using WireResult = internal::v1::StepResult;
 
 struct WorkerPool::Rank {
   std::string address;
-  std::atomic<bool> answered{false};  // this step's result is in
   std::unique_ptr<internal::v1::Worker::Stub> stub;
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<grpc::ClientReaderWriter<WirePlan, WireResult>> stream;
@@ -133,10 +132,7 @@ void WorkerPool::StreamLoop(Rank* rank) {
 
 void WorkerPool::RunRank(Rank* rank) {
   rank->status = absl::OkStatus();
-  rank->answered = false;
-  if (rank->stream->Write(wire_plan_) && rank->stream->Read(&rank->result)) {
-    rank->answered = true;
-  } else {
+  if (!rank->stream->Write(wire_plan_) || !rank->stream->Read(&rank->result)) {
     rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
     Rank* none = nullptr;
     first_failed_.compare_exchange_strong(none, rank);
@@ -252,7 +248,7 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
   if (step_timed_out_) {
     std::vector<std::string> silent;
     for (auto& rank : ranks_) {
-      if (!rank->answered) silent.push_back(rank->address);
+      if (!rank->status.ok()) silent.push_back(rank->address);  // its result never came
     }
     if (silent.empty()) {  // answered as the watchdog fired: the streams are cancelled all the same
       for (auto& rank : ranks_) silent.push_back(rank->address);

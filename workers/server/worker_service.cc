@@ -91,18 +91,16 @@ class GrpcStore : public gloo::rendezvous::Store {
   const TokenAuth* auth_;  // the worker's own options: outlives every session
 };
 
-grpc::Status Refused(grpc::StatusCode code, const std::string& message) { return grpc::Status(code, message); }
-
 // `path` resolved (symbolic links, "..") lies in `root` (already canonical).
 // NOT_FOUND when it does not exist, PERMISSION_DENIED when outside.
 grpc::Status CheckUnderRoot(const std::string& root, const std::string& path) {
   if (root.empty()) return grpc::Status::OK;
   std::error_code error;
   const std::filesystem::path resolved = std::filesystem::canonical(path, error);
-  if (error) return Refused(grpc::StatusCode::NOT_FOUND, "model " + path + " does not exist");
+  if (error) return grpc::Status(grpc::StatusCode::NOT_FOUND, "model " + path + " does not exist");
   const std::string r = root == "/" ? root : root + "/";
   if (resolved.string() != root && !absl::StartsWith(resolved.string(), r)) {
-    return Refused(grpc::StatusCode::PERMISSION_DENIED,
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                    absl::StrCat("model ", path, " is outside this worker's --model_root ", root));
   }
   return grpc::Status::OK;
@@ -152,7 +150,7 @@ grpc::Status WorkerService::ClaimOwnership(const std::string& coordinator) {
   const bool live = joins_in_flight_ > 0 || now < owner_lease_end_ ||
                     (session_ != nullptr && session_->streams.load() > 0);
   if (!owner_.empty() && owner_ != coordinator && live) {
-    return Refused(grpc::StatusCode::FAILED_PRECONDITION,
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                    "this worker serves another coordinator, which is live (a plan stream open or a "
                    "recent Join); it is free once that coordinator is gone");
   }
@@ -431,11 +429,11 @@ grpc::Status WorkerService::StoreSet(grpc::ServerContext* context, const interna
   if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
   const std::string& key = req->key();
   if (key.empty() || key.size() > kMaxStoreKeyBytes) {
-    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                    absl::StrFormat("a store key must be 1 to %d bytes, got %d", kMaxStoreKeyBytes, key.size()));
   }
   if (req->value().size() > kMaxStoreValueBytes) {
-    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                    absl::StrFormat("a store value must be at most %d bytes, got %d", kMaxStoreValueBytes,
                                    req->value().size()));
   }
@@ -444,11 +442,11 @@ grpc::Status WorkerService::StoreSet(grpc::ServerContext* context, const interna
   const int64_t old_bytes = it == store_.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
   const int64_t new_bytes = static_cast<int64_t>(key.size() + req->value().size());
   if (it == store_.end() && store_.size() >= kMaxStoreKeys) {
-    return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED,
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                    absl::StrFormat("the store is full: %d keys", kMaxStoreKeys));
   }
   if (store_bytes_ - old_bytes + new_bytes > kMaxStoreBytes) {
-    return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED,
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                    absl::StrFormat("the store is full: %d of %d bytes held", store_bytes_, kMaxStoreBytes));
   }
   store_bytes_ += new_bytes - old_bytes;
@@ -461,7 +459,7 @@ grpc::Status WorkerService::StoreGet(grpc::ServerContext* context, const interna
                                      internal::v1::StoreGetResponse* resp) {
   if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
   if (req->keys_size() > kMaxStoreKeysPerGet) {
-    return Refused(grpc::StatusCode::INVALID_ARGUMENT,
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                    absl::StrFormat("at most %d keys per StoreGet, got %d", kMaxStoreKeysPerGet, req->keys_size()));
   }
   const absl::Duration timeout = absl::Milliseconds(std::min<uint32_t>(req->timeout_ms(), 600000));
@@ -476,7 +474,7 @@ grpc::Status WorkerService::StoreGet(grpc::ServerContext* context, const interna
   // Each waiter holds a server thread: bounded, and a cancelled call polls
   // its way out within 100 ms.
   if (!all_present() && store_waiters_ >= kMaxStoreWaiters) {
-    return Refused(grpc::StatusCode::RESOURCE_EXHAUSTED,
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                    absl::StrFormat("%d StoreGet calls are already waiting", kMaxStoreWaiters));
   }
   ++store_waiters_;
