@@ -52,13 +52,38 @@ endif()
 
 add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-Wall> $<$<COMPILE_LANGUAGE:CXX>:-Wextra>)
 
-# chunkattn_test(NAME SOURCES... LIBS ...): a GoogleTest binary registered with ctest.
+# Sanitizer builds (scripts/sanitize.sh configures them with clang, CUDA off):
+# "address,undefined" or "thread". Any report fails the process.
+set(CHUNKATTN_SANITIZE "" CACHE STRING "Sanitizers for every target: address,undefined or thread")
+if(CHUNKATTN_SANITIZE)
+  add_compile_options(-fsanitize=${CHUNKATTN_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=${CHUNKATTN_SANITIZE})
+  add_compile_definitions(CHUNKATTN_SANITIZER_BUILD=1)
+endif()
+# libFuzzer harnesses (fuzz/): every target gets coverage instrumentation, the
+# harnesses link libFuzzer's main. Clang only.
+option(CHUNKATTN_FUZZ "Build the libFuzzer harnesses in fuzz/ (clang)" OFF)
+if(CHUNKATTN_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
+# chunkattn_test(NAME SOURCES... LIBS ... [LABELS ...] [PROPERTIES ...]): a
+# GoogleTest binary registered with ctest, labelled "unit" (the sanitizer
+# builds run those; "tsan" marks the ones the thread sanitizer runs too).
 function(chunkattn_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS;PROPERTIES" ${ARGN})
   if(NOT BUILD_TESTING)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600)
+  chunkattn_register_unit_test(${name} LABELS ${ARG_LABELS} PROPERTIES ${ARG_PROPERTIES})
+endfunction()
+
+# Registers an existing GoogleTest executable as chunkattn_test does.
+function(chunkattn_register_unit_test name)
+  cmake_parse_arguments(ARG "" "" "LABELS;PROPERTIES" ${ARGN})
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+    PROPERTIES TIMEOUT 600 LABELS "unit;${ARG_LABELS}" ${ARG_PROPERTIES})
+  set_property(GLOBAL APPEND PROPERTY CHUNKATTN_UNIT_TESTS ${name})
 endfunction()

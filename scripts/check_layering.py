@@ -14,6 +14,7 @@ The layers (README "Architecture"); each may include itself and those listed:
   workers      base, kernels, text, config, plan, proto
   engine       everything above         (services and workers together)
   bench        everything
+  fuzz         everything (the libFuzzer harnesses, and services' test walk)
 
 Generated protobuf headers ("chunkattn/...pb.h") are the proto layer.
 
@@ -29,7 +30,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 # Layer of a file or include path: the longest matching prefix.
 LAYERS = [
     'base', 'kernels/api', 'kernels/cpu', 'kernels/cuda/tests', 'kernels/cuda', 'kernels/tests', 'text',
-    'config', 'plan', 'proto', 'services', 'workers', 'engine', 'bench',
+    'config', 'plan', 'proto', 'services', 'workers', 'engine', 'bench', 'fuzz',
 ]
 KERNELS = {'kernels/api', 'kernels/cpu', 'kernels/cuda'}
 ALLOWED = {
@@ -47,6 +48,7 @@ ALLOWED = {
     'workers': {'base', 'text', 'config', 'plan', 'proto'} | KERNELS,
     'engine': {'base', 'text', 'config', 'plan', 'proto', 'services', 'workers'} | KERNELS,
     'bench': {'base', 'text', 'config', 'plan', 'proto', 'services', 'workers', 'engine'} | KERNELS,
+    'fuzz': {'base', 'text', 'config', 'plan', 'proto', 'services', 'workers', 'engine'} | KERNELS,
 }
 
 

@@ -18,6 +18,7 @@ PACKAGES=(
 TEST_PACKAGES=(
   python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml
   openssl unzip
+  clang-14 libclang-rt-14-dev  # the sanitizer and fuzzer builds (scripts/sanitize.sh)
 )
 deps=${CHUNKATTN_DEPS:-all}
 case "$deps" in

@@ -12,6 +12,16 @@
 namespace chunkattn::spm_bridge {
 namespace {
 
+// The sanitizers' runtimes refuse RTLD_DEEPBIND (it would bypass their
+// interceptors), so their builds load the module into the global lookup
+// order; their processes with libprotobuf then must not load a tokenizer
+// (scripts/sanitize.sh runs those without one).
+#ifdef CHUNKATTN_SANITIZER_BUILD
+constexpr int kDlopenFlags = RTLD_NOW | RTLD_LOCAL;
+#else
+constexpr int kDlopenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
+
 using LoadFn = Model* (*)(const std::string*, Error*);
 
 constexpr int kFailedPrecondition = 9;
@@ -37,7 +47,7 @@ LoadFn Resolve(std::string* why) {
     }
     candidates.push_back(CHUNKATTN_SPM_MODULE_PATH);
     for (const std::string& path : candidates) {
-      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      void* handle = dlopen(path.c_str(), kDlopenFlags);
       if (handle == nullptr) {
         failure += std::string(failure.empty() ? "" : "; ") + dlerror();
         continue;

@@ -4,6 +4,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "kernels/api/attention_state.h"
@@ -56,7 +60,16 @@ bool IsaSupported(Isa isa) {
   if (isa == Isa::kPortable) return true;
 #if defined(__x86_64__) || defined(__i386__)
   return internal::Avx2Kernels(DType::kFloat32) != nullptr && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+         __builtin_cpu_supports("fma") && CpuHasF16c();
+#else
+  return false;
+#endif
+}
+
+bool CpuHasF16c() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
 #else
   return false;
 #endif

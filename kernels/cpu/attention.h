@@ -37,6 +37,9 @@ enum class Isa { kPortable, kAvx2 };
 const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);
 Isa BestIsa();
+// Whether this CPU converts halves in hardware (F16C), read from CPUID: GCC's
+// and Clang's __builtin_cpu_supports do not agree on the "f16c" name.
+bool CpuHasF16c();
 
 class CpuAttention {
  public:

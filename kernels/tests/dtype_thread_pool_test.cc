@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/api/dtype.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 
 #if defined(__x86_64__)
@@ -44,7 +45,7 @@ TEST(DTypeTest, HalfRoundTripsEveryValue) {
 
 TEST(DTypeTest, HalfConversionsMatchF16C) {
 #if defined(__x86_64__)
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU";
+  if (!cpu::CpuHasF16c()) GTEST_SKIP() << "no F16C on this CPU";
   for (uint32_t h = 0; h < 65536; ++h) {
     const float want = HwHalfToFloat(static_cast<uint16_t>(h));
     if (std::isnan(want)) continue;

@@ -83,6 +83,13 @@ bool PrefixForest::TokensLess(NodeId a, NodeId b) const {
 }
 
 namespace {
+
+// CheckInvariants' failures. A function, not a generic lambda, so that the
+// format string is checked at compile time (Clang insists).
+template <typename... Args>
+absl::Status InvariantError(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  return absl::InternalError(absl::StrFormat(format, args...));
+}
 int CommonPrefix(absl::Span<const TokenId> a, absl::Span<const TokenId> b) {
   const size_t n = std::min(a.size(), b.size());
   return static_cast<int>(std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin());
@@ -790,31 +797,30 @@ CacheStats PrefixForest::stats() const {
 }
 
 absl::Status PrefixForest::CheckInvariants() const {
-  auto fail = [](auto&&... args) { return absl::InternalError(absl::StrFormat(args...)); };
   const int c = chunk_size_;
   // Refcounts from the sequences' paths.
   std::vector<int32_t> holders(nodes_.size(), 0);
   int64_t logical = 0;
   for (const auto& [id, s] : seqs_) {
-    if (s->path.empty()) return fail("sequence %d has no chunk", id);
+    if (s->path.empty()) return InvariantError("sequence %d has no chunk", id);
     if (static_cast<int64_t>(s->path.size()) != CeilDiv(s->len, c)) {
-      return fail("sequence %d: %d tokens in %d chunks", id, s->len, s->path.size());
+      return InvariantError("sequence %d: %d tokens in %d chunks", id, s->len, s->path.size());
     }
     NodeId parent = s->root;
     for (size_t k = 0; k < s->path.size(); ++k) {
       const NodeId n = s->path[k];
-      if (!allocator_.IsAllocated(n) || !nodes_[n].live) return fail("sequence %d holds dead chunk %d", id, n);
-      if (nodes_[n].parent != parent) return fail("sequence %d: chunk %d is not a child of %d", id, n, parent);
+      if (!allocator_.IsAllocated(n) || !nodes_[n].live) return InvariantError("sequence %d holds dead chunk %d", id, n);
+      if (nodes_[n].parent != parent) return InvariantError("sequence %d: chunk %d is not a child of %d", id, n, parent);
       const int32_t want = std::min<int32_t>(c, s->len - static_cast<int32_t>(k) * c);
       if (nodes_[n].num_tokens != want) {
-        return fail("sequence %d: chunk %d holds %d tokens, expected %d", id, n, nodes_[n].num_tokens, want);
+        return InvariantError("sequence %d: chunk %d holds %d tokens, expected %d", id, n, nodes_[n].num_tokens, want);
       }
       ++holders[n];
       parent = n;
     }
     const auto& tails = nodes_[s->path.back()].tails;
     if (s->tail_pos < 0 || s->tail_pos >= static_cast<int32_t>(tails.size()) || tails[s->tail_pos] != s.get()) {
-      return fail("sequence %d missing from its tail's list", id);
+      return InvariantError("sequence %d missing from its tail's list", id);
     }
     ++holders[s->root];
     logical += s->len;
@@ -824,35 +830,35 @@ absl::Status PrefixForest::CheckInvariants() const {
   for (NodeId id = 0; id < static_cast<NodeId>(nodes_.size()); ++id) {
     const Node& n = nodes_[id];
     const bool root = IsRoot(id);
-    if (!root && allocator_.IsAllocated(id) != n.live) return fail("chunk %d: allocator and tree disagree", id);
+    if (!root && allocator_.IsAllocated(id) != n.live) return InvariantError("chunk %d: allocator and tree disagree", id);
     if (!n.live) continue;
-    if (n.refcount != holders[id]) return fail("node %d: refcount %d, held by %d", id, n.refcount, holders[id]);
+    if (n.refcount != holders[id]) return InvariantError("node %d: refcount %d, held by %d", id, n.refcount, holders[id]);
     tails += static_cast<int64_t>(n.tails.size());
-    if (!n.children.empty() && n.num_tokens != c) return fail("partial chunk %d has children", id);
+    if (!n.children.empty() && n.num_tokens != c) return InvariantError("partial chunk %d has children", id);
     for (size_t j = 0; j < n.children.size(); ++j) {
       const Node& ch = nodes_[n.children[j]];
       if (ch.parent != id || ch.pos_in_parent != static_cast<int32_t>(j)) {
-        return fail("child %d of %d misplaced", n.children[j], id);
+        return InvariantError("child %d of %d misplaced", n.children[j], id);
       }
-      if (j > 0 && TokensLess(n.children[j], n.children[j - 1])) return fail("children of %d out of order", id);
+      if (j > 0 && TokensLess(n.children[j], n.children[j - 1])) return InvariantError("children of %d out of order", id);
     }
     if (root) {
-      if (n.refcount == 0 && n.children.empty()) return fail("empty root %d kept", id);
+      if (n.refcount == 0 && n.children.empty()) return InvariantError("empty root %d kept", id);
       continue;
     }
-    if (n.num_tokens < 1 || n.num_tokens > c) return fail("chunk %d holds %d tokens", id, n.num_tokens);
+    if (n.num_tokens < 1 || n.num_tokens > c) return InvariantError("chunk %d holds %d tokens", id, n.num_tokens);
     if (n.num_computed < 0 || n.num_computed > n.num_tokens) {
-      return fail("chunk %d: %d of %d tokens computed", id, n.num_computed, n.num_tokens);
+      return InvariantError("chunk %d: %d of %d tokens computed", id, n.num_computed, n.num_tokens);
     }
-    if (n.refcount == 0 && n.num_computed != n.num_tokens) return fail("cached chunk %d has uncomputed tokens", id);
+    if (n.refcount == 0 && n.num_computed != n.num_tokens) return InvariantError("cached chunk %d has uncomputed tokens", id);
     if (n.num_computed > 0 && !IsRoot(n.parent) && nodes_[n.parent].num_computed != c) {
-      return fail("chunk %d computed below an uncomputed parent", id);
+      return InvariantError("chunk %d computed below an uncomputed parent", id);
     }
     if (n.parent == kNone || nodes_[n.parent].children[n.pos_in_parent] != id) {
-      return fail("chunk %d not linked from its parent", id);
+      return InvariantError("chunk %d not linked from its parent", id);
     }
     if (lru_.contains(id) != (n.refcount == 0)) {
-      return fail("chunk %d: refcount %d but cached %d", id, n.refcount, lru_.contains(id));
+      return InvariantError("chunk %d: refcount %d but cached %d", id, n.refcount, lru_.contains(id));
     }
     if (n.refcount > 0) {
       ++used;
@@ -866,35 +872,35 @@ absl::Status PrefixForest::CheckInvariants() const {
   int32_t lru_len = 0;
   std::vector<int32_t> lru_rank(capacity(), -1);
   for (NodeId id = lru_.Victim(), prev = kNone; id != kNone; prev = id, id = lru_.Next(id)) {
-    if (lru_.Prev(id) != prev) return fail("cached list broken at %d", id);
-    if (lru_len >= cached) return fail("cached list longer than %d", cached);
+    if (lru_.Prev(id) != prev) return InvariantError("cached list broken at %d", id);
+    if (lru_len >= cached) return InvariantError("cached list longer than %d", cached);
     lru_rank[id] = lru_len++;
   }
   if (lru_len != cached || lru_.size() != cached) {
-    return fail("cached list has %d (size %d) of %d cached chunks", lru_len, lru_.size(), cached);
+    return InvariantError("cached list has %d (size %d) of %d cached chunks", lru_len, lru_.size(), cached);
   }
   // Eviction takes the head, so a cached chunk must come before its cached parent.
   for (NodeId id = 0; id < capacity(); ++id) {
     const NodeId parent = nodes_[id].parent;
     if (lru_rank[id] >= 0 && parent != kNone && !IsRoot(parent) && lru_rank[parent] >= 0 &&
         lru_rank[parent] < lru_rank[id]) {
-      return fail("cached chunk %d is older than its cached parent %d", parent, id);
+      return InvariantError("cached chunk %d is older than its cached parent %d", parent, id);
     }
   }
-  if (tails != static_cast<int64_t>(seqs_.size())) return fail("%d tails for %d sequences", tails, seqs_.size());
+  if (tails != static_cast<int64_t>(seqs_.size())) return InvariantError("%d tails for %d sequences", tails, seqs_.size());
   if (used != stats_.used_chunks || cached != stats_.cached_chunks || shared != stats_.shared_chunks ||
       physical != stats_.physical_tokens || cached_tokens != stats_.cached_tokens ||
       logical != stats_.logical_tokens) {
-    return fail("counters drifted: used %d/%d cached %d/%d shared %d/%d physical %d/%d cached_tokens %d/%d "
+    return InvariantError("counters drifted: used %d/%d cached %d/%d shared %d/%d physical %d/%d cached_tokens %d/%d "
                 "logical %d/%d",
                 used, stats_.used_chunks, cached, stats_.cached_chunks, shared, stats_.shared_chunks, physical,
                 stats_.physical_tokens, cached_tokens, stats_.cached_tokens, logical, stats_.logical_tokens);
   }
   if (used + cached + allocator_.num_free() != capacity()) {
-    return fail("used %d + cached %d + free %d != capacity %d", used, cached, allocator_.num_free(), capacity());
+    return InvariantError("used %d + cached %d + free %d != capacity %d", used, cached, allocator_.num_free(), capacity());
   }
   for (const auto& [name, r] : roots_) {
-    if (!nodes_[r].live || root_names_[r - capacity()] != name) return fail("namespace '%s' lost its root", name);
+    if (!nodes_[r].live || root_names_[r - capacity()] != name) return InvariantError("namespace '%s' lost its root", name);
   }
   return absl::OkStatus();
 }

@@ -269,6 +269,7 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
 }
 
 void ToFloat(const TensorView& t, int64_t begin, int64_t count, float* out) {
+  if (count <= 0) return;  // an empty tensor's buffer may be null: memcpy must not see it
   switch (t.dtype) {
     case DType::kFloat32:
       std::memcpy(out, t.data + begin * 4, static_cast<size_t>(count) * 4);

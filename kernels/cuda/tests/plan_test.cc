@@ -146,11 +146,9 @@ TEST_P(DecodeWorkParity, ExecutedPlanMatchesTheOracle) {
     for (size_t i = 1; i < work->items.size(); ++i) {
       ASSERT_GE(work->items[i - 1].num_chunks, work->items[i].num_chunks);
     }
-    const size_t lists_unsplit = [&] {
-      PlanOptions none = opt;
-      none.concurrent_items = 0;
-      return PlanDecodeWork(impl, ctx, kv.view.num_chunks, shape, none)->items.size();
-    }();
+    PlanOptions unsplit = opt;
+    unsplit.concurrent_items = 0;
+    const size_t lists_unsplit = PlanDecodeWork(impl, ctx, kv.view.num_chunks, shape, unsplit)->items.size();
     if (work->items.size() > lists_unsplit) ++split_seen;
     if (concurrent == 0) {
       EXPECT_EQ(work->items.size(), lists_unsplit);

@@ -1,0 +1,14 @@
+#!/bin/sh
+# run_fuzzer.sh FUZZER SEEDS ARTIFACTS SECONDS: runs FUZZER from the SEEDS
+# folder for SECONDS into a temporary corpus (removed afterwards); a crash's
+# input lands in ARTIFACTS. Exit status: the fuzzer's (0 when nothing found).
+set -eu
+fuzzer=$1 seeds=$2 artifacts=$3 seconds=$4
+work=$(mktemp -d "${TMPDIR:-/tmp}/chunkattn-fuzz-XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM HUP
+mkdir -p "$artifacts" "$work/corpus" "$work/tmp"
+export TMPDIR="$work/tmp"  # what the harnesses write goes too
+status=0
+"$fuzzer" "$work/corpus" "$seeds" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+  -artifact_prefix="$artifacts/" || status=$?
+exit $status
