@@ -67,23 +67,32 @@ if(CHUNKATTN_FUZZ)
   add_compile_options(-fsanitize=fuzzer-no-link)
 endif()
 
-# chunkattn_test(NAME SOURCES... LIBS ... [LABELS ...] [PROPERTIES ...]): a
+# chunkattn_test(NAME SOURCES... LIBS ... [TSAN] [PROPERTIES ...]): a
 # GoogleTest binary registered with ctest, labelled "unit" (the sanitizer
-# builds run those; "tsan" marks the ones the thread sanitizer runs too).
+# builds run those), or "unit_tsan" with TSAN (the thread sanitizer's
+# build runs those too; ctest -L takes a regular expression). One label:
+# gtest_discover_tests cannot pass a list as a property value.
 function(chunkattn_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS;PROPERTIES" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN" "" "SOURCES;LIBS;PROPERTIES" ${ARGN})
   if(NOT BUILD_TESTING)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
-  chunkattn_register_unit_test(${name} LABELS ${ARG_LABELS} PROPERTIES ${ARG_PROPERTIES})
+  set(tsan "")
+  if(ARG_TSAN)
+    set(tsan TSAN)
+  endif()
+  chunkattn_register_unit_test(${name} ${tsan} PROPERTIES ${ARG_PROPERTIES})
 endfunction()
 
 # Registers an existing GoogleTest executable as chunkattn_test does.
 function(chunkattn_register_unit_test name)
-  cmake_parse_arguments(ARG "" "" "LABELS;PROPERTIES" ${ARGN})
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-    PROPERTIES TIMEOUT 600 LABELS "unit;${ARG_LABELS}" ${ARG_PROPERTIES})
+  cmake_parse_arguments(ARG "TSAN" "" "PROPERTIES" ${ARGN})
+  set(label unit)
+  if(ARG_TSAN)
+    set(label unit_tsan)
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600 LABELS ${label} ${ARG_PROPERTIES})
   set_property(GLOBAL APPEND PROPERTY CHUNKATTN_UNIT_TESTS ${name})
 endfunction()

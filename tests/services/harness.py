@@ -89,23 +89,7 @@ def bin_path(name):
 
 
 def model_dir():
-    """The demo model; with CHUNKATTN_TEST_TOKEN_IDS_ONLY=1 (the sanitizer
-    builds, where SentencePiece cannot load beside libprotobuf) the same
-    weights without a tokenizer, so the coordinator serves token ids only."""
-    demo = os.path.join(BUILD, 'demo-model')
-    if os.environ.get('CHUNKATTN_TEST_TOKEN_IDS_ONLY') != '1':
-        return demo
-    ids_only = demo + '-ids-only'
-    if not os.path.isdir(ids_only):
-        staging = tempfile.mkdtemp(prefix='demo-model-ids-only-', dir=BUILD)
-        for name in os.listdir(demo):
-            if not name.startswith('tokenizer'):
-                os.symlink(os.path.join(demo, name), os.path.join(staging, name))
-        try:
-            os.rename(staging, ids_only)
-        except OSError:  # made meanwhile by another test process
-            shutil.rmtree(staging)
-    return ids_only
+    return os.path.join(BUILD, 'demo-model')
 
 
 def free_port():
