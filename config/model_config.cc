@@ -80,6 +80,7 @@ class Fields {
 };
 
 constexpr int64_t kMaxDim = 1 << 20;
+constexpr int kMaxHeadDim = 1024;
 
 // `node` is "rope_scaling" (transformers 4) or "rope_parameters"
 // (transformers 5, which also moves rope_theta there); null means none.
@@ -158,12 +159,18 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json, std::string_
                                    c.num_kv_heads));
   }
   if (f.Has("head_dim")) {
-    ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", 1, 1024));
+    ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", 1, kMaxHeadDim));
   } else {
     if (c.hidden_size % c.num_heads != 0) {
       return f.Error("hidden_size", "must be a multiple of num_attention_heads");
     }
     c.head_dim = c.hidden_size / c.num_heads;
+    // The bound an explicit head_dim has (the fuzzer found a derived one
+    // escaping it, so the config's own JSON did not parse again).
+    if (c.head_dim > kMaxHeadDim) {
+      return f.Error("hidden_size", absl::StrFormat("/ num_attention_heads gives head_dim %d; at most %d",
+                                                    c.head_dim, kMaxHeadDim));
+    }
   }
   if (c.head_dim % 2 != 0) return f.Error("head_dim", "must be even (rotary embedding)");
   ASSIGN_OR_RETURN(c.rms_norm_eps, f.NumberOr("rms_norm_eps", 1e-6, 0.0, 1.0));

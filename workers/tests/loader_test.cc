@@ -112,6 +112,9 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheField) {
       {"\"num_attention_heads\": 32", "\"num_attention_heads\": 32, \"num_key_value_heads\": 5",
        "num_key_value_heads", absl::StatusCode::kInvalidArgument},
       {"{", "[", "JSON", absl::StatusCode::kInvalidArgument},
+      // A head_dim derived from the sizes has the explicit one's bound (found by fuzz/).
+      {"\"num_attention_heads\": 32", "\"num_attention_heads\": 2", "head_dim 2048",
+       absl::StatusCode::kInvalidArgument},
   };
   for (const Case& c : cases) {
     std::string text = kLlama2;
