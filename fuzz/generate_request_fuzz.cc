@@ -23,7 +23,7 @@
 #include "chunkattn/v1/generation.pb.h"
 #include "fuzz/proto_mutator.h"
 #include "fuzz/fuzz_util.h"
-#include "fuzz/tiny_model.h"
+#include "workers/tests/tiny_model.h"
 #include "services/coordinator/generation_service.h"
 #include "workers/sampler/sampler.h"
 
@@ -32,7 +32,7 @@ namespace {
 using chunkattn::fuzz::Fail;
 
 const chunkattn::ModelConfig& Config() {
-  static const chunkattn::ModelConfig config = chunkattn::fuzz::TinyConfig();
+  static const chunkattn::ModelConfig config = chunkattn::testing::TinyConfig();
   return config;
 }
 

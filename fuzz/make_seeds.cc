@@ -15,7 +15,7 @@
 #include "chunkattn/internal/v1/worker.pb.h"
 #include "chunkattn/v1/generation.pb.h"
 #include "fuzz/fuzz_util.h"
-#include "fuzz/tiny_model.h"
+#include "workers/tests/tiny_model.h"
 #include "plan/plan_proto.h"
 #include "services/scheduler/scheduler.h"
 #include "workers/model/safetensors.h"
@@ -42,16 +42,16 @@ std::string Framed(const std::vector<std::string>& plans) {
 // The plans of a small workload with shared prefixes, n = 2, chunked
 // prefill and a pool tight enough to preempt, in the order they ran.
 std::vector<std::string> RecordPlans() {
-  auto model = MakeTinyModel();
+  auto model = testing::MakeTinyModel();
   if (!model.ok()) Fail("make_seeds", std::string(model.status().message()));
   PlanExecutor executor(model->get(), true);
   SchedulerOptions so;
-  so.chunk_size = kTinyChunkSize;
+  so.chunk_size = testing::kTinyChunkSize;
   so.num_chunks = 24;
-  so.max_context = TinyConfig().max_context;
+  so.max_context = testing::TinyConfig().max_context;
   so.max_batch_size = 8;
   so.max_tokens_per_step = 40;
-  so.eos_token_ids = TinyConfig().eos_token_ids;
+  so.eos_token_ids = testing::TinyConfig().eos_token_ids;
   auto scheduler = Scheduler::Create(so);
   if (!scheduler.ok()) Fail("make_seeds", std::string(scheduler.status().message()));
   std::mt19937 rng(5);

@@ -18,7 +18,7 @@
 
 #include "chunkattn/internal/v1/worker.pb.h"
 #include "fuzz/proto_mutator.h"
-#include "fuzz/tiny_model.h"
+#include "workers/tests/tiny_model.h"
 #include "plan/plan_proto.h"
 #include "workers/server/plan_executor.h"
 
@@ -29,7 +29,7 @@ namespace {
 // counter starts again with every session (a shared model made an input's
 // context version 1 meet an earlier input's plan for version 1).
 std::unique_ptr<chunkattn::LlamaModel> FreshModel() {
-  auto m = chunkattn::fuzz::MakeTinyModel();
+  auto m = chunkattn::testing::MakeTinyModel();
   if (!m.ok()) {
     std::fprintf(stderr, "plan_fuzz: %s\n", std::string(m.status().message()).c_str());
     std::abort();
@@ -86,7 +86,7 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::unique_ptr<chunkattn::LlamaModel> model = FreshModel();
   chunkattn::PlanExecutor executor(model.get(), /*samples=*/true);
-  const int vocab = chunkattn::fuzz::TinyConfig().vocab_size;
+  const int vocab = chunkattn::testing::TinyConfig().vocab_size;
   for (int k = 0; k < 8 && size >= 4; ++k) {
     uint32_t len = 0;
     std::memcpy(&len, data, 4);

@@ -21,24 +21,12 @@
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
 #include "workers/tests/device_sampling_model.h"
+#include "workers/tests/tiny_model.h"
 
 namespace chunkattn {
 namespace {
 
-ModelConfig TinyConfig() {
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.vocab_size = 97;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.max_context = 512;
-  c.eos_token_ids = {96};
-  return c;
-}
+using testing::TinyConfig;
 
 // A scheduler wired to an in-process model: the coordinator's loop without
 // the network.

@@ -1,8 +1,9 @@
-// The model the plan fuzzer runs plans on, and the seed maker records plans
-// for: two layers, GQA, 96 chunks of 16 tokens. Both must agree on it, so
-// it has one home here.
-#ifndef CHUNKATTN_FUZZ_TINY_MODEL_H_
-#define CHUNKATTN_FUZZ_TINY_MODEL_H_
+// A tiny Llama for plan-level tests: two layers, GQA, a vocabulary of 97,
+// with dummy weights on a pool of 96 chunks of 16 tokens. The scheduler test
+// runs its plans, the plan fuzzer its inputs, and the fuzz seed maker
+// records plans on it: they must agree, so it has one home here.
+#ifndef CHUNKATTN_WORKERS_TESTS_TINY_MODEL_H_
+#define CHUNKATTN_WORKERS_TESTS_TINY_MODEL_H_
 
 #include <memory>
 
@@ -11,7 +12,7 @@
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 
-namespace chunkattn::fuzz {
+namespace chunkattn::testing {
 
 inline constexpr int kTinyChunkSize = 16;
 inline constexpr int kTinyChunks = 96;
@@ -41,6 +42,6 @@ inline absl::StatusOr<std::unique_ptr<LlamaModel>> MakeTinyModel() {
   return LlamaModel::Create(config, std::move(*weights), options, nullptr, nullptr);
 }
 
-}  // namespace chunkattn::fuzz
+}  // namespace chunkattn::testing
 
-#endif  // CHUNKATTN_FUZZ_TINY_MODEL_H_
+#endif  // CHUNKATTN_WORKERS_TESTS_TINY_MODEL_H_
