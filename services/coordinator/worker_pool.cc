@@ -91,11 +91,16 @@ void WorkerPool::Watchdog() {
 
 void WorkerPool::StartStreamThreads() {
   if (ranks_.size() < 2) return;  // one rank runs on the loop thread
+  uint64_t seen;
   {
     absl::MutexLock lock(&step_mu_);
     stop_threads_ = false;
+    // Read here, not in the threads: a Step() that comes before a new thread
+    // first runs (requests queued while the workers were away) must still be
+    // one it waits for, or that step never completes (found by bench/soak.py).
+    seen = step_seq_;
   }
-  for (auto& rank : ranks_) stream_threads_.emplace_back(&WorkerPool::StreamLoop, this, rank.get());
+  for (auto& rank : ranks_) stream_threads_.emplace_back(&WorkerPool::StreamLoop, this, rank.get(), seen);
 }
 
 void WorkerPool::StopStreamThreads() {
@@ -108,12 +113,7 @@ void WorkerPool::StopStreamThreads() {
   stream_threads_.clear();
 }
 
-void WorkerPool::StreamLoop(Rank* rank) {
-  uint64_t seen;
-  {
-    absl::MutexLock lock(&step_mu_);
-    seen = step_seq_;
-  }
+void WorkerPool::StreamLoop(Rank* rank, uint64_t seen) {
   while (true) {
     {
       absl::MutexLock lock(&step_mu_);

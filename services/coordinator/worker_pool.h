@@ -87,7 +87,8 @@ class WorkerPool {
   // Writes the current plan to `rank`'s stream and reads its result; the
   // first rank to fail cancels every stream.
   void RunRank(Rank* rank);
-  void StreamLoop(Rank* rank);
+  // Runs `rank`'s part of every step after step number `seen`.
+  void StreamLoop(Rank* rank, uint64_t seen);
   void StartStreamThreads();
   void StopStreamThreads();
   void Watchdog();
