@@ -1,15 +1,19 @@
-// Helpers the file-reading harnesses share: a private folder for the files
-// they write (under $TMPDIR, which fuzz/run_fuzzer.sh points into its own
-// work folder and removes, crash or not).
+// Helpers the harnesses share: failing with a message, a private folder for
+// the files they write (under $TMPDIR, which fuzz/run_fuzzer.sh points into
+// its own work folder and removes, crash or not), and inputs made of
+// several messages.
 #ifndef CHUNKATTN_FUZZ_FUZZ_UTIL_H_
 #define CHUNKATTN_FUZZ_FUZZ_UTIL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace chunkattn::fuzz {
 
@@ -36,6 +40,32 @@ inline void WriteFile(const std::string& path, const uint8_t* data, size_t size)
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   if (!out) Fail("fuzz_util", "cannot write " + path);
+}
+
+// An input of several messages, each a 4-byte little-endian length and its
+// bytes: at most `max` of them, a length past the end taking what is left.
+inline std::vector<std::string> SplitFrames(const uint8_t* data, size_t size, size_t max) {
+  std::vector<std::string> frames;
+  while (size >= 4 && frames.size() < max) {
+    uint32_t len = 0;
+    std::memcpy(&len, data, 4);
+    data += 4, size -= 4;
+    len = static_cast<uint32_t>(std::min<size_t>(len, size));
+    frames.emplace_back(reinterpret_cast<const char*>(data), len);
+    data += len, size -= len;
+  }
+  return frames;
+}
+
+// The inverse of SplitFrames.
+inline std::string JoinFrames(const std::vector<std::string>& frames) {
+  std::string out;
+  for (const std::string& f : frames) {
+    const uint32_t len = static_cast<uint32_t>(f.size());
+    out.append(reinterpret_cast<const char*>(&len), 4);
+    out += f;
+  }
+  return out;
 }
 
 }  // namespace chunkattn::fuzz

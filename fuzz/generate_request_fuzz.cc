@@ -14,18 +14,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "chunkattn/v1/generation.pb.h"
-#include "fuzz/proto_mutator.h"
 #include "fuzz/fuzz_util.h"
-#include "workers/tests/tiny_model.h"
+#include "fuzz/proto_mutator.h"
 #include "services/coordinator/generation_service.h"
 #include "workers/sampler/sampler.h"
+#include "workers/tests/tiny_model.h"
 
 namespace {
 
@@ -36,10 +35,7 @@ const chunkattn::ModelConfig& Config() {
   return config;
 }
 
-
 }  // namespace
-
-extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
 // Mostly one field changed through reflection (proto_mutator.h).
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
@@ -49,10 +45,7 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
     return LLVMFuzzerMutate(data, size, max_size);
   }
   chunkattn::fuzz::MutateMessage(&request, rng);
-  const std::string out = request.SerializeAsString();
-  if (out.size() > max_size) return LLVMFuzzerMutate(data, size, max_size);
-  std::memcpy(data, out.data(), out.size());
-  return out.size();
+  return chunkattn::fuzz::ReplaceInput(request.SerializeAsString(), data, size, max_size);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -68,7 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const chunkattn::RequestSpec& spec = valid->spec;
   if (spec.prompt.empty()) Fail("generate_request_fuzz", "accepted an empty prompt");
   for (int32_t t : spec.prompt) {
-    if (t < 0 || t >= Config().vocab_size) Fail("generate_request_fuzz", "accepted a prompt token outside the vocabulary");
+    if (t < 0 || t >= Config().vocab_size) {
+      Fail("generate_request_fuzz", "accepted a prompt token outside the vocabulary");
+    }
   }
   if (static_cast<int64_t>(spec.prompt.size()) + spec.max_new_tokens > Config().max_context ||
       spec.max_new_tokens < 1) {
@@ -96,7 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     input.step = step;
     const absl::Status sampled = sampler.Sample(logits, vocab, {&input, 1}, absl::MakeSpan(out));
     if (!sampled.ok()) Fail("generate_request_fuzz", "an accepted request cannot be sampled: " + sampled.ToString());
-    if (out[0].token < 0 || out[0].token >= vocab) Fail("generate_request_fuzz", "sampled a token outside the vocabulary");
+    if (out[0].token < 0 || out[0].token >= vocab) {
+      Fail("generate_request_fuzz", "sampled a token outside the vocabulary");
+    }
     if (std::isnan(out[0].logprob)) Fail("generate_request_fuzz", "a NaN logprob");
   }
   return 0;

@@ -12,14 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "base/file.h"
 #include "chunkattn/internal/v1/worker.pb.h"
 #include "chunkattn/v1/generation.pb.h"
 #include "fuzz/fuzz_util.h"
-#include "workers/tests/tiny_model.h"
 #include "plan/plan_proto.h"
 #include "services/scheduler/scheduler.h"
 #include "workers/model/safetensors.h"
 #include "workers/server/plan_executor.h"
+#include "workers/tests/tiny_model.h"
 
 namespace chunkattn::fuzz {
 namespace {
@@ -27,16 +28,6 @@ namespace {
 void Write(const std::string& dir, const std::string& name, const std::string& bytes) {
   std::filesystem::create_directories(dir);
   WriteFile(dir + "/" + name, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-}
-
-std::string Framed(const std::vector<std::string>& plans) {
-  std::string out;
-  for (const std::string& p : plans) {
-    const uint32_t len = static_cast<uint32_t>(p.size());
-    out.append(reinterpret_cast<const char*>(&len), 4);
-    out += p;
-  }
-  return out;
 }
 
 // The plans of a small workload with shared prefixes, n = 2, chunked
@@ -95,10 +86,10 @@ void PlanSeeds(const std::string& dir) {
   // From the first step (the context arrives with it), then windows from
   // later steps, whose first plan the executor meets without a context.
   for (size_t n = 1; n <= 8 && n <= plans.size(); ++n) {
-    Write(dir, "start-" + std::to_string(n), Framed({plans.begin(), plans.begin() + n}));
+    Write(dir, "start-" + std::to_string(n), JoinFrames({plans.begin(), plans.begin() + n}));
   }
   for (size_t begin = 8; begin + 4 <= plans.size(); begin += 6) {
-    Write(dir, "window-" + std::to_string(begin), Framed({plans.begin() + begin, plans.begin() + begin + 4}));
+    Write(dir, "window-" + std::to_string(begin), JoinFrames({plans.begin() + begin, plans.begin() + begin + 4}));
   }
   std::printf("plan: %zu plans recorded\n", plans.size());
 }
@@ -126,7 +117,8 @@ void RequestSeeds(const std::string& dir) {
   requests[5].set_request_id("req-5");
   requests[5].set_return_logprobs(true);
   requests[5].set_priority(-3);
-  requests[6].set_text("\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x91\x8b\xf0\x9f\x8f\xbd \xd8\xb9\xd8\xb1\xd8\xa8\xd9\x8a");
+  requests[6].set_text(
+      "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x91\x8b\xf0\x9f\x8f\xbd \xd8\xb9\xd8\xb1\xd8\xa8\xd9\x8a");
   requests[6].mutable_sampling()->set_min_p(0.1f);
   requests[6].mutable_sampling()->set_temperature(1.5f);
   requests[7].mutable_token_ids()->add_ids(1);
@@ -136,17 +128,9 @@ void RequestSeeds(const std::string& dir) {
   requests[9].set_text("ignore eos");
   requests[9].mutable_stopping()->set_ignore_eos(true);
   requests[9].mutable_sampling()->set_repetition_penalty(3.5f);
-  for (size_t i = 0; i < requests.size(); ++i) Write(dir, "request-" + std::to_string(i), requests[i].SerializeAsString());
-}
-
-std::string ReadAll(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) Fail("make_seeds", "cannot read " + path);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
-  std::fclose(f);
-  return out;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Write(dir, "request-" + std::to_string(i), requests[i].SerializeAsString());
+  }
 }
 
 void SafetensorsSeeds(const std::string& dir) {
@@ -173,7 +157,9 @@ void SafetensorsSeeds(const std::string& dir) {
     if (!WriteSafetensors(tmp, files[i], i == 2 ? metadata : std::map<std::string, std::string>{}).ok()) {
       Fail("make_seeds", "cannot write a safetensors seed");
     }
-    Write(dir + "/safetensors_file", "file-" + std::to_string(i), ReadAll(tmp));
+    absl::StatusOr<std::string> bytes = ReadFileToString(tmp);
+    if (!bytes.ok()) Fail("make_seeds", std::string(bytes.status().message()));
+    Write(dir + "/safetensors_file", "file-" + std::to_string(i), *bytes);
   }
   const std::string index_dir = dir + "/safetensors_index";
   Write(index_dir, "two-shards", R"({"metadata": {"total_size": 80}, "weight_map": {"a.weight": "a.safetensors",

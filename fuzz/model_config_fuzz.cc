@@ -41,7 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.max_context <= 0) {
     Fail("model_config_fuzz", "accepted a non-positive size");
   }
-  if (c.num_heads % c.num_kv_heads != 0) Fail("model_config_fuzz", "accepted heads that are not a multiple of the KV heads");
+  if (c.num_heads % c.num_kv_heads != 0) {
+    Fail("model_config_fuzz", "accepted heads that are not a multiple of the KV heads");
+  }
   if (c.head_dim % 2 != 0) Fail("model_config_fuzz", "accepted an odd head_dim (rotary embeddings pair dimensions)");
   for (int32_t eos : c.eos_token_ids) {
     if (eos < 0 || eos >= c.vocab_size) Fail("model_config_fuzz", "accepted an EOS id outside the vocabulary");

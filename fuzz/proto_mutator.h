@@ -8,7 +8,9 @@
 #ifndef CHUNKATTN_FUZZ_PROTO_MUTATOR_H_
 #define CHUNKATTN_FUZZ_PROTO_MUTATOR_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -18,6 +20,9 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
+
+// libFuzzer's own mutation, the fallback of the custom mutators.
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
 namespace chunkattn::fuzz {
 
@@ -227,6 +232,14 @@ inline void MutateMessage(google::protobuf::Message* message, std::mt19937_64& r
   } else {
     SetValue(s, rng);
   }
+}
+
+// A custom mutator's result: `bytes` written over the input, or, when they
+// do not fit, a byte-level mutation of it instead.
+inline size_t ReplaceInput(const std::string& bytes, uint8_t* data, size_t size, size_t max_size) {
+  if (bytes.size() > max_size) return LLVMFuzzerMutate(data, size, max_size);
+  std::memcpy(data, bytes.data(), bytes.size());
+  return bytes.size();
 }
 
 }  // namespace chunkattn::fuzz
