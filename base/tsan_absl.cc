@@ -87,192 +87,182 @@ bool Annotating(const void* caller) {
   return pc >= exe.begin && pc < exe.end;
 }
 
-void PreLock(bool on, void* mu, unsigned flags) {
-  if (on) __tsan_mutex_pre_lock(mu, flags);
-}
-void PostLock(bool on, void* mu, unsigned flags) {
-  if (on) __tsan_mutex_post_lock(mu, flags, 0);
-}
-void PreUnlock(bool on, void* mu, unsigned flags) {
-  if (on) __tsan_mutex_pre_unlock(mu, flags);
-}
-void PostUnlock(bool on, void* mu, unsigned flags) {
-  if (on) __tsan_mutex_post_unlock(mu, flags);
-}
-// A wait that gives the lock up and takes it back (Await, CondVar::Wait):
-// a release before, an acquire after.
-void Release(bool on, void* mu, unsigned flags) {
-  PreUnlock(on, mu, flags);
-  PostUnlock(on, mu, flags);
+// Tells TSan about one call that takes `mu`: before it, and when it has
+// returned (the destructor runs after the return value is computed).
+class Acquiring {
+ public:
+  Acquiring(bool on, void* mu, unsigned flags) : on_(on), mu_(mu), flags_(flags) {
+    if (on_) __tsan_mutex_pre_lock(mu_, flags_);
+  }
+  ~Acquiring() {
+    if (on_) __tsan_mutex_post_lock(mu_, flags_, 0);
+  }
+  // For a try-lock: whether it took the lock.
+  void set_failed(bool failed) {
+    if (failed) flags_ |= kTryLockFailed;
+  }
+
+ private:
+  const bool on_;
+  void* const mu_;
+  unsigned flags_;
+};
+
+// Likewise for a call that gives `mu` up.
+class Releasing {
+ public:
+  Releasing(bool on, void* mu, unsigned flags) : on_(on), mu_(mu), flags_(flags) {
+    if (on_) __tsan_mutex_pre_unlock(mu_, flags_);
+  }
+  ~Releasing() {
+    if (on_) __tsan_mutex_post_unlock(mu_, flags_);
+  }
+
+ private:
+  const bool on_;
+  void* const mu_;
+  const unsigned flags_;
+};
+
+// A wait gives the lock up and takes it back (Await, CondVar::Wait): to TSan
+// a release now, then an acquire around the real call (an Acquiring).
+void Release(bool on, void* mu) {
+  Releasing released(on, mu, 0);  // both halves at once
 }
 
 }  // namespace
 
-#define CHUNKATTN_REAL(type, mangled) static const auto real = Real<type>(mangled)
+// In each function below: `real`, the function this one stands in for, and
+// `on`, whether to tell TSan (read from this function's own return address).
+#define CHUNKATTN_FORWARD(type, mangled)      \
+  static const auto real = Real<type>(mangled); \
+  const bool on = Annotating(__builtin_return_address(0))
 
 namespace absl {
 ABSL_NAMESPACE_BEGIN
 
 Mutex::~Mutex() {
-  CHUNKATTN_REAL(void (*)(Mutex*), "_ZN4absl7debian35MutexD1Ev");
-  const bool on = Annotating(__builtin_return_address(0));
+  CHUNKATTN_FORWARD(void (*)(Mutex*), "_ZN4absl7debian35MutexD1Ev");
   if (on) __tsan_mutex_destroy(this, 0);
   real(this);
 }
 
 void Mutex::Lock() {
-  CHUNKATTN_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex4LockEv");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, 0);
+  CHUNKATTN_FORWARD(void (*)(Mutex*), "_ZN4absl7debian35Mutex4LockEv");
+  Acquiring lock(on, this, 0);
   real(this);
-  PostLock(on, this, 0);
 }
 
 void Mutex::ReaderLock() {
-  CHUNKATTN_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex10ReaderLockEv");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, kReadLock);
+  CHUNKATTN_FORWARD(void (*)(Mutex*), "_ZN4absl7debian35Mutex10ReaderLockEv");
+  Acquiring lock(on, this, kReadLock);
   real(this);
-  PostLock(on, this, kReadLock);
 }
 
 bool Mutex::TryLock() {
-  CHUNKATTN_REAL(bool (*)(Mutex*), "_ZN4absl7debian35Mutex7TryLockEv");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, kTryLock);
+  CHUNKATTN_FORWARD(bool (*)(Mutex*), "_ZN4absl7debian35Mutex7TryLockEv");
+  Acquiring lock(on, this, kTryLock);
   const bool ok = real(this);
-  PostLock(on, this, kTryLock | (ok ? 0 : kTryLockFailed));
+  lock.set_failed(!ok);
   return ok;
 }
 
 bool Mutex::ReaderTryLock() {
-  CHUNKATTN_REAL(bool (*)(Mutex*), "_ZN4absl7debian35Mutex13ReaderTryLockEv");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, kReadLock | kTryLock);
+  CHUNKATTN_FORWARD(bool (*)(Mutex*), "_ZN4absl7debian35Mutex13ReaderTryLockEv");
+  Acquiring lock(on, this, kReadLock | kTryLock);
   const bool ok = real(this);
-  PostLock(on, this, kReadLock | kTryLock | (ok ? 0 : kTryLockFailed));
+  lock.set_failed(!ok);
   return ok;
 }
 
 void Mutex::Unlock() {
-  CHUNKATTN_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex6UnlockEv");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreUnlock(on, this, 0);
+  CHUNKATTN_FORWARD(void (*)(Mutex*), "_ZN4absl7debian35Mutex6UnlockEv");
+  Releasing unlock(on, this, 0);
   real(this);
-  PostUnlock(on, this, 0);
 }
 
 void Mutex::ReaderUnlock() {
-  CHUNKATTN_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex12ReaderUnlockEv");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreUnlock(on, this, kReadLock);
+  CHUNKATTN_FORWARD(void (*)(Mutex*), "_ZN4absl7debian35Mutex12ReaderUnlockEv");
+  Releasing unlock(on, this, kReadLock);
   real(this);
-  PostUnlock(on, this, kReadLock);
 }
 
 void Mutex::LockWhen(const Condition& cond) {
-  CHUNKATTN_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, 0);
+  CHUNKATTN_FORWARD(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
+  Acquiring lock(on, this, 0);
   real(this, cond);
-  PostLock(on, this, 0);
 }
 
 void Mutex::ReaderLockWhen(const Condition& cond) {
-  CHUNKATTN_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, kReadLock);
+  CHUNKATTN_FORWARD(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
+  Acquiring lock(on, this, kReadLock);
   real(this, cond);
-  PostLock(on, this, kReadLock);
 }
 
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
-  CHUNKATTN_REAL(bool (*)(Mutex*, const Condition&, Duration),
-                 "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, 0);
-  const bool met = real(this, cond, timeout);
-  PostLock(on, this, 0);  // held either way
-  return met;
+  CHUNKATTN_FORWARD(bool (*)(Mutex*, const Condition&, Duration),
+                    "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  Acquiring lock(on, this, 0);  // held either way
+  return real(this, cond, timeout);
 }
 
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
-  CHUNKATTN_REAL(bool (*)(Mutex*, const Condition&, Time),
-                 "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool on = Annotating(__builtin_return_address(0));
-  PreLock(on, this, 0);
-  const bool met = real(this, cond, deadline);
-  PostLock(on, this, 0);
-  return met;
+  CHUNKATTN_FORWARD(bool (*)(Mutex*, const Condition&, Time),
+                    "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Acquiring lock(on, this, 0);
+  return real(this, cond, deadline);
 }
 
 void Mutex::Await(const Condition& cond) {
-  CHUNKATTN_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
-  const bool on = Annotating(__builtin_return_address(0));
-  Release(on, this, 0);
-  PreLock(on, this, 0);
+  CHUNKATTN_FORWARD(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
+  Release(on, this);
+  Acquiring lock(on, this, 0);
   real(this, cond);
-  PostLock(on, this, 0);
 }
 
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
-  CHUNKATTN_REAL(bool (*)(Mutex*, const Condition&, Duration),
-                 "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool on = Annotating(__builtin_return_address(0));
-  Release(on, this, 0);
-  PreLock(on, this, 0);
-  const bool met = real(this, cond, timeout);
-  PostLock(on, this, 0);
-  return met;
+  CHUNKATTN_FORWARD(bool (*)(Mutex*, const Condition&, Duration),
+                    "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  Release(on, this);
+  Acquiring lock(on, this, 0);
+  return real(this, cond, timeout);
 }
 
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
-  CHUNKATTN_REAL(bool (*)(Mutex*, const Condition&, Time),
-                 "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool on = Annotating(__builtin_return_address(0));
-  Release(on, this, 0);
-  PreLock(on, this, 0);
-  const bool met = real(this, cond, deadline);
-  PostLock(on, this, 0);
-  return met;
+  CHUNKATTN_FORWARD(bool (*)(Mutex*, const Condition&, Time),
+                    "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Release(on, this);
+  Acquiring lock(on, this, 0);
+  return real(this, cond, deadline);
 }
 
 void CondVar::Wait(Mutex* mu) {
-  CHUNKATTN_REAL(void (*)(CondVar*, Mutex*), "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
-  const bool on = Annotating(__builtin_return_address(0));
-  Release(on, mu, 0);
-  PreLock(on, mu, 0);
+  CHUNKATTN_FORWARD(void (*)(CondVar*, Mutex*), "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
+  Release(on, mu);
+  Acquiring lock(on, mu, 0);
   real(this, mu);
-  PostLock(on, mu, 0);
 }
 
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
-  CHUNKATTN_REAL(bool (*)(CondVar*, Mutex*, Duration),
-                 "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
-  const bool on = Annotating(__builtin_return_address(0));
-  Release(on, mu, 0);
-  PreLock(on, mu, 0);
-  const bool timed_out = real(this, mu, timeout);
-  PostLock(on, mu, 0);
-  return timed_out;
+  CHUNKATTN_FORWARD(bool (*)(CondVar*, Mutex*, Duration),
+                    "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+  Release(on, mu);
+  Acquiring lock(on, mu, 0);
+  return real(this, mu, timeout);
 }
 
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
-  CHUNKATTN_REAL(bool (*)(CondVar*, Mutex*, Time),
-                 "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
-  const bool on = Annotating(__builtin_return_address(0));
-  Release(on, mu, 0);
-  PreLock(on, mu, 0);
-  const bool timed_out = real(this, mu, deadline);
-  PostLock(on, mu, 0);
-  return timed_out;
+  CHUNKATTN_FORWARD(bool (*)(CondVar*, Mutex*, Time),
+                    "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  Release(on, mu);
+  Acquiring lock(on, mu, 0);
+  return real(this, mu, deadline);
 }
 
 // Notify releases on the object; every wait (and the inline
 // HasBeenNotified's acquire load of the flag) acquires from it.
 void Notification::Notify() {
-  CHUNKATTN_REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv");
-  const bool on = Annotating(__builtin_return_address(0));
+  CHUNKATTN_FORWARD(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv");
   if (on) {
     __tsan_release(this);
     __tsan_release(const_cast<std::atomic<bool>*>(&notified_yet_));
@@ -281,25 +271,22 @@ void Notification::Notify() {
 }
 
 void Notification::WaitForNotification() const {
-  CHUNKATTN_REAL(void (*)(const Notification*), "_ZNK4absl7debian312Notification19WaitForNotificationEv");
-  const bool on = Annotating(__builtin_return_address(0));
+  CHUNKATTN_FORWARD(void (*)(const Notification*), "_ZNK4absl7debian312Notification19WaitForNotificationEv");
   real(this);
   if (on) __tsan_acquire(const_cast<Notification*>(this));
 }
 
 bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
-  CHUNKATTN_REAL(bool (*)(const Notification*, Duration),
-                 "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
-  const bool on = Annotating(__builtin_return_address(0));
+  CHUNKATTN_FORWARD(bool (*)(const Notification*, Duration),
+                    "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
   const bool notified = real(this, timeout);
   if (notified && on) __tsan_acquire(const_cast<Notification*>(this));
   return notified;
 }
 
 bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
-  CHUNKATTN_REAL(bool (*)(const Notification*, Time),
-                 "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
-  const bool on = Annotating(__builtin_return_address(0));
+  CHUNKATTN_FORWARD(bool (*)(const Notification*, Time),
+                    "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
   const bool notified = real(this, deadline);
   if (notified && on) __tsan_acquire(const_cast<Notification*>(this));
   return notified;
