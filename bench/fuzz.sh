@@ -45,13 +45,10 @@ for n in "${names[@]}"; do
   echo "$status" >"$work/$n.status"
 done
 /usr/bin/python3 - "$work" "$seconds" "$json" "$command_line" "${names[@]}" <<'PY'
-import datetime, json, os, re, socket, subprocess, sys
+import json, os, re, sys
+sys.path.insert(0, 'bench')
+from run_info import machine_info
 work, seconds, out, command, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
-def cpu():
-    for line in open('/proc/cpuinfo'):
-        if line.startswith('model name'):
-            return line.split(':', 1)[1].strip()
-    return 'unknown'
 rows = []
 for n in names:
     log = open(os.path.join(work, n + '.log'), errors='replace').read()
@@ -74,10 +71,8 @@ for r in rows:
     print('%-18s %12d %9d %15s %9d %7d  %s' % (r['harness'], r['executions'], r['execs_per_s'], share, r['features'],
                                               r['corpus'], 'CRASH: ' + r['crash'] if r['crashed'] else 'ok'))
 if out:
-    commit = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True).stdout.strip()
-    doc = dict(machine=socket.gethostname(), cpu=cpu(), cores=os.cpu_count(), commit=commit, command=command,
-               time=datetime.datetime.utcnow().strftime('%Y-%m-%dT%H:%M:%SZ'), benchmark='fuzz',
-               build='clang-14, ASan + UBSan, libFuzzer', harnesses=rows)
+    doc = dict(machine_info('.', command), benchmark='fuzz', build='clang-14, ASan + UBSan, libFuzzer',
+               harnesses=rows)
     with open(out, 'w') as f:
         json.dump(doc, f, indent=1)
     print('wrote', out)

@@ -72,7 +72,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -80,6 +79,8 @@ import threading
 import time
 
 import grpc
+
+from run_info import machine_info  # bench/, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -868,31 +869,6 @@ def check(soak):
 
 # --- the report --------------------------------------------------------------
 
-def machine_info(source):
-    cpu = 'unknown'
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    cpu = line.split(':', 1)[1].strip()
-                    break
-    except OSError:
-        pass
-
-    def git(*args):
-        try:
-            return subprocess.run(['git', '-C', source] + list(args), capture_output=True, text=True,
-                                  timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ''
-    commit = git('rev-parse', 'HEAD') or 'unknown'
-    if git('status', '--porcelain', '--untracked-files=no'):
-        commit += '-dirty'
-    return dict(machine=socket.gethostname(), cpu=cpu, cores=os.cpu_count(), commit=commit,
-                command=' '.join([sys.executable] + sys.argv),
-                time=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
-
-
 def summarize(soak, results):
     records = [r for r in soak.records if r.spec.kind != 'probe']
     probes = [r for r in soak.records if r.spec.kind == 'probe']
@@ -1022,16 +998,7 @@ def main():
     sys.path.insert(0, os.path.join(args.source, 'tests', 'services'))
     import harness as h  # noqa: E402 (from --source)
     harness = h
-    harness.SOURCE, harness.BUILD = args.source, args.build
-    for name in ('chunkattn-worker', 'chunkattn-coordinator'):
-        if not os.access(harness.bin_path(name), os.X_OK):
-            sys.exit('missing %s (build it first)' % harness.bin_path(name))
-    if not os.path.isfile(os.path.join(harness.model_dir(), 'config.json')):
-        sys.exit('missing the demo model in %s' % harness.model_dir())
-    if os.environ.get('CHUNKATTN_TEST_TOKEN_IDS_ONLY') == '1':
-        sys.exit('the soak sends text prompts and stop strings: it needs the tokenizer '
-                 '(unset CHUNKATTN_TEST_TOKEN_IDS_ONLY)')
-    harness.generate_stubs(args.source)
+    harness.setup(args.source, args.build)
     soak = Soak(args)
     try:
         soak.start_cluster()
@@ -1041,7 +1008,7 @@ def main():
         print_report(soak, summary)
         if args.json:
             os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            doc = dict(machine_info(args.source), benchmark='fault_soak', duration_s=args.duration, rate=args.rate,
+            doc = dict(machine_info(args.source, ' '.join([sys.executable] + sys.argv)), benchmark='fault_soak', duration_s=args.duration, rate=args.rate,
                        seed=args.seed, tensor_parallel=2, step_timeout_s=args.step_timeout_s, **summary)
             doc['requests'] = [r.to_json() for r in sorted(soak.records, key=lambda r: r.sent)]
             with open(args.json + '.tmp', 'w') as f:

@@ -610,21 +610,28 @@ def setup_class_or_dump(fn):
     return classmethod(wrapper)
 
 
-def main():
+def setup(source, build=None):
+    """Points the harness at a checkout and its build folder (default
+    SOURCE/build), checks that the servers and the demo model are there, and
+    generates the stubs: main() for the tests, and bench/soak.py."""
     global BUILD, SOURCE
-    here = os.path.dirname(os.path.abspath(__file__))
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument('--source', default=os.path.dirname(os.path.dirname(here)))
-    parser.add_argument('--build', default=None)
-    args, rest = parser.parse_known_args()
-    SOURCE = os.path.abspath(args.source)
-    BUILD = os.path.abspath(args.build or os.path.join(SOURCE, 'build'))
+    SOURCE = os.path.abspath(source)
+    BUILD = os.path.abspath(build or os.path.join(SOURCE, 'build'))
     for name in ('chunkattn-worker', 'chunkattn-coordinator'):
         if not os.access(bin_path(name), os.X_OK):
             sys.exit('missing %s (build it first)' % bin_path(name))
     if not os.path.isfile(os.path.join(model_dir(), 'config.json')):
         sys.exit('missing the demo model in %s (ctest fixture demo_model)' % model_dir())
     generate_stubs(SOURCE)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument('--source', default=os.path.dirname(os.path.dirname(here)))
+    parser.add_argument('--build', default=None)
+    args, rest = parser.parse_known_args()
+    setup(args.source, args.build)
     sys.stderr.write('logs: %s%s\n' % (log_dir(), '' if keep_logs() else
                                          ' (removed at exit; CHUNKATTN_KEEP_TEST_LOGS=1 keeps them)'))
     program = unittest.main(module='__main__', argv=[sys.argv[0]] + rest, verbosity=2, exit=False)
