@@ -4,8 +4,9 @@
 #
 #   scripts/sanitize.sh asan   ASan + UBSan: every GoogleTest binary (label
 #                              "unit"), then each libFuzzer harness in fuzz/
-#                              for FUZZ_SECONDS (default 20) from its seed
-#                              corpus (label "fuzz").
+#                              for CHUNKATTN_FUZZ_SECONDS (a CMake setting,
+#                              default 20) from its seed corpus (label
+#                              "fuzz").
 #   scripts/sanitize.sh tsan   TSan: the GoogleTest binaries with threads
 #                              (label "unit_tsan": the CPU thread pool and
 #                              kernels, collectives, the metrics HTTP
@@ -48,7 +49,7 @@ if [ ! -f "$dir/build.ninja" ]; then
 fi
 cmake --build "$dir" --parallel "$(nproc)" --target "${targets[@]}"
 if [ "$mode" = tsan ]; then
-  # Makes absl::Mutex (and gRPC's locks) visible to TSan (base/tsan_absl.cc).
+  # Makes our absl::Mutex calls visible to TSan (base/tsan_absl.cc).
   export LD_PRELOAD="$PWD/$dir/lib/libchunkattn_tsan_absl.so"
 fi
 cd "$dir"

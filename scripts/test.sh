@@ -3,8 +3,8 @@
 # summary). The README's second command; .ci/run runs exactly this.
 #
 # First the sanitizer builds (scripts/sanitize.sh: ASan + UBSan on the unit
-# tests and the fuzzers for a bounded time, TSan on the threaded tests and
-# the coordinator's service tests), each in its own clang build folder, then
+# tests and the fuzzers for a bounded time, TSan on the threaded unit
+# tests), each in its own clang build folder, then
 # the main build and every test; the main ctest's summary comes last. Any
 # failure fails the run, after the rest has run. CHUNKATTN_SANITIZERS=0
 # skips the sanitizer builds (a quick local run).

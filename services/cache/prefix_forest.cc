@@ -809,8 +809,12 @@ absl::Status PrefixForest::CheckInvariants() const {
     NodeId parent = s->root;
     for (size_t k = 0; k < s->path.size(); ++k) {
       const NodeId n = s->path[k];
-      if (!allocator_.IsAllocated(n) || !nodes_[n].live) return InvariantError("sequence %d holds dead chunk %d", id, n);
-      if (nodes_[n].parent != parent) return InvariantError("sequence %d: chunk %d is not a child of %d", id, n, parent);
+      if (!allocator_.IsAllocated(n) || !nodes_[n].live) {
+        return InvariantError("sequence %d holds dead chunk %d", id, n);
+      }
+      if (nodes_[n].parent != parent) {
+        return InvariantError("sequence %d: chunk %d is not a child of %d", id, n, parent);
+      }
       const int32_t want = std::min<int32_t>(c, s->len - static_cast<int32_t>(k) * c);
       if (nodes_[n].num_tokens != want) {
         return InvariantError("sequence %d: chunk %d holds %d tokens, expected %d", id, n, nodes_[n].num_tokens, want);
@@ -830,9 +834,13 @@ absl::Status PrefixForest::CheckInvariants() const {
   for (NodeId id = 0; id < static_cast<NodeId>(nodes_.size()); ++id) {
     const Node& n = nodes_[id];
     const bool root = IsRoot(id);
-    if (!root && allocator_.IsAllocated(id) != n.live) return InvariantError("chunk %d: allocator and tree disagree", id);
+    if (!root && allocator_.IsAllocated(id) != n.live) {
+      return InvariantError("chunk %d: allocator and tree disagree", id);
+    }
     if (!n.live) continue;
-    if (n.refcount != holders[id]) return InvariantError("node %d: refcount %d, held by %d", id, n.refcount, holders[id]);
+    if (n.refcount != holders[id]) {
+      return InvariantError("node %d: refcount %d, held by %d", id, n.refcount, holders[id]);
+    }
     tails += static_cast<int64_t>(n.tails.size());
     if (!n.children.empty() && n.num_tokens != c) return InvariantError("partial chunk %d has children", id);
     for (size_t j = 0; j < n.children.size(); ++j) {
@@ -840,7 +848,9 @@ absl::Status PrefixForest::CheckInvariants() const {
       if (ch.parent != id || ch.pos_in_parent != static_cast<int32_t>(j)) {
         return InvariantError("child %d of %d misplaced", n.children[j], id);
       }
-      if (j > 0 && TokensLess(n.children[j], n.children[j - 1])) return InvariantError("children of %d out of order", id);
+      if (j > 0 && TokensLess(n.children[j], n.children[j - 1])) {
+        return InvariantError("children of %d out of order", id);
+      }
     }
     if (root) {
       if (n.refcount == 0 && n.children.empty()) return InvariantError("empty root %d kept", id);
@@ -850,7 +860,9 @@ absl::Status PrefixForest::CheckInvariants() const {
     if (n.num_computed < 0 || n.num_computed > n.num_tokens) {
       return InvariantError("chunk %d: %d of %d tokens computed", id, n.num_computed, n.num_tokens);
     }
-    if (n.refcount == 0 && n.num_computed != n.num_tokens) return InvariantError("cached chunk %d has uncomputed tokens", id);
+    if (n.refcount == 0 && n.num_computed != n.num_tokens) {
+      return InvariantError("cached chunk %d has uncomputed tokens", id);
+    }
     if (n.num_computed > 0 && !IsRoot(n.parent) && nodes_[n.parent].num_computed != c) {
       return InvariantError("chunk %d computed below an uncomputed parent", id);
     }
@@ -887,7 +899,9 @@ absl::Status PrefixForest::CheckInvariants() const {
       return InvariantError("cached chunk %d is older than its cached parent %d", parent, id);
     }
   }
-  if (tails != static_cast<int64_t>(seqs_.size())) return InvariantError("%d tails for %d sequences", tails, seqs_.size());
+  if (tails != static_cast<int64_t>(seqs_.size())) {
+    return InvariantError("%d tails for %d sequences", tails, seqs_.size());
+  }
   if (used != stats_.used_chunks || cached != stats_.cached_chunks || shared != stats_.shared_chunks ||
       physical != stats_.physical_tokens || cached_tokens != stats_.cached_tokens ||
       logical != stats_.logical_tokens) {
@@ -897,10 +911,13 @@ absl::Status PrefixForest::CheckInvariants() const {
                 stats_.physical_tokens, cached_tokens, stats_.cached_tokens, logical, stats_.logical_tokens);
   }
   if (used + cached + allocator_.num_free() != capacity()) {
-    return InvariantError("used %d + cached %d + free %d != capacity %d", used, cached, allocator_.num_free(), capacity());
+    return InvariantError("used %d + cached %d + free %d != capacity %d", used, cached, allocator_.num_free(),
+                          capacity());
   }
   for (const auto& [name, r] : roots_) {
-    if (!nodes_[r].live || root_names_[r - capacity()] != name) return InvariantError("namespace '%s' lost its root", name);
+    if (!nodes_[r].live || root_names_[r - capacity()] != name) {
+      return InvariantError("namespace '%s' lost its root", name);
+    }
   }
   return absl::OkStatus();
 }
