@@ -250,6 +250,12 @@ class RandomWalk {
     }
     NoteEvictions();
     copies_ += static_cast<int>(r->copies.size());
+    if (!r->copies.empty()) {
+      // Copy-on-write of the shared tail: the copy runs with the next step, so
+      // until then the tail's tokens are not cached anywhere this sequence can
+      // vouch for (the fuzzer found the model saying otherwise).
+      s.marked -= s.marked % p_.chunk_size;
+    }
     s.tokens.insert(s.tokens.end(), more.begin(), more.end());
     ApplyCopies(r->copies, s.ns);
     if (Uniform(0, 9) < 8) Compute(id);
