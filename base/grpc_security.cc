@@ -1,5 +1,7 @@
 #include "base/grpc_security.h"
 
+#include <utility>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +54,39 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
     options.pem_root_certs = *ca;
   }
   return grpc::SslServerCredentials(options);
+}
+
+void ChannelSecurity::Apply(grpc::ChannelArguments* args) const {
+  if (!server_name.empty()) args->SetSslTargetNameOverride(server_name);
+}
+
+ChannelSecurity ChannelSecurityFromPem(const TlsClientPem& pem) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.root_certs;
+  ssl.pem_cert_chain = pem.cert_chain;
+  ssl.pem_private_key = pem.private_key;
+  ChannelSecurity security;
+  security.credentials = grpc::SslCredentials(ssl);
+  security.server_name = pem.server_name;
+  return security;
+}
+
+absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const TlsClientFiles& files) {
+  if (files.cert_chain.path.empty() != files.private_key.path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(files.cert_chain.flag, " and ", files.private_key.flag, " go together"));
+  }
+  TlsClientPem pem;
+  pem.server_name = files.server_name;
+  const std::pair<const FlagFile*, std::string*> reads[] = {
+      {&files.ca, &pem.root_certs}, {&files.cert_chain, &pem.cert_chain}, {&files.private_key, &pem.private_key}};
+  for (const auto& [file, text] : reads) {
+    if (file->path.empty()) continue;
+    absl::StatusOr<std::string> read = ReadPem(file->flag, file->path);
+    if (!read.ok()) return read.status();
+    *text = *std::move(read);
+  }
+  return ChannelSecurityFromPem(pem);
 }
 
 absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path, const std::string& flag) {

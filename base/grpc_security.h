@@ -3,10 +3,13 @@
 // a secret the coordinator and its workers share; every worker RPC but
 // health carries it).
 //
-// TLS: a certificate chain and key (PEM) turn the public port into TLS; a
-// client CA on top requires and verifies client certificates (mutual TLS).
-// The files are read once at start; a rotated certificate needs a restart
-// (the Helm chart rolls the pods when the secret changes).
+// TLS: a certificate chain and key (PEM) turn a port into TLS; a client CA on
+// top requires and verifies client certificates (mutual TLS). The client side
+// (the coordinator calling its workers, a rank calling rank 0's rendezvous
+// store, the CLI) verifies the server against a CA and may present a
+// certificate of its own. The files are read once at start; a rotated
+// certificate needs a restart (the Helm chart rolls the pods when the secret
+// changes).
 //
 // Tokens: a file of bearer tokens, one per line ('#' starts a comment). A call
 // must carry `authorization: Bearer <token>` naming one of them, or it gets
@@ -23,8 +26,10 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/channel_arguments.h"
 
 namespace chunkattn {
 
@@ -38,6 +43,47 @@ struct TlsFiles {
 // of cert/key is given or a client CA comes without them; NOT_FOUND /
 // INVALID_ARGUMENT for a file that cannot be read or holds no PEM block.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsFiles& files);
+
+// How a client opens its channels: the credentials, and the name the server's
+// certificate must carry when that is not the target's host (one certificate
+// for every worker, whatever its address). Default: plaintext.
+struct ChannelSecurity {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  std::string server_name;  // TLS only; empty = the target's host
+
+  // Puts the server-name override, if any, into the channel's arguments.
+  void Apply(grpc::ChannelArguments* args) const;
+};
+
+// The client side of TLS, as PEM text (not paths).
+struct TlsClientPem {
+  std::string root_certs;   // the server's certificate must chain to these; empty = the system's roots
+  std::string cert_chain;   // this client's certificate (mutual TLS); empty with private_key = none
+  std::string private_key;
+  std::string server_name;  // see ChannelSecurity
+};
+
+// TLS credentials from PEM text; never fails (a bad PEM fails the calls).
+ChannelSecurity ChannelSecurityFromPem(const TlsClientPem& pem);
+
+// A file a command-line flag names: `flag` names it in errors.
+struct FlagFile {
+  std::string flag;  // "--worker_tls_ca_file"
+  std::string path;  // empty = not given
+};
+
+struct TlsClientFiles {
+  FlagFile ca;           // PEM roots; no path = the system's roots
+  FlagFile cert_chain;   // PEM client certificate; no path with private_key = none
+  FlagFile private_key;
+  std::string server_name;  // see ChannelSecurity
+};
+
+// TLS credentials from files, read now. INVALID_ARGUMENT when only one of
+// cert/key is given; NOT_FOUND / INVALID_ARGUMENT for a file that cannot be
+// read or holds no PEM block (as MakeServerCredentials). Whether to use TLS
+// at all is the caller's choice: this always makes TLS credentials.
+absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const TlsClientFiles& files);
 
 // The tokens of a token file: one per line, '#' starts a comment, no
 // whitespace inside a token; a file with none is INVALID_ARGUMENT. `flag`

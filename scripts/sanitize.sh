@@ -10,8 +10,9 @@
 #   scripts/sanitize.sh tsan   TSan: the GoogleTest binaries with threads
 #                              (label "unit_tsan": the CPU thread pool and
 #                              kernels, collectives, the metrics HTTP
-#                              server, the text pool). Not the gRPC
-#                              services: Debian's gRPC is not instrumented
+#                              server, the text pool, the coordinator's
+#                              engine on in-process workers). Not the gRPC
+#                              layer: Debian's gRPC is not instrumented
 #                              and its completion-queue handoffs read as
 #                              races (README "Tests").
 #

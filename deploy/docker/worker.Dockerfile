@@ -22,7 +22,8 @@ ENV LD_LIBRARY_PATH=/opt/chunkattn/lib:/usr/local/cuda/lib64:/usr/local/nvidia/l
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
-# gRPC: Join, the plan stream and rank 0's rendezvous store.
-EXPOSE 50061
+# gRPC: Join, the plan stream and rank 0's rendezvous store; plaintext health for probes
+# (8082: not the coordinator's 8081, should both share a network namespace).
+EXPOSE 50061 8082
 ENTRYPOINT ["/opt/chunkattn/bin/chunkattn-worker"]
-CMD ["--listen=0.0.0.0:50061", "--device=cpu"]
+CMD ["--listen=0.0.0.0:50061", "--device=cpu", "--health_port=8082"]

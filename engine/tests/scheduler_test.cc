@@ -71,6 +71,10 @@ class Harness {
       for (auto& [id, spec] : arrivals[step]) EXPECT_TRUE(scheduler_->Add(id, spec).ok());
       arrivals.erase(step);
       if (!scheduler_->HasWork() && arrivals.empty()) break;
+      if (hand_over_at_ >= 0 && step >= hand_over_at_) {  // as when a worker drains
+        scheduler_->set_admitting(false);
+        if (scheduler_->num_started() == 0 && arrivals.empty()) break;
+      }
       StepPlan plan;
       auto scheduled = scheduler_->Schedule(&plan);
       EXPECT_TRUE(scheduled.ok()) << scheduled.status();
@@ -97,6 +101,7 @@ class Harness {
 
   Scheduler& scheduler() { return *scheduler_; }
   std::function<void(const StepPlan&)> on_plan_;  // sees each plan before it runs
+  int hand_over_at_ = -1;  // from this step admit nothing new; stop once nothing has started
   std::map<RequestId, int32_t> cached_;
   int steps_ = 0;
   int contexts_sent_ = 0;
@@ -364,6 +369,46 @@ TEST(PlanExecutorTest, HostilePlansAreRejectedOrExecutedNeverACrash) {
   harness.Run(w.arrivals);
   EXPECT_GT(rejected, 100);
   std::printf("hostile plans: %d rejected, %d executed\n", rejected, executed);
+}
+
+// A worker drains mid-workload: what started finishes (preempted requests
+// included), nothing new starts, and the queue handed to the next session's
+// scheduler (a fresh pool, as after the workers re-join) gives every request
+// its tokens of a run alone.
+TEST(SchedulerTest, HandOverFinishesTheStartedAndKeepsTheQueue) {
+  Workload w = MakeWorkload(3, 14, 80);
+  Harness first(24, 64, true);
+  first.hand_over_at_ = 70;
+  auto before = first.Run(w.arrivals);
+  EXPECT_EQ(first.scheduler().cache_stats().used_chunks, 0);
+  EXPECT_GT(first.scheduler().stats().preemptions_total, 0);  // a small pool: preempted ones count as started
+  const std::vector<RequestId> ids = first.scheduler().RequestIds();
+  auto queued = first.scheduler().TakeQueued();
+  ASSERT_EQ(queued.size(), ids.size());
+  ASSERT_FALSE(queued.empty());
+  EXPECT_FALSE(first.scheduler().HasWork());
+
+  Harness second(24, 64, true);
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> again;
+  for (size_t k = 0; k < queued.size(); ++k) {
+    EXPECT_EQ(queued[k].first, ids[k]);  // admission order kept
+    again[0].push_back(queued[k]);
+  }
+  auto after = second.Run(again);
+  int started = 0;
+  for (const auto& [id, spec] : w.all) {
+    const bool was_queued = std::count(ids.begin(), ids.end(), id) > 0;
+    started += !was_queued;
+    Harness alone(256, 2048, false);
+    auto ref = alone.Run({{0, {{id, spec}}}});
+    for (int i = 0; i < spec.n; ++i) {
+      const std::pair<RequestId, int> key(id, i);
+      EXPECT_EQ(was_queued ? before.count(key) : after.count(key), 0u) << "request " << id << " ran in both";
+      EXPECT_EQ(was_queued ? after[key] : before[key], ref[key]) << "request " << id << " sample " << i;
+    }
+  }
+  EXPECT_GT(started, 0);
+  EXPECT_EQ(second.scheduler().cache_stats().used_chunks, 0);
 }
 
 TEST(SchedulerTest, RejectsRequestsThatCanNeverFit) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/address.h"
+#include "base/grpc_security.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/client_interceptor.h"
 
@@ -104,18 +105,19 @@ class TokenInterceptorFactory : public grpc::experimental::ClientInterceptorFact
 std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options) {
   grpc::ChannelArguments args;
   // Prompts of a few thousand ids fit in the default 4 MiB; replies are small.
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  ChannelSecurity security;  // plaintext
   if (options.tls) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = options.tls_ca_pem;
-    credentials = grpc::SslCredentials(ssl);
-    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+    TlsClientPem pem;
+    pem.root_certs = options.tls_ca_pem;
+    pem.server_name = options.tls_server_name;
+    security = ChannelSecurityFromPem(pem);
   }
+  security.Apply(&args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   if (!options.auth_token.empty()) {
     interceptors.push_back(std::make_unique<TokenInterceptorFactory>(options.auth_token));
   }
-  return grpc::experimental::CreateCustomChannelWithInterceptors(options.server, credentials, args,
+  return grpc::experimental::CreateCustomChannelWithInterceptors(options.server, security.credentials, args,
                                                                  std::move(interceptors));
 }
 

@@ -1,7 +1,8 @@
 // chunkattn-coordinator: the cache coordinator. Serves chunkattn.v1.Generation
 // (plus grpc.health.v1.Health and server reflection), owns the prefix forest
-// and the scheduler, drives the tensor-parallel workers given by --workers,
-// and exports Prometheus metrics on --metrics_port.
+// and the scheduler, drives the tensor-parallel workers given by --workers
+// (plaintext, or TLS / mutual TLS with --worker_tls_*), and exports
+// Prometheus metrics on --metrics_port.
 //
 // Health: service "" (and "chunkattn.v1.Generation") is SERVING once every
 // worker has joined, for readiness probes; "liveness" is SERVING while the
@@ -75,6 +76,14 @@ ABSL_FLAG(std::string, metrics_token_file, "",
           "file of bearer tokens, one per line: /metrics requires one (/healthz stays open)");
 ABSL_FLAG(std::string, worker_token_file, "",
           "the workers' shared secret (the file their --worker_token_file names): sent on every worker call");
+ABSL_FLAG(std::string, worker_tls_ca_file, "",
+          "PEM CA the workers' certificates must chain to: call the workers over TLS (plaintext without it)");
+ABSL_FLAG(std::string, worker_tls_cert_file, "",
+          "PEM client certificate for workers that require one (their --tls_client_ca_file signed it)");
+ABSL_FLAG(std::string, worker_tls_key_file, "", "PEM private key of --worker_tls_cert_file");
+ABSL_FLAG(std::string, worker_tls_server_name, "chunkattn-worker",
+          "the name every worker's certificate must carry, whatever its address in --workers; empty = that "
+          "address's host");
 
 namespace {
 
@@ -147,6 +156,18 @@ int main(int argc, char** argv) {
   absl::StatusOr<TokenAuth> worker_auth =
       TokenAuth::FromFile(absl::GetFlag(FLAGS_worker_token_file), "--worker_token_file");
   if (!worker_auth.ok()) return Fail(std::string(worker_auth.status().message()));
+  const TlsClientFiles worker_tls{{"--worker_tls_ca_file", absl::GetFlag(FLAGS_worker_tls_ca_file)},
+                                  {"--worker_tls_cert_file", absl::GetFlag(FLAGS_worker_tls_cert_file)},
+                                  {"--worker_tls_key_file", absl::GetFlag(FLAGS_worker_tls_key_file)},
+                                  absl::GetFlag(FLAGS_worker_tls_server_name)};
+  ChannelSecurity worker_channel;  // plaintext
+  if (!worker_tls.ca.path.empty()) {
+    absl::StatusOr<ChannelSecurity> channel = MakeChannelSecurity(worker_tls);
+    if (!channel.ok()) return Fail(std::string(channel.status().message()));
+    worker_channel = *std::move(channel);
+  } else if (!worker_tls.cert_chain.path.empty() || !worker_tls.private_key.path.empty()) {
+    return Fail("--worker_tls_cert_file and --worker_tls_key_file need --worker_tls_ca_file");
+  }
 
   absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
   if (!config.ok()) return Fail("--model: " + config.status().ToString());
@@ -180,6 +201,7 @@ int main(int argc, char** argv) {
   options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
   options.workers.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   options.workers.auth = *worker_auth;
+  options.workers.channel = worker_channel;
   const double step_timeout = absl::GetFlag(FLAGS_step_timeout_s);
   const double drain_timeout = absl::GetFlag(FLAGS_drain_timeout_s);
   if (!(step_timeout >= 0 && step_timeout <= 86400) || !(drain_timeout >= 0 && drain_timeout <= 86400)) {
@@ -251,11 +273,15 @@ int main(int argc, char** argv) {
   });
   engine.Start();
   std::fprintf(stderr,
-               "chunkattn-coordinator listening on %s (%s%s, health %s, metrics %s), %zu worker(s), model %s\n",
+               "chunkattn-coordinator listening on %s (%s%s, health %s, metrics %s), %zu worker(s)%s, model %s\n",
                listen.c_str(), absl::GetFlag(FLAGS_tls_cert_file).empty() ? "plaintext" : "TLS",
                auth->enabled() ? ", bearer tokens" : "",
                health_port > 0 ? absl::StrCat(":", health_port).c_str() : "on the API port",
-               metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off", workers.size(), model.c_str());
+               metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off", workers.size(),
+               worker_tls.ca.path.empty()           ? " in plaintext"
+               : worker_tls.cert_chain.path.empty() ? " over TLS"
+                                                    : " over mutual TLS",
+               model.c_str());
 
   chunkattn::WaitForTerminationSignal();  // this thread, not a handler, shuts down
   // Drain: out of the load balancer's rotation at once (readiness), new

@@ -18,14 +18,21 @@ void Log(const std::string& message) {
                message.c_str());
 }
 
+// Between two liveness probes of the workers while nothing runs.
+constexpr absl::Duration kIdleProbeInterval = absl::Seconds(1);
+
 // Latency buckets, seconds: 1 ms .. ~65 s.
 std::vector<double> LatencyBuckets() { return metrics::ExponentialBuckets(0.001, 2, 17); }
 
 }  // namespace
 
 Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer* tokenizer,
-               metrics::Registry* metrics)
-    : options_(std::move(options)), config_(config), tokenizer_(tokenizer), metrics_(metrics) {
+               metrics::Registry* metrics, std::unique_ptr<WorkerGroup> workers)
+    : options_(std::move(options)),
+      config_(config),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      pool_(std::move(workers)) {
   metrics::Registry& m = *metrics_;
   m_prompt_tokens_ = &m.GetCounter("chunkattn_prompt_tokens_total", "Prompt tokens of started requests.");
   m_prompt_cached_ = &m.GetCounter("chunkattn_prompt_tokens_cached_total",
@@ -61,7 +68,7 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   om.duration = &m.GetHistogram("chunkattn_request_duration_seconds", "Arrival to the last token.",
                                 LatencyBuckets());
   m_step_ = &m.GetHistogram("chunkattn_step_duration_seconds", "One iteration on the workers.", LatencyBuckets());
-  pool_ = std::make_unique<WorkerPool>(options_.workers);
+  if (pool_ == nullptr) pool_ = std::make_unique<WorkerPool>(options_.workers);
   // A stop string found on the output thread ends the sample through the
   // inbox, like a cancel.
   output_ = std::make_unique<OutputProcessor>(tokenizer_, std::move(om), [this](int64_t id, int32_t index) {
@@ -156,28 +163,47 @@ void Engine::Loop() {
         last_error = s.ToString();
         DrainInbox(false);
         absl::MutexLock lock(&inbox_mu_);
-        idle_ = true;  // everything in flight was failed when the workers went
+        // Everything in flight was failed when the workers went, but for the
+        // queue a draining worker left (it runs once they are back).
+        idle_ = held_.empty();
         if (inbox_.empty() && !stop_) inbox_cv_.WaitWithTimeout(&inbox_mu_, options_.reconnect_interval);
         continue;
       }
       last_error.clear();
       Log(absl::StrFormat("%d worker(s) joined: KV pool of %d chunks (%d bytes each over all ranks)",
                           pool_->world_size(), scheduler_->options().num_chunks, pool_->chunk_bytes_total()));
-      ready_ = true;
-      m_workers_ready_->Set(1);
-      m_chunk_bytes_->Set(static_cast<double>(pool_->chunk_bytes_total()));
-      UpdateGauges();
-      std::function<void(bool)> callback;
-      {
-        absl::MutexLock lock(&inbox_mu_);
-        callback = ready_callback_;
+      // Requests queued when the last workers left, in their order.
+      for (auto& [id, spec] : std::exchange(held_, {})) {
+        if (absl::Status added = scheduler_->Add(id, std::move(spec)); !added.ok()) {
+          output_->End(id, added, "error");
+        }
       }
-      if (callback) callback(true);
+      m_chunk_bytes_->Set(static_cast<double>(pool_->chunk_bytes_total()));
+      SetReady(true);
+      UpdateGauges();
     }
     DrainInbox(true);
+    if (!pool_->draining().empty()) {
+      // A worker is shutting down: nothing new starts; once nothing runs
+      // the workers are released and the queue waits for them to re-join.
+      if (scheduler_->num_started() == 0) {
+        ReleaseWorkers();
+        continue;
+      }
+      scheduler_->set_admitting(false);
+    }
     if (scheduler_->HasWork()) {
       Step();
     } else {
+      // Idle, no step would notice a worker lost or shutting down: probe.
+      if (const absl::Time now = absl::Now(); now >= next_probe_) {
+        next_probe_ = now + kIdleProbeInterval;
+        if (absl::Status alive = pool_->Probe(); !alive.ok()) {
+          Log(alive.ToString());
+          FailAll(alive);
+          continue;
+        }
+      }
       absl::MutexLock lock(&inbox_mu_);
       idle_ = true;
       if (inbox_.empty() && !stop_) inbox_cv_.WaitWithTimeout(&inbox_mu_, absl::Milliseconds(200));
@@ -209,6 +235,8 @@ void Engine::DrainInbox(bool serving) {
     }
     if (c.kind == Command::kCancel) {
       if (scheduler_ != nullptr) scheduler_->Abort(c.id);
+      held_.erase(std::remove_if(held_.begin(), held_.end(), [&](const auto& h) { return h.first == c.id; }),
+                  held_.end());
       output_->End(c.id, absl::CancelledError("cancelled by the client"), "cancelled");
       continue;
     }
@@ -276,20 +304,38 @@ void Engine::Step() {
 
 void Engine::FailAll(const absl::Status& status) {
   output_->EndAll(status);
+  held_.clear();
   scheduler_.reset();
   evictions_seen_ = 0;
   preemptions_seen_ = 0;
   pool_->Disconnect();
-  if (ready_) {
-    ready_ = false;
-    m_workers_ready_->Set(0);
-    std::function<void(bool)> callback;
-    {
-      absl::MutexLock lock(&inbox_mu_);
-      callback = ready_callback_;
-    }
-    if (callback) callback(false);
+  SetReady(false);
+}
+
+void Engine::ReleaseWorkers() {
+  held_ = scheduler_->TakeQueued();
+  Log(absl::StrFormat("worker %s is shutting down: releasing the workers; %d queued request(s) wait for them to "
+                      "re-join",
+                      pool_->draining(), held_.size()));
+  scheduler_.reset();
+  evictions_seen_ = 0;
+  preemptions_seen_ = 0;
+  pool_->Disconnect();  // closing the streams lets the draining worker exit
+  m_running_->Set(0);
+  m_waiting_->Set(static_cast<double>(held_.size()));
+  SetReady(false);
+}
+
+void Engine::SetReady(bool ready) {
+  if (ready_ == ready) return;
+  ready_ = ready;
+  m_workers_ready_->Set(ready ? 1 : 0);
+  std::function<void(bool)> callback;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    callback = ready_callback_;
   }
+  if (callback) callback(ready);
 }
 
 void Engine::UpdateGauges() {

@@ -8,7 +8,15 @@
 // Worker failure: the step fails with UNAVAILABLE, every request in flight
 // ends with UNAVAILABLE, the engine reports not ready (health NOT_SERVING)
 // and keeps re-joining the workers; once they are back it starts over with
-// an empty cache (their KV pools are new).
+// an empty cache (their KV pools are new). While idle the loop probes the
+// workers every second, so a worker lost then turns health NOT_SERVING at
+// once rather than failing the next request.
+//
+// Worker shutdown (a worker's SIGTERM, as in a rolling update): the worker
+// says so in its step results (or refuses the idle probe); nothing new
+// starts, the running requests finish, then the engine releases the workers
+// and keeps the queued requests until they re-join. Nothing fails unless the
+// running requests outlast the worker's --drain_timeout_s.
 //
 // Thread-safe: Submit, Cancel, ready, Snapshot may be called from any thread.
 #ifndef CHUNKATTN_SERVICES_COORDINATOR_ENGINE_H_
@@ -22,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +39,7 @@
 #include "chunkattn/v1/generation.pb.h"
 #include "config/model_config.h"
 #include "services/coordinator/output_processor.h"
+#include "services/coordinator/worker_group.h"
 #include "services/coordinator/worker_pool.h"
 #include "services/metrics/metrics.h"
 #include "services/scheduler/scheduler.h"
@@ -57,9 +67,10 @@ struct EngineOptions {
 class Engine {
  public:
   // `config` and `tokenizer` (may be null: token ids only) are borrowed;
-  // `metrics` too, and must outlive the engine.
+  // `metrics` too, and must outlive the engine. `workers` null: a WorkerPool
+  // over options.workers.
   Engine(EngineOptions options, const ModelConfig* config, const Tokenizer* tokenizer,
-         metrics::Registry* metrics);
+         metrics::Registry* metrics, std::unique_ptr<WorkerGroup> workers = nullptr);
   ~Engine();  // stops the loop; requests in flight end with UNAVAILABLE
 
   void Start();
@@ -119,6 +130,9 @@ class Engine {
   void Step();
   void Post(Command command);
   void FailAll(const absl::Status& status);
+  // A worker is shutting down and nothing runs: disconnect, keeping the queue.
+  void ReleaseWorkers();
+  void SetReady(bool ready);
   void UpdateGauges();
 
   EngineOptions options_;
@@ -145,11 +159,14 @@ class Engine {
   Snapshot snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
 
   // Loop thread only.
-  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<WorkerGroup> pool_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;
   int64_t preemptions_seen_ = 0;
+  // Queued requests kept for the next worker session (see ReleaseWorkers).
+  std::vector<std::pair<int64_t, RequestSpec>> held_;
+  absl::Time next_probe_ = absl::InfinitePast();
 
   // Metric series (owned by the registry).
   metrics::Counter* m_prompt_tokens_;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/grpc_status.h"
+#include "base/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "plan/plan_proto.h"
 
@@ -51,11 +52,12 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
   // Reconnect quickly once a restarted worker is back.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  options_.channel.Apply(&args);
   for (const std::string& address : options_.addresses) {
     auto rank = std::make_unique<Rank>();
     rank->address = address;
     rank->stub = internal::v1::Worker::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+        grpc::CreateCustomChannel(address, options_.channel.credentials, args));
     ranks_.push_back(std::move(rank));
   }
   if (options_.step_timeout != absl::InfiniteDuration()) watchdog_ = std::thread(&WorkerPool::Watchdog, this);
@@ -153,21 +155,27 @@ void WorkerPool::Disconnect() {
   connected_ = false;
 }
 
-absl::Status WorkerPool::Connect() {
-  Disconnect();
-  // A cheap probe first: joining blocks in the collective rendezvous until
-  // every rank is there, so do not start unless all of them answer.
+absl::Status WorkerPool::Probe() {
   for (auto& rank : ranks_) {
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(absl::Seconds(2)));
     options_.auth.Attach(&ctx);
-    internal::v1::StoreGetRequest req;
+    internal::v1::StoreGetRequest req;  // no keys: answered at once
     internal::v1::StoreGetResponse resp;
     grpc::Status s = rank->stub->StoreGet(&ctx, req, &resp);
     if (!s.ok()) {
       return absl::UnavailableError(absl::StrCat("worker ", rank->address, " is unreachable: ", s.error_message()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerPool::Connect() {
+  Disconnect();
+  draining_.clear();
+  // A cheap probe first: joining blocks in the collective rendezvous until
+  // every rank is there, so do not start unless all of them answer.
+  RETURN_IF_ERROR(Probe());
   std::mt19937_64 rng(std::random_device{}());
   const std::string session = absl::StrFormat("s%016x-%d", rng(), ++sessions_);
   const int n = world_size();
@@ -258,22 +266,29 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
                                                absl::FormatDuration(options_.step_timeout),
                                                " (--step_timeout_s): hung or overloaded"));
   }
-  absl::Status failure;
-  for (auto& rank : ranks_) {
-    if (rank->status.ok()) continue;
-    // The worker's own status says why (a step error, a lost connection);
-    // report the rank that failed first, not those cancelled after it.
-    grpc::Status s = rank->stream->Finish();
-    rank->stream.reset();
-    if (failure.ok() && rank.get() == first_failed_.load()) {
-      failure = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed: ",
-                                                    s.ok() ? "stream closed" : s.error_message()));
+  if (first_failed_.load() != nullptr) {
+    // Each failed worker's own status says why. Name first the ranks whose
+    // connection broke (a dead process), then those that reported an error
+    // (a rank whose collective lost the dead peer may answer first), and
+    // those we cancelled only when nothing else is known.
+    std::vector<std::string> lost, errors, cancelled;
+    for (auto& rank : ranks_) {
+      if (rank->status.ok()) continue;
+      const grpc::Status s = rank->stream->Finish();
+      rank->stream.reset();
+      const std::string what =
+          absl::StrCat("worker ", rank->address, " failed: ", s.ok() ? "stream closed" : s.error_message());
+      (s.error_code() == grpc::StatusCode::UNAVAILABLE ? lost
+       : s.error_code() == grpc::StatusCode::CANCELLED ? cancelled
+                                                       : errors)
+          .push_back(what);
     }
-  }
-  const bool any_failed = first_failed_.load() != nullptr;
-  if (any_failed || !failure.ok()) {
     Disconnect();
-    return failure.ok() ? absl::UnavailableError("a worker failed") : failure;
+    lost.insert(lost.end(), errors.begin(), errors.end());
+    return absl::UnavailableError(absl::StrJoin(lost.empty() ? cancelled : lost, "; "));
+  }
+  for (auto& rank : ranks_) {
+    if (rank->result.draining() && draining_.empty()) draining_ = rank->address;
   }
   StepResult result;
   FromProto(ranks_[0]->result, &result);

@@ -34,6 +34,7 @@
 #include "base/grpc_security.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "plan/step_plan.h"
+#include "services/coordinator/worker_group.h"
 
 namespace chunkattn {
 
@@ -45,6 +46,9 @@ struct WorkerPoolOptions {
   int64_t max_kv_chunks = 0;  // caps the pool; 0 = what the workers hold
   absl::Duration join_timeout = absl::Seconds(120);  // loading weights included
   TokenAuth auth;  // the worker token, sent on every call
+  // Plaintext, or TLS (a client certificate for the workers' mutual TLS, and
+  // the one name every worker's certificate carries).
+  ChannelSecurity channel;
   // Names this coordinator to the workers (they serve one at a time); empty =
   // drawn at random by the pool.
   std::string coordinator_id;
@@ -53,33 +57,43 @@ struct WorkerPoolOptions {
   absl::Duration step_timeout = absl::InfiniteDuration();
 };
 
-class WorkerPool {
+class WorkerPool final : public WorkerGroup {
  public:
   explicit WorkerPool(WorkerPoolOptions options);
-  ~WorkerPool();
+  ~WorkerPool() override;
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Probes every worker, then joins them all into a fresh session and opens
   // their plan streams. UNAVAILABLE while some worker is unreachable; the
   // worker's own status when a Join fails (a bad model path, say).
-  absl::Status Connect();
+  absl::Status Connect() override;
   // Cancels the streams; Connect() starts over.
-  void Disconnect();
+  void Disconnect() override;
   bool connected() const { return connected_; }
 
   // Runs one plan on every rank (converted to its wire form once) and
   // returns rank 0's result. The first plan after Connect() carries the pool
   // size. UNAVAILABLE (with the worker and its error) when any rank fails;
   // the pool is then disconnected.
-  absl::StatusOr<StepResult> Step(const StepPlan& plan);
+  absl::StatusOr<StepResult> Step(const StepPlan& plan) override;
 
-  int world_size() const { return static_cast<int>(options_.addresses.size()); }
-  int64_t num_chunks() const { return num_chunks_; }
-  int64_t chunk_bytes_total() const { return chunk_bytes_total_; }  // one chunk over all ranks
-  const std::string& dtype() const { return dtype_; }
-  const std::string& device() const { return device_; }
-  const std::string& kv_dtype() const { return kv_dtype_; }
+  // One cheap authenticated call to every rank (no session needed): OK while
+  // all answer, else UNAVAILABLE naming the first that does not (gone, or
+  // refusing because it is shutting down). For an idle coordinator, which
+  // has no step to notice a lost or draining worker by.
+  absl::Status Probe() override;
+  // The address of a rank that said in its last step result that it is
+  // shutting down (SIGTERM: it serves on until the coordinator releases it);
+  // empty if none.
+  const std::string& draining() const override { return draining_; }
+
+  int world_size() const override { return static_cast<int>(options_.addresses.size()); }
+  int64_t num_chunks() const override { return num_chunks_; }
+  int64_t chunk_bytes_total() const override { return chunk_bytes_total_; }  // one chunk over all ranks
+  const std::string& dtype() const override { return dtype_; }
+  const std::string& device() const override { return device_; }
+  const std::string& kv_dtype() const override { return kv_dtype_; }
 
  private:
   struct Rank;
@@ -103,6 +117,7 @@ class WorkerPool {
   std::string dtype_;
   std::string device_;
   std::string kv_dtype_;
+  std::string draining_;
   internal::v1::StepPlan wire_plan_;  // reused across steps
   std::atomic<Rank*> first_failed_{nullptr};
 

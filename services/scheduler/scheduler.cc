@@ -397,7 +397,7 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
     int64_t live_samples = 0;
     for (const auto& s : r->samples) live_samples += s.finished ? 0 : 1;
     if (batch_seqs + live_samples > options_.max_batch_size) break;
-    if (ShouldDefer(*r)) {
+    if (ShouldDefer(*r) || (!admitting_ && r->cached_prompt_tokens < 0)) {
       ++it;
       continue;
     }
@@ -641,6 +641,20 @@ void Scheduler::UpdatePeaks() {
     peak_used_ = used;
     peak_unshared_ = unshared;
   }
+}
+
+int64_t Scheduler::num_started() const {
+  int64_t n = 0;
+  for (const auto& [id, r] : requests_) n += r->running || r->cached_prompt_tokens >= 0;
+  return n;
+}
+
+std::vector<std::pair<RequestId, RequestSpec>> Scheduler::TakeQueued() {
+  std::vector<std::pair<RequestId, RequestSpec>> queued;
+  for (Request* r : waiting_) queued.emplace_back(r->id, std::move(r->spec));
+  waiting_.clear();
+  requests_.clear();
+  return queued;
 }
 
 std::vector<RequestId> Scheduler::RequestIds() const {

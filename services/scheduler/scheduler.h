@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -151,6 +152,16 @@ class Scheduler {
   // and appends one event per sampled token.
   absl::Status Complete(const StepResult& result, std::vector<SampleEvent>* events);
 
+  // While false, requests that never ran stay queued; running and preempted
+  // ones go on (the engine finishes what runs before its workers restart).
+  void set_admitting(bool admitting) { admitting_ = admitting; }
+  // Requests admitted at least once (running, or preempted to be recomputed).
+  int64_t num_started() const;
+  // Removes every request and returns them in admission order, to be Add()ed
+  // to the scheduler of the next worker session. REQUIRES: num_started() == 0
+  // and not between Schedule() and Complete().
+  std::vector<std::pair<RequestId, RequestSpec>> TakeQueued();
+
   bool HasWork() const { return !requests_.empty(); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // Ids of every request in flight (running or waiting), oldest first.
@@ -215,6 +226,7 @@ class Scheduler {
   uint64_t step_ = 0;
   bool in_step_ = false;
 
+  bool admitting_ = true;
   int64_t preemptions_ = 0;
   int64_t peak_used_ = 0;
   int64_t peak_unshared_ = 0;

@@ -6,6 +6,7 @@ and the CPU demo's rendered command lines run for real on 127.0.0.1.
 
 Run: /usr/bin/python3 tests/deploy/test_chart.py --build build [TestClass]
 """
+import base64
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'services'))
 import harness  # noqa: E402
+from test_security import make_pki  # noqa: E402
 
 RELEASE, NAMESPACE = 'rel', 'serving'
 VALUES_SETS = {
@@ -55,6 +57,10 @@ def render(values_args, *extra):
 
 def by_kind(docs, kind):
     return [d for d in docs if d['kind'] == kind]
+
+
+def secret_names(docs):
+    return sorted(d['metadata']['name'] for d in by_kind(docs, 'Secret'))
 
 
 def one(docs, kind, component=None):
@@ -185,7 +191,17 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertTrue(w['command'][0].endswith('/chunkattn-worker'))
         worker_port = port_of(w, 'grpc')
         self.assertEqual(wargs['listen'], '0.0.0.0:%d' % worker_port)
+        # The probes use the plaintext health port (the gRPC port speaks only TLS).
+        self.assertEqual(int(wargs['health_port']), port_of(w, 'health'))
+        for probe in ('livenessProbe', 'readinessProbe'):
+            self.assertEqual(w[probe]['grpc']['port'], port_of(w, 'health'), probe)
+        # A draining worker is not ready but alive: liveness must not restart it.
+        self.assertEqual(w['livenessProbe']['grpc']['service'], 'liveness')
+        self.assertEqual(w['readinessProbe']['grpc'].get('service', ''), '')
         self.assertEqual(wargs['device'], device)
+        # A worker's SIGTERM drain (running requests finish) fits its grace period.
+        wgrace = sts['spec']['template']['spec']['terminationGracePeriodSeconds']
+        self.assertGreaterEqual(wgrace, float(wargs['drain_timeout_s']) + 10)
         self.assertEqual(wargs['collective_host'], '$(POD_IP)')
         self.assertIn('POD_IP', {e['name'] for e in w['env']})
         headless = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') == 'None']
@@ -238,6 +254,28 @@ class LintAndTemplateTest(unittest.TestCase):
         token_secret = [d for d in by_kind(docs, 'Secret') if d['metadata']['name'] in secrets]
         self.assertEqual(len(token_secret), 1, 'the chart makes the worker token')
         self.assertGreaterEqual(len(next(iter(token_secret[0]['data'].values()))), 48)
+        # Mutual TLS on the worker port: the workers serve with the certificate and require
+        # client certificates of the CA; the coordinator shows the same certificate and checks
+        # the workers' against the CA, for the same name. One Secret, three keys.
+        self.assertEqual(args['worker_tls_server_name'], wargs['worker_tls_server_name'])
+        tls_secrets = set()
+        for x, vols, xargs, files in (
+                (c, volumes, args, {'worker_tls_ca_file': 'ca.crt', 'worker_tls_cert_file': 'tls.crt',
+                                    'worker_tls_key_file': 'tls.key'}),
+                (w, worker_volumes, wargs, {'tls_client_ca_file': 'ca.crt', 'tls_cert_file': 'tls.crt',
+                                            'tls_key_file': 'tls.key'})):
+            xmounts = {m['mountPath']: m['name'] for m in x['volumeMounts']}
+            for flag, key in files.items():
+                folder, file_name = os.path.split(xargs[flag])
+                self.assertEqual(file_name, key, flag)
+                self.assertIn(folder, xmounts, flag)
+                secret = vols[xmounts[folder]]['secret']
+                self.assertIn({'key': key, 'path': key}, secret['items'], flag)
+                tls_secrets.add(secret['secretName'])
+        self.assertEqual(len(tls_secrets), 1)
+        tls_secret = [d for d in by_kind(docs, 'Secret') if d['metadata']['name'] in tls_secrets]
+        self.assertEqual(len(tls_secret), 1, 'the chart makes the worker certificate')
+        self.assertEqual(set(tls_secret[0]['data']), {'ca.crt', 'tls.crt', 'tls.key'})
         self.assertTrue(args['model'] == wargs['model_root'] or
                         args['model'].startswith(wargs['model_root'].rstrip('/') + '/'),
                         (args['model'], wargs['model_root']))
@@ -301,15 +339,63 @@ class LintAndTemplateTest(unittest.TestCase):
 
     def test_worker_token_from_an_existing_secret_or_off(self):
         docs = render([], '--set', 'workerAuth.existingSecret=mine', '--set', 'workerAuth.secretKey=k')
-        self.assertEqual(by_kind(docs, 'Secret'), [])
+        self.assertEqual(secret_names(docs), ['rel-chunkattn-worker-tls'])  # no token Secret
         for workload in (one(docs, 'Deployment'), one(docs, 'StatefulSet')):
             volume = [v for v in workload['spec']['template']['spec']['volumes'] if v['name'] == 'worker-token'][0]
             self.assertEqual(volume['secret']['secretName'], 'mine')
             self.assertEqual(volume['secret']['items'], [{'key': 'k', 'path': 'token'}])
         docs = render([], '--set', 'workerAuth.enabled=false')
-        self.assertEqual(by_kind(docs, 'Secret'), [])
+        self.assertEqual(secret_names(docs), ['rel-chunkattn-worker-tls'])
         for workload in (one(docs, 'Deployment'), one(docs, 'StatefulSet')):
             self.assertNotIn('worker_token_file', parse_args(container(workload)['args']))
+
+    def openssl(self, folder, *args):
+        r = subprocess.run(['openssl'] + list(args), cwd=folder, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, (args, r.stderr))
+        return r.stdout
+
+    def test_worker_certificate(self):
+        """The chart's CA signs one certificate for workerTls.serverName, good as a server and a
+        client certificate; both components check that name."""
+        for name in ('chunkattn-worker', 'workers.internal'):
+            with self.subTest(serverName=name):
+                docs = render([], '--set', 'workerTls.serverName=' + name)
+                secret = [s for s in by_kind(docs, 'Secret') if s['metadata']['name'] == 'rel-chunkattn-worker-tls']
+                self.assertEqual(len(secret), 1)
+                self.assertEqual(secret[0]['type'], 'kubernetes.io/tls')
+                tmp = harness.temp_dir('chunkattn-worker-tls-', self.addCleanup)
+                for key, value in secret[0]['data'].items():
+                    with open(os.path.join(tmp, key), 'wb') as f:
+                        f.write(base64.b64decode(value))
+                for purpose in ('sslserver', 'sslclient'):
+                    self.assertIn('tls.crt: OK',
+                                  self.openssl(tmp, 'verify', '-CAfile', 'ca.crt', '-purpose', purpose, 'tls.crt'))
+                self.assertIn('DNS:' + name,
+                              self.openssl(tmp, 'x509', '-in', 'tls.crt', '-noout', '-ext', 'subjectAltName'))
+                self.assertEqual(self.openssl(tmp, 'x509', '-in', 'tls.crt', '-noout', '-pubkey'),
+                                 self.openssl(tmp, 'pkey', '-in', 'tls.key', '-pubout'))
+                self.assertEqual(parse_args(container(one(docs, 'Deployment'))['args'])['worker_tls_server_name'], name)
+                self.assertEqual(parse_args(container(one(docs, 'StatefulSet'))['args'])['worker_tls_server_name'], name)
+
+    def test_worker_tls_from_an_existing_secret_or_off(self):
+        docs = render([], '--set', 'workerTls.existingSecret=mine')
+        self.assertEqual(secret_names(docs), ['rel-chunkattn-worker-token'])  # no certificate Secret
+        for workload in (one(docs, 'Deployment'), one(docs, 'StatefulSet')):
+            volume = [v for v in workload['spec']['template']['spec']['volumes'] if v['name'] == 'worker-tls'][0]
+            self.assertEqual(volume['secret']['secretName'], 'mine')
+            self.assertEqual({i['key'] for i in volume['secret']['items']}, {'ca.crt', 'tls.crt', 'tls.key'})
+        self.assertIn('worker_tls_ca_file', parse_args(container(one(docs, 'Deployment'))['args']))
+        self.assertIn('tls_client_ca_file', parse_args(container(one(docs, 'StatefulSet'))['args']))
+        docs = render([], '--set', 'workerTls.enabled=false')
+        self.assertEqual(secret_names(docs), ['rel-chunkattn-worker-token'])
+        deploy, sts = one(docs, 'Deployment'), one(docs, 'StatefulSet')
+        args, wargs = parse_args(container(deploy)['args']), parse_args(container(sts)['args'])
+        self.assertEqual([a for a in args if a.startswith('worker_tls_')], [])
+        self.assertEqual([a for a in wargs if 'tls' in a], [])
+        self.assertIn('health_port', wargs)  # the probes' port either way
+        for workload in (deploy, sts):
+            self.assertNotIn('worker-tls', {v['name'] for v in workload['spec']['template']['spec']['volumes']})
+            self.assertNotIn('worker-tls', {m['name'] for m in container(workload)['volumeMounts']})
 
     def test_metrics_token_from_a_secret(self):
         docs = render([], '--set', 'metrics.auth.existingSecret=mt', '--set', 'metrics.serviceMonitor.enabled=true')
@@ -353,9 +439,15 @@ class LintAndTemplateTest(unittest.TestCase):
             ('--set', 'auth.secretKey=../x', 'secretKey'),
             ('--set', 'workerAuth.secretKey=a/b', 'secretKey'),
             ('--set', 'coordinator.drainTimeoutSeconds=-1', 'drainTimeoutSeconds'),
+            ('--set', 'worker.drainTimeoutSeconds=90000', 'drainTimeoutSeconds'),
             ('--set-string', 'workerAuth.enabled=yes', 'enabled'),
             ('--set', 'podDisruptionBudget.maxUnavailable=abc', 'maxUnavailable'),
             ('--set', 'worker.updateStrategy=Recreate', 'updateStrategy'),
+            ('--set', 'worker.healthPort=0', 'healthPort'),
+            ('--set-string', 'workerTls.enabled=yes', 'enabled'),
+            ('--set', 'workerTls.serverName=Bad_Name', 'serverName'),
+            ('--set', 'workerTls.serverName=', 'serverName'),
+            ('--set', 'workerTls.certificate=x', 'certificate'),  # a typo is not ignored
         ]
         for flag, value, field in cases:
             r = helm('template', RELEASE, '.', flag, value)
@@ -440,12 +532,21 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
         token_file = os.path.join(tmp.name, 'token')
         with open(token_file, 'w') as f:
             f.write('rendered-secret\n')
+        # A PKI of the test's own stands in for the chart's certificate Secret: a certificate
+        # for the same name (the rendered --worker_tls_server_name is kept).
+        _, pki = make_pki(self.addCleanup)
+        worker_health_ports = [harness.free_port() for _ in range(tp)]
+        self.assertIn('tls_client_ca_file', parse_args(worker['args']))
         for i in range(tp):
             argv = [harness.bin_path('chunkattn-worker')] + local(worker['args'], {
                 'listen': '--listen=127.0.0.1:%d' % cluster.worker_ports[i],
+                'health_port': '--health_port=%d' % worker_health_ports[i],
                 'collective_host': '--collective_host=127.0.0.1',
                 'model_root': '--model_root=' + harness.model_dir(),
                 'worker_token_file': '--worker_token_file=' + token_file,
+                'tls_cert_file': '--tls_cert_file=' + pki['worker.pem'],
+                'tls_key_file': '--tls_key_file=' + pki['worker.key'],
+                'tls_client_ca_file': '--tls_client_ca_file=' + pki['ca.pem'],
             })
             cluster.workers[i] = harness.Process('rendered-worker%d' % i, argv).start()
         argv = [harness.bin_path('chunkattn-coordinator')] + local(coordinator['args'], {
@@ -456,6 +557,9 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
             'workers': '--workers=' + ','.join('127.0.0.1:%d' % p for p in cluster.worker_ports),
             'model': '--model=' + harness.model_dir(),
             'worker_token_file': '--worker_token_file=' + token_file,
+            'worker_tls_ca_file': '--worker_tls_ca_file=' + pki['ca.pem'],
+            'worker_tls_cert_file': '--worker_tls_cert_file=' + pki['worker.pem'],
+            'worker_tls_key_file': '--worker_tls_key_file=' + pki['worker.key'],
         })
         cluster.coordinator = harness.Process('rendered-coordinator', argv).start()
         cluster.channel = cluster.open_channel()
@@ -467,6 +571,13 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
             self.assertEqual(harness.health(probe, service='liveness'), harness.SERVING)
         finally:
             probe.close()
+        for port in worker_health_ports:  # the workers' probes, in plaintext
+            worker_probe = harness.grpc.insecure_channel('127.0.0.1:%d' % port)
+            try:
+                self.assertEqual(harness.health(worker_probe), harness.SERVING)
+                self.assertEqual(harness.health(worker_probe, service='liveness'), harness.SERVING)
+            finally:
+                worker_probe.close()
         info = cluster.model_info()
         self.assertEqual(info.tensor_parallel_size, tp)
         self.assertEqual(info.chunk_size, 64)

@@ -120,7 +120,7 @@ class DockerfileTest(unittest.TestCase):
         security = self.values['podSecurityContext']
         expected_ports = {
             'coordinator': {self.values['coordinator'][k] for k in ('grpcPort', 'metricsPort', 'healthPort')},
-            'worker': {self.values['worker']['port']},
+            'worker': {self.values['worker'][k] for k in ('port', 'healthPort')},
         }
         for component in DOCKERFILES:
             steps = dockerfile(component)

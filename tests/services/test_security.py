@@ -19,23 +19,32 @@ def openssl(*args, cwd):
     subprocess.run(['openssl'] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
+WORKER_TLS_NAME = 'chunkattn-worker'  # the workers' and the coordinator's --worker_tls_server_name default
+
+
 def make_pki(add_cleanup=None):
-    """A CA, a server certificate for localhost / 127.0.0.1 and a client
-    certificate, all signed by the CA, in a new folder (removed by
-    add_cleanup, and at exit in any case). Returns (folder, {name: path})."""
+    """A CA, a server certificate for localhost / 127.0.0.1, a client
+    certificate, and a worker certificate for the name every worker is
+    checked against (WORKER_TLS_NAME: it serves as server and client
+    certificate, as the chart's does), all signed by the CA, in a new folder
+    (removed by add_cleanup, and at exit in any case). Returns
+    (folder, {name: path})."""
     folder = harness.temp_dir('chunkattn-pki-', add_cleanup)
     openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=test-ca',
             '-keyout', 'ca.key', '-out', 'ca.pem', cwd=folder)
     with open(os.path.join(folder, 'san.ext'), 'w') as f:
         f.write('subjectAltName=DNS:localhost,IP:127.0.0.1\n')
-    for name in ('server', 'client'):
+    with open(os.path.join(folder, 'worker.ext'), 'w') as f:
+        f.write('subjectAltName=DNS:%s\n' % WORKER_TLS_NAME)
+    for name, ext in (('server', 'san.ext'), ('client', 'san.ext'), ('worker', 'worker.ext')):
         openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=%s' % name,
                 '-keyout', '%s.key' % name, '-out', '%s.csr' % name, cwd=folder)
         openssl('x509', '-req', '-in', '%s.csr' % name, '-CA', 'ca.pem', '-CAkey', 'ca.key',
-                '-CAcreateserial', '-days', '2', '-extfile', 'san.ext', '-out', '%s.pem' % name,
+                '-CAcreateserial', '-days', '2', '-extfile', ext, '-out', '%s.pem' % name,
                 cwd=folder)
     return folder, {n: os.path.join(folder, n) for n in
-                    ('ca.pem', 'server.pem', 'server.key', 'client.pem', 'client.key')}
+                    ('ca.pem', 'server.pem', 'server.key', 'client.pem', 'client.key',
+                     'worker.pem', 'worker.key')}
 
 
 def read(path):
@@ -418,6 +427,114 @@ class WorkerTrustTest(harness.ServiceTestCase):
                          what='the first coordinator back')
 
 
+class WorkerMutualTlsTest(harness.ServiceTestCase):
+    """The worker port over mutual TLS, as the chart runs it: every worker
+    serves with one certificate (SAN WORKER_TLS_NAME), which is also the
+    client certificate the ranks show rank 0's rendezvous store and the one
+    the coordinator shows the workers; the worker token on top. A caller
+    without a certificate the CA signed is refused at the handshake, before
+    any token is looked at."""
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.tmp, cls.pki = make_pki(cls.addClassCleanup)
+        cls.token_file = write_file(cls.tmp, 'worker-token', WORKER_TOKEN + '\n')
+        cls.worker_args = ['--tls_cert_file', cls.pki['worker.pem'], '--tls_key_file', cls.pki['worker.key'],
+                           '--tls_client_ca_file', cls.pki['ca.pem'], '--worker_token_file', cls.token_file]
+        cls.cluster = cls.start_cluster('worker-mtls', tp=2, worker_args=cls.worker_args,
+                                        coordinator_args=cls.coordinator_args(client_certificate=True))
+
+    @classmethod
+    def coordinator_args(cls, client_certificate):
+        args = ['--worker_tls_ca_file', cls.pki['ca.pem'], '--worker_token_file', cls.token_file]
+        if client_certificate:
+            args += ['--worker_tls_cert_file', cls.pki['worker.pem'], '--worker_tls_key_file', cls.pki['worker.key']]
+        return args
+
+    def worker_channel(self, rank, credentials=None):
+        """A channel to a worker's port: plaintext without credentials, else TLS
+        checking the workers' name."""
+        target = '127.0.0.1:%d' % self.cluster.worker_ports[rank]
+        if credentials is None:
+            channel = grpc.insecure_channel(target)
+        else:
+            channel = grpc.secure_channel(target, credentials,
+                                          options=[('grpc.ssl_target_name_override', WORKER_TLS_NAME)])
+        self.addCleanup(channel.close)
+        return channel
+
+    def credentials(self, pki):
+        """Trusts this class's CA; shows pki's worker certificate."""
+        return grpc.ssl_channel_credentials(root_certificates=read(self.pki['ca.pem']),
+                                            private_key=read(pki['worker.key']),
+                                            certificate_chain=read(pki['worker.pem']))
+
+    def store_get(self, channel):
+        """A StoreGet with the token and no keys (answered at once)."""
+        stub = harness.wpb_grpc.WorkerStub(channel)
+        return stub.StoreGet(harness.wpb.StoreGetRequest(), timeout=10,
+                             metadata=(('authorization', 'Bearer ' + WORKER_TOKEN),))
+
+    def assert_refused(self, channel):
+        with self.assertRaises(grpc.RpcError) as e:
+            self.store_get(channel)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, e.exception.details())
+
+    def test_serves_with_both_ranks_over_mutual_tls(self):
+        # Two ranks: rank 1 (and rank 0) met in rank 0's store over TLS, with certificates.
+        self.assertEqual(self.cluster.model_info().tensor_parallel_size, 2)
+        req = harness.make_request(prompt_ids=harness.random_ids(random.Random(11), 40), max_new_tokens=4,
+                                   ignore_eos=True, namespace=harness.fresh_namespace('worker-mtls'))
+        samples = self.cluster.generate(req, timeout=60)
+        self.assertEqual(len(samples[0].tokens), 4)
+        for rank, worker in enumerate(self.cluster.workers):
+            self.assertIn('(mutual TLS, ', read(worker.log_path).decode(), rank)
+            self.store_get(self.worker_channel(rank, self.credentials(self.pki)))  # the CA's certificate passes
+        self.assertIn('worker(s) over mutual TLS', read(self.cluster.coordinator.log_path).decode())
+
+    def test_plaintext_caller_is_refused(self):
+        for rank in (0, 1):
+            channel = self.worker_channel(rank)
+            self.assert_refused(channel)
+            self.assertIsNone(harness.health(channel), 'health over plaintext on a TLS port')
+
+    def test_certificate_of_another_ca_is_refused(self):
+        _, other = make_pki(self.addCleanup)
+        self.assert_refused(self.worker_channel(0, self.credentials(other)))
+        # No client certificate at all.
+        self.assert_refused(self.worker_channel(
+            1, grpc.ssl_channel_credentials(root_certificates=read(self.pki['ca.pem']))))
+        # A worker of the other CA is not trusted either (the client checks the server too).
+        self.assert_refused(self.worker_channel(0, grpc.ssl_channel_credentials(
+            root_certificates=read(other['ca.pem']), private_key=read(self.pki['worker.key']),
+            certificate_chain=read(self.pki['worker.pem']))))
+        self.assertEqual(harness.health(self.cluster.channel), SERVING)
+
+    def test_coordinator_without_client_certificate_never_joins(self):
+        """Its handshake fails, so it stays NOT_SERVING (a bounded wait); the
+        same worker then takes a coordinator with the certificate."""
+        cluster = harness.Cluster('worker-mtls-nocert', tp=1, worker_args=self.worker_args,
+                                  coordinator_args=self.coordinator_args(client_certificate=False))
+        type(self).clusters = type(self).clusters + [cluster]
+        cluster.worker_ports = [harness.free_port()]
+        cluster.port, cluster.metrics_port = harness.free_port(), harness.free_port()
+        worker = cluster.start_worker(0)
+        harness.wait_for(lambda: 'listening' in worker.log_tail() or None, 30, what='the worker to listen')
+        cluster.coordinator = harness.Process('worker-mtls-nocert-coordinator', cluster.coordinator_argv()).start()
+        cluster.channel = cluster.open_channel()
+        harness.wait_for(lambda: 'waiting for the workers' in cluster.coordinator.log_tail() or None, 30,
+                         what='the coordinator to fail to reach the worker')
+        # StartupError (not caught) if a process exits meanwhile.
+        self.assertRaisesRegex(AssertionError, 'did not become SERVING', cluster.wait_health, SERVING, 10)
+        self.assertTrue(worker.alive())
+        cluster.coordinator.stop()
+        cluster.channel.close()
+        cluster.coordinator_args = self.coordinator_args(client_certificate=True)
+        cluster.coordinator = harness.Process('worker-mtls-cert-coordinator', cluster.coordinator_argv()).start()
+        cluster.channel = cluster.open_channel()
+        cluster.wait_health(SERVING, harness.STARTUP_TIMEOUT_S)
+
+
 class BadSecurityFlagsTest(unittest.TestCase):
     """Wrong TLS / token flags stop the coordinator at start with a message."""
 
@@ -471,6 +588,36 @@ class BadSecurityFlagsTest(unittest.TestCase):
         for args, message in worker_cases:
             r = subprocess.run([harness.bin_path('chunkattn-worker'), '--listen', '127.0.0.1:0'] + args,
                                capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(message, r.stderr, args)
+
+    def test_worker_tls_flags_rejected(self):
+        """The worker port's TLS flags, on the worker and the coordinator."""
+        tmp = harness.temp_dir('chunkattn-badsec-', self.addCleanup)
+        not_pem = write_file(tmp, 'not.pem', 'hello\n')
+        missing = os.path.join(tmp, 'missing')
+        worker_cases = [
+            (['--tls_cert_file', not_pem], 'go together'),
+            (['--tls_key_file', not_pem], 'go together'),
+            (['--tls_client_ca_file', not_pem], 'needs --tls_cert_file'),
+            (['--tls_cert_file', not_pem, '--tls_key_file', not_pem], 'no PEM block'),
+            (['--tls_cert_file', missing, '--tls_key_file', not_pem], 'cannot read'),
+            (['--health_port', '70000'], '--health_port'),
+        ]
+        for args, message in worker_cases:
+            r = subprocess.run([harness.bin_path('chunkattn-worker'), '--listen', '127.0.0.1:0'] + args,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(message, r.stderr, args)
+        coordinator_cases = [
+            (['--worker_tls_cert_file', not_pem, '--worker_tls_key_file', not_pem], 'need --worker_tls_ca_file'),
+            (['--worker_tls_ca_file', not_pem, '--worker_tls_cert_file', not_pem],
+             '--worker_tls_cert_file and --worker_tls_key_file go together'),
+            (['--worker_tls_ca_file', not_pem], '--worker_tls_ca_file: %s holds no PEM block' % not_pem),
+            (['--worker_tls_ca_file', missing], '--worker_tls_ca_file: cannot read'),
+        ]
+        for args, message in coordinator_cases:
+            r = self.start(*args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn(message, r.stderr, args)
 

@@ -2,8 +2,9 @@
 health goes NOT_SERVING, and serving resumes once the worker is back on its
 port. A hung (SIGSTOPped) worker fails the step within --step_timeout_s and
 serving resumes after SIGCONT. SIGTERM drains a coordinator (readiness off,
-new requests refused, running ones finished within --drain_timeout_s) and
-ends a worker within a bound, also with a stream in flight."""
+new requests refused, running ones finished within --drain_timeout_s) and a
+worker (running requests finished, queued ones kept until it is back), each
+within a bound."""
 import random
 import signal
 import threading
@@ -187,32 +188,112 @@ class DrainTest(harness.ServiceTestCase):
         self.assertIn('drain timeout', c.coordinator.log_tail())
 
 
-class ShutdownTest(harness.ServiceTestCase):
+class WorkerDrainTest(harness.ServiceTestCase):
+    """SIGTERM on a worker (a rolling update): the running requests finish,
+    nothing new starts, the coordinator lets the worker go and keeps its queue
+    until the workers are back; nothing fails. An idle coordinator lets a
+    draining worker go at once."""
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('shutdown', tp=1)
+        cls.cluster = cls.start_cluster('worker-drain', tp=2)
+
+    def stream(self, seed, max_new_tokens, results, started=None):
+        """Runs one greedy request on this thread: results[seed] = (ids, finish, code)."""
+        ids, finish = [], None
+        try:
+            for r in self.cluster.stub.Generate(harness.make_request(
+                    prompt_ids=harness.random_ids(random.Random(seed), 40), temperature=0.0,
+                    max_new_tokens=max_new_tokens, ignore_eos=True), timeout=120):
+                ids += list(r.token_ids)
+                if started is not None:
+                    started.set()
+                if r.finish_reason != harness.pb.FINISH_REASON_UNSPECIFIED:
+                    finish = r.finish_reason
+            results[seed] = (ids, finish, None)
+        except grpc.RpcError as e:
+            results[seed] = (ids, finish, e.code())
+        finally:
+            if started is not None:
+                started.set()
+
+    def test_sigterm_finishes_the_running_and_keeps_the_queued(self):
+        c = self.cluster
+        # References first, undisturbed (greedy: the same tokens afterwards).
+        reference = {}
+        for seed, n in ((1, 600), (2, 600), (3, 20)):
+            self.stream(seed, n, reference)
+        results = {}
+        threads = []
+        for seed in (1, 2):
+            started = threading.Event()
+            threads.append(threading.Thread(target=self.stream, args=(seed, 600, results, started), daemon=True))
+            threads[-1].start()
+            self.assertTrue(started.wait(60))
+        worker = c.workers[1]
+        worker.proc.send_signal(signal.SIGTERM)
+        harness.wait_for(lambda: 'worker: draining' in worker.log_tail(), 10, what='the worker draining')
+        # Sent while the worker drains: queued, not started, not failed.
+        late = threading.Thread(target=self.stream, args=(3, 20, results), daemon=True)
+        late.start()
+        self.assertEqual(worker.proc.wait(timeout=60), 0, worker.log_tail())
+        self.assertIn('worker: released', worker.log_tail())
+        for t in threads:
+            t.join(60)
+        self.assertEqual(results.get(1), reference[1])
+        self.assertEqual(results.get(2), reference[2])
+        self.assertNotIn(3, results, 'the queued request ended while the workers were away')
+        c.wait_health(harness.NOT_SERVING, timeout=10, check_alive=False)
+        self.assertIn('queued request(s) wait for them to re-join', c.coordinator.log_tail())
+
+        c.start_worker(1)
+        c.wait_health(harness.SERVING, timeout=30)
+        late.join(60)
+        self.assertEqual(results.get(3), reference[3])
+
+    def test_an_idle_coordinator_lets_a_draining_worker_go_at_once(self):
+        c = self.cluster
+        c.wait_health(harness.SERVING, timeout=30)
+        worker = c.workers[0]
+        started = time.monotonic()
+        worker.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(worker.proc.wait(timeout=20), 0, worker.log_tail())
+        # The coordinator's idle probe runs every second.
+        self.assertLess(time.monotonic() - started, 5, 'the worker waited out its drain timeout')
+        self.assertIn('worker: released', worker.log_tail())
+        c.wait_health(harness.NOT_SERVING, timeout=5, check_alive=False)
+        c.start_worker(0)
+        c.wait_health(harness.SERVING, timeout=30)
+        out = c.generate(harness.make_request(prompt_ids=[5, 6, 7], max_new_tokens=4, ignore_eos=True))[0]
+        self.assertEqual(out.finish_reason, harness.pb.FINISH_REASON_LENGTH)
+
+
+class ShutdownTest(harness.ServiceTestCase):
+    """Bounds: a worker whose coordinator does not let go within its
+    --drain_timeout_s stops anyway (the stream in flight ends UNAVAILABLE);
+    a coordinator stops within a bound on SIGINT."""
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('shutdown', tp=1, worker_args=['--drain_timeout_s', '1'])
 
     def test_sigterm_with_a_stream_in_flight(self):
         c = self.cluster
         call = c.stub.Generate(harness.make_request(
-            prompt_ids=harness.random_ids(random.Random(3), 100), temperature=0.0, max_new_tokens=2000,
+            prompt_ids=harness.random_ids(random.Random(3), 100), temperature=0.0, max_new_tokens=3000,
             ignore_eos=True), timeout=60)
         responses = iter(call)
         next(responses)  # the stream is running, and with it the worker's plan stream
-        # The worker first: its plan stream stays open as long as the
-        # coordinator holds it, so only a bounded shutdown lets it exit.
         worker = c.workers[0]
         started = time.monotonic()
         worker.proc.send_signal(signal.SIGTERM)
         self.assertEqual(worker.proc.wait(timeout=20), 0, worker.log_tail())
         self.assertLess(time.monotonic() - started, 10, 'the worker took too long to stop')
-        self.assertIn('worker: shutting down', worker.log_tail())
-        try:  # finished within the worker's grace period, or cut off with it
+        self.assertIn('worker: drain timeout, shutting down', worker.log_tail())
+        with self.assertRaises(grpc.RpcError) as e:
             for _ in responses:
                 pass
-        except grpc.RpcError as e:
-            self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, e.exception.details())
 
         started = time.monotonic()
         c.coordinator.proc.send_signal(signal.SIGINT)

@@ -39,9 +39,8 @@ namespace {
 class GrpcStore : public gloo::rendezvous::Store {
  public:
   GrpcStore(const std::string& address, std::string prefix, std::chrono::milliseconds timeout,
-            const TokenAuth* auth)
-      : stub_(internal::v1::Worker::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+            const TokenAuth* auth, const ChannelSecurity& security)
+      : stub_(internal::v1::Worker::NewStub(OpenChannel(address, security))),
         prefix_(std::move(prefix)),
         timeout_(timeout),
         auth_(auth) {}
@@ -71,6 +70,12 @@ class GrpcStore : public gloo::rendezvous::Store {
   }
 
  private:
+  static std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address, const ChannelSecurity& security) {
+    grpc::ChannelArguments args;
+    security.Apply(&args);
+    return grpc::CreateCustomChannel(address, security.credentials, args);
+  }
+
   std::vector<std::string> Get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
     internal::v1::StoreGetRequest req;
     for (const auto& k : keys) req.add_keys(prefix_ + k);
@@ -160,8 +165,27 @@ grpc::Status WorkerService::ClaimOwnership(const std::string& coordinator) {
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::Draining() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this worker is shutting down (SIGTERM)");
+}
+
+void WorkerService::BeginDrain() { draining_ = true; }
+
+bool WorkerService::AwaitReleased(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (session_ == nullptr || session_->streams.load() == 0) return true;
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));  // once, at shutdown: polling is enough
+  }
+}
+
 grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest* req, JoinResponse* resp) {
   if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
+  if (draining_) return Draining();
   auto fail = [](const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); };
   if (req->session().empty() || req->session().size() > 256) return fail("session must be 1 to 256 bytes");
   if (req->coordinator().empty() || req->coordinator().size() > 256) {
@@ -255,7 +279,8 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   std::shared_ptr<GrpcStore> store;
   if (req->world_size() > 1) {
     store = std::make_shared<GrpcStore>(req->rendezvous(), req->session() + "/",
-                                        std::chrono::milliseconds(timeout_ms), &options_.auth);
+                                        std::chrono::milliseconds(timeout_ms), &options_.auth,
+                                        options_.peer_channel);
   }
 
   if (options_.device.cuda) {
@@ -419,6 +444,7 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
       return ToGrpcStatus(status);
     }
     ToProto(result, &wire_result);
+    wire_result.set_draining(draining_);
     if (!stream->Write(wire_result)) break;
   }
   return grpc::Status::OK;
@@ -427,6 +453,7 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
 grpc::Status WorkerService::StoreSet(grpc::ServerContext* context, const internal::v1::StoreSetRequest* req,
                                      internal::v1::StoreSetResponse*) {
   if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
+  if (draining_) return Draining();
   const std::string& key = req->key();
   if (key.empty() || key.size() > kMaxStoreKeyBytes) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -458,6 +485,7 @@ grpc::Status WorkerService::StoreSet(grpc::ServerContext* context, const interna
 grpc::Status WorkerService::StoreGet(grpc::ServerContext* context, const internal::v1::StoreGetRequest* req,
                                      internal::v1::StoreGetResponse* resp) {
   if (absl::Status auth = options_.auth.Check(*context); !auth.ok()) return ToGrpcStatus(auth);
+  if (draining_) return Draining();
   if (req->keys_size() > kMaxStoreKeysPerGet) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                    absl::StrFormat("at most %d keys per StoreGet, got %d", kMaxStoreKeysPerGet, req->keys_size()));

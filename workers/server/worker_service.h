@@ -5,7 +5,8 @@
 // stream that runs it, and the rendezvous store the group's ranks meet
 // through (rank 0's is used).
 //
-// Trust: with a worker token every RPC but health is authenticated; a worker
+// Trust: with a worker token every RPC but health is authenticated (the
+// transport, TLS or mutual TLS, is the server's, set up in worker_main); a worker
 // serves one coordinator (JoinRequest.coordinator) while that one is live and
 // refuses others; models load only from under --model_root; the store is
 // bounded (keys, bytes, waiters), so no caller can grow this process without
@@ -19,6 +20,7 @@
 #ifndef CHUNKATTN_WORKERS_SERVER_WORKER_SERVICE_H_
 #define CHUNKATTN_WORKERS_SERVER_WORKER_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,6 +50,9 @@ struct WorkerOptions {
   std::string collective_host = "127.0.0.1";  // the address peers reach this rank's collectives at
   TokenAuth auth;          // the worker token every caller (coordinator, peers) must send
   std::string model_root;  // Join's model must resolve under it; empty = anywhere
+  // How this rank calls rank 0's rendezvous store: plaintext, or TLS with
+  // this worker's own certificate as its client certificate.
+  ChannelSecurity peer_channel;
 };
 
 // The store's bounds: far above what a rendezvous needs (a few small keys per
@@ -77,6 +82,15 @@ class WorkerService final : public internal::v1::Worker::Service {
   grpc::Status StoreGet(grpc::ServerContext* context, const internal::v1::StoreGetRequest* request,
                         internal::v1::StoreGetResponse* response) override;
 
+  // Graceful shutdown (SIGTERM): from now on Join and the store refuse with
+  // UNAVAILABLE and every step result says `draining`, while the plan stream
+  // is served on, so the coordinator finishes its running requests and then
+  // releases this worker by closing the stream.
+  void BeginDrain();
+  // True once no plan stream is open (released, or none was), false when
+  // `timeout` passed first. Blocks the caller.
+  bool AwaitReleased(absl::Duration timeout);
+
  private:
   struct Session;
 
@@ -85,6 +99,7 @@ class WorkerService final : public internal::v1::Worker::Service {
   // Refuses a Join by another coordinator while the owner is live, else makes
   // the caller the owner. `joining` counts Joins in flight (they hold it).
   grpc::Status ClaimOwnership(const std::string& coordinator);
+  static grpc::Status Draining();
   grpc::Status JoinCuda(const internal::v1::JoinRequest& req, Session* session,
                         const std::shared_ptr<gloo::rendezvous::Store>& store, uint32_t timeout_ms,
                         int64_t chunk_bytes);
@@ -93,6 +108,7 @@ class WorkerService final : public internal::v1::Worker::Service {
   cpu::ThreadPool pool_;
   std::string device_name_;  // reported at Join: "cpu", "cuda:0 (NVIDIA H100 ...)"
 
+  std::atomic<bool> draining_{false};
   absl::Mutex mu_;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
   std::string owner_ ABSL_GUARDED_BY(mu_);  // the coordinator served; empty = none yet

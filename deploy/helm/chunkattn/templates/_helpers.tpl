@@ -102,6 +102,59 @@ app.kubernetes.io/component: worker
 {{- end }}
 {{- end -}}
 
+{{/* The Secret with the worker port's CA and certificate: the user's, or the chart's own. */}}
+{{- define "chunkattn.workerTlsSecret" -}}
+{{- .Values.workerTls.existingSecret | default (printf "%s-worker-tls" (include "chunkattn.fullname" .)) -}}
+{{- end -}}
+
+{{/* Where both components find it, and its flags: the workers serve with the certificate and
+     require client certificates the CA signed; the coordinator and the ranks (calling rank 0's
+     rendezvous store) show the same certificate and check the workers' against the CA. */}}
+{{- define "chunkattn.workerTlsDir" -}}/etc/chunkattn/worker-tls{{- end -}}
+
+{{- define "chunkattn.workerTlsVolume" -}}
+{{- if .Values.workerTls.enabled -}}
+- name: worker-tls
+  secret:
+    secretName: {{ include "chunkattn.workerTlsSecret" . }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
+{{- end -}}
+
+{{- define "chunkattn.workerTlsMount" -}}
+{{- if .Values.workerTls.enabled -}}
+- name: worker-tls
+  mountPath: {{ include "chunkattn.workerTlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "chunkattn.workerTlsWorkerArgs" -}}
+{{- if .Values.workerTls.enabled -}}
+{{- $dir := include "chunkattn.workerTlsDir" . -}}
+- --tls_cert_file={{ $dir }}/tls.crt
+- --tls_key_file={{ $dir }}/tls.key
+- --tls_client_ca_file={{ $dir }}/ca.crt
+- --worker_tls_server_name={{ .Values.workerTls.serverName }}
+{{- end }}
+{{- end -}}
+
+{{- define "chunkattn.workerTlsCoordinatorArgs" -}}
+{{- if .Values.workerTls.enabled -}}
+{{- $dir := include "chunkattn.workerTlsDir" . -}}
+- --worker_tls_ca_file={{ $dir }}/ca.crt
+- --worker_tls_cert_file={{ $dir }}/tls.crt
+- --worker_tls_key_file={{ $dir }}/tls.key
+- --worker_tls_server_name={{ .Values.workerTls.serverName }}
+{{- end }}
+{{- end -}}
+
 {{/* Rank order: worker-0 is rank 0 (it also serves the collectives' rendezvous). */}}
 {{- define "chunkattn.workerAddresses" -}}
 {{- $worker := include "chunkattn.worker.fullname" . -}}
