@@ -118,9 +118,15 @@ int64_t Engine::Submit(EngineRequest request, std::shared_ptr<ResponseSink> sink
 
 bool Engine::Drain(absl::Duration timeout) {
   draining_ = true;
-  absl::MutexLock lock(&inbox_mu_);
-  auto quiet = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return idle_ && inbox_.empty(); };
-  return inbox_mu_.AwaitWithTimeout(absl::Condition(&quiet), timeout);
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    auto quiet = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return idle_ && inbox_.empty(); };
+    if (!inbox_mu_.AwaitWithTimeout(absl::Condition(&quiet), timeout)) return false;
+  }
+  // The loop is done; the output thread may still be sending the last
+  // responses (found by the engine's TSan test).
+  output_->Flush();
+  return true;
 }
 
 void Engine::Cancel(int64_t id) { Post(Command{Command::kCancel, id, 0, {}, nullptr}); }

@@ -92,8 +92,8 @@ class Engine {
 
   // Graceful shutdown, first half (SIGTERM): from now on Submit refuses with
   // UNAVAILABLE; what was submitted before runs on. True once nothing is left
-  // to run, false when `timeout` passed first (Stop() then ends the rest with
-  // UNAVAILABLE). Blocks the caller.
+  // to run and every response is with its sink, false when `timeout` passed
+  // first (Stop() then ends the rest with UNAVAILABLE). Blocks the caller.
   bool Drain(absl::Duration timeout);
 
   // Whether the workers are joined and requests are served.
