@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian 12 packages (the same
 # names exist on Ubuntu 24.04, the CUDA images' base), then, for the tests,
-# npm (Debian's, where the machine has none) and Helm for the chart tests
-# (scripts/install-helm.sh). Idempotent: does nothing when all is present.
+# npm (Debian's, where the machine has none), Helm for the chart tests
+# (scripts/install-helm.sh) and the Hugging Face reference tokenizers for the
+# tokenizer tests (scripts/install-hf-reference.sh). Idempotent: does nothing
+# when all is present.
 # Nothing is downloaded at build time; CMake only uses what this script installs.
 #   CHUNKATTN_DEPS=build  only what building needs (the container images)
 #   CHUNKATTN_DEPS=demo   building and running the demos (no npm, no Helm)
@@ -13,6 +15,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libgloo-dev
+  libpcre2-dev libutf8proc-dev  # tokenizer.json: Split regexes, NFC/NFKC
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
 )
 TEST_PACKAGES=(
@@ -49,4 +52,5 @@ else
 fi
 if [ "$deps" = all ]; then
   scripts/install-helm.sh >/dev/null
+  scripts/install-hf-reference.sh >/dev/null
 fi
