@@ -281,10 +281,14 @@ absl::StatusOr<Pattern> ParsePattern(const json& j, const std::string& where) {
 using Normalizer = std::function<std::string(std::string)>;
 
 std::string Utf8proc(const std::string& s, bool compat) {
-  utf8proc_uint8_t* r = compat ? utf8proc_NFKC(reinterpret_cast<const utf8proc_uint8_t*>(s.c_str()))
-                               : utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(s.c_str()));
-  if (r == nullptr) return s;
-  std::string out(reinterpret_cast<char*>(r));
+  // By length, not NUL-terminated: a NUL inside the text is text too.
+  utf8proc_uint8_t* r = nullptr;
+  const auto options = static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE |
+                                                      (compat ? UTF8PROC_COMPAT : 0));
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                          static_cast<utf8proc_ssize_t>(s.size()), &r, options);
+  if (n < 0) return s;
+  std::string out(reinterpret_cast<char*>(r), static_cast<size_t>(n));
   std::free(r);
   return out;
 }
