@@ -14,17 +14,15 @@
 #include <map>
 #include <memory>
 #include <queue>
-#include <sstream>
+#include <tuple>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -34,85 +32,6 @@ namespace chunkattn {
 namespace {
 
 using json = nlohmann::json;
-
-// ---------------------------------------------------------------------------
-// UTF-8 code points.
-
-// The code point at s[i] (s is well-formed) and its length.
-std::pair<char32_t, int> NextCodePoint(std::string_view s, size_t i) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  if (b < 0x80) return {b, 1};
-  const int len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
-  char32_t cp = b & (0xFF >> (len + 1));
-  for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  return {cp, len};
-}
-
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-// Bytes to text, each maximal invalid subsequence replaced by U+FFFD (the
-// WHATWG decoder's rule, which JavaScript's TextDecoder and Rust's
-// from_utf8_lossy follow).
-std::string LossyUtf8(std::string_view b) {
-  std::string out;
-  out.reserve(b.size());
-  size_t i = 0;
-  while (i < b.size()) {
-    const auto c = static_cast<unsigned char>(b[i]);
-    int need = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      need = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      need = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-      continue;
-    }
-    size_t j = i + 1;
-    int got = 0;
-    while (got < need && j < b.size()) {
-      const auto d = static_cast<unsigned char>(b[j]);
-      if (d < lo || d > hi) break;
-      lo = 0x80, hi = 0xBF;
-      ++j, ++got;
-    }
-    if (got == need) {
-      out.append(b.data() + i, j - i);
-    } else {
-      out += "\xEF\xBF\xBD";
-    }
-    i = j;
-  }
-  return out;
-}
 
 // Unicode White_Space: what \s means in the tokenizers library's regexes
 // (Oniguruma) and in Hugging Face's JavaScript port, which emulates it.
@@ -224,7 +143,7 @@ class Regex {
         at = e;
       } else {  // an empty match: step over one character
         if (at >= s.size()) break;
-        at += NextCodePoint(s, at).second;
+        at += CodePointAt(s, at).second;
       }
     }
     pcre2_match_data_free(md);
@@ -334,6 +253,15 @@ struct Piece {
 };
 using PreTokenizer = std::function<void(std::vector<Piece>*)>;
 
+// Metaspace's replacement character and prepend scheme (always, first,
+// never; older files say add_prefix_space), as both its pre-tokenizer and its
+// decoder read them.
+std::pair<std::string, std::string> MetaspaceOptions(const json& j) {
+  std::string scheme = j.value("prepend_scheme", "");
+  if (scheme.empty()) scheme = j.value("add_prefix_space", true) ? "always" : "never";
+  return {j.value("replacement", "\xE2\x96\x81"), scheme};
+}
+
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 // Splits every piece at the pattern's matches (`invert`: at what lies between).
@@ -436,9 +364,7 @@ absl::StatusOr<PreTokenizer> ParsePreTokenizer(const json& j, const std::string&
     });
   }
   if (type == "Metaspace") {
-    const std::string replacement = j.value("replacement", "\xE2\x96\x81");
-    std::string scheme = j.value("prepend_scheme", "");
-    if (scheme.empty()) scheme = j.value("add_prefix_space", true) ? "always" : "never";
+    const auto [replacement, scheme] = MetaspaceOptions(j);
     const bool split = j.value("split", true);
     auto delim = std::make_shared<Pattern>();
     delim->literal = replacement;
@@ -492,10 +418,12 @@ bool ParseByteToken(std::string_view t, uint8_t* byte) {
   return true;
 }
 
-absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file) {
+// `byte_level` is set when the chain maps characters back to bytes.
+absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file, bool* byte_level) {
   if (j.is_null()) return Decoder();
   const std::string type = j.value("type", "");
   if (type == "ByteLevel") {
+    *byte_level = true;
     return Decoder([](std::vector<std::string>* tokens) {
       const ByteAlphabet& bytes = Bytes();
       std::string raw;
@@ -503,7 +431,7 @@ absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file) {
         std::string mapped;
         bool all = true;
         for (size_t i = 0; i < t.size();) {
-          const auto [cp, len] = NextCodePoint(t, i);
+          const auto [cp, len] = CodePointAt(t, i);
           auto it = bytes.to_byte.find(cp);
           if (it == bytes.to_byte.end()) {
             all = false;
@@ -514,7 +442,7 @@ absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file) {
         }
         raw += all ? mapped : t;
       }
-      *tokens = {LossyUtf8(raw)};
+      *tokens = {ReplaceInvalidUtf8(raw)};
     });
   }
   if (type == "ByteFallback") {
@@ -578,9 +506,7 @@ absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file) {
     });
   }
   if (type == "Metaspace") {
-    const std::string replacement = j.value("replacement", "\xE2\x96\x81");
-    std::string scheme = j.value("prepend_scheme", "");
-    if (scheme.empty()) scheme = j.value("add_prefix_space", true) ? "always" : "never";
+    const auto [replacement, scheme] = MetaspaceOptions(j);
     return Decoder([replacement, scheme](std::vector<std::string>* tokens) {
       Pattern p;
       p.literal = replacement;
@@ -594,7 +520,7 @@ absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file) {
   if (type == "Sequence") {
     std::vector<Decoder> parts;
     for (const json& n : j.value("decoders", json::array())) {
-      ASSIGN_OR_RETURN(Decoder part, ParseDecoder(n, file));
+      ASSIGN_OR_RETURN(Decoder part, ParseDecoder(n, file, byte_level));
       if (part) parts.push_back(std::move(part));
     }
     return Decoder([parts](std::vector<std::string>* t) {
@@ -765,9 +691,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string
   }
   ASSIGN_OR_RETURN(t->normalizer_, ParseNormalizer(j["normalizer"], path));
   ASSIGN_OR_RETURN(t->pre_tokenizer_, ParsePreTokenizer(j["pre_tokenizer"], path));
-  ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(j["decoder"], path));
-  const std::string dump = j["decoder"].dump();
-  t->byte_level_ = dump.find("\"ByteLevel\"") != std::string::npos;
+  ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(j["decoder"], path, &t->byte_level_));
 
   // The post-processor: what add_special_tokens puts around the sequence.
   std::function<absl::Status(const json&)> post = [&](const json& p) -> absl::Status {
@@ -840,15 +764,15 @@ void HfTokenizer::SplitAdded(const std::string& text, bool normalized,
         if (i > 0) {
           size_t k = i - 1;
           while (k > 0 && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
-          before = is_word(NextCodePoint(text, k).first);
+          before = is_word(CodePointAt(text, k).first);
         }
-        if (end < text.size()) after = is_word(NextCodePoint(text, end).first);
+        if (end < text.size()) after = is_word(CodePointAt(text, end).first);
         if (before || after) continue;
       }
       best = &a;
     }
     if (best == nullptr) {
-      i += NextCodePoint(text, i).second;
+      i += CodePointAt(text, i).second;
       continue;
     }
     size_t b = i, e = i + best->content.size();
@@ -856,12 +780,12 @@ void HfTokenizer::SplitAdded(const std::string& text, bool normalized,
       while (b > last) {
         size_t k = b - 1;
         while (k > last && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
-        if (!IsWhiteSpace(NextCodePoint(text, k).first)) break;
+        if (!IsWhiteSpace(CodePointAt(text, k).first)) break;
         b = k;
       }
     }
     if (best->rstrip) {
-      while (e < text.size() && IsWhiteSpace(NextCodePoint(text, e).first)) e += NextCodePoint(text, e).second;
+      while (e < text.size() && IsWhiteSpace(CodePointAt(text, e).first)) e += CodePointAt(text, e).second;
     }
     if (b > last) out->emplace_back(text.substr(last, b - last), -1);
     out->emplace_back(best->content, best->id);
@@ -888,7 +812,7 @@ void HfTokenizer::EncodeWord(const std::string& word, std::vector<int32_t>* ids)
   std::vector<int32_t> sym;
   bool last_unk = false;
   for (size_t i = 0; i < word.size();) {
-    const int len = NextCodePoint(word, i).second;
+    const int len = CodePointAt(word, i).second;
     auto it = vocab_.find(word.substr(i, len));
     if (it != vocab_.end()) {
       sym.push_back(it->second);
@@ -915,22 +839,23 @@ void HfTokenizer::EncodeWord(const std::string& word, std::vector<int32_t>* ids)
   const int n = static_cast<int>(sym.size());
   std::vector<int> prev(n), next(n);
   for (int k = 0; k < n; ++k) prev[k] = k - 1, next[k] = k + 1 < n ? k + 1 : -1;
-  using Candidate = std::tuple<int32_t, int, int32_t, int32_t>;  // rank, left position, left id, right id
+  // rank, left position, left id, right id, merged id
+  using Candidate = std::tuple<int32_t, int, int32_t, int32_t, int32_t>;
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
   auto push = [&](int left) {
     const int right = next[left];
     if (left < 0 || right < 0) return;
     auto it = merges_.find(PairKey(sym[left], sym[right]));
-    if (it != merges_.end()) heap.emplace(it->second.first, left, sym[left], sym[right]);
+    if (it != merges_.end()) heap.emplace(it->second.first, left, sym[left], sym[right], it->second.second);
   };
   for (int k = 0; k + 1 < n; ++k) push(k);
   std::vector<bool> alive(n, true);
   while (!heap.empty()) {
-    const auto [rank, left, lid, rid] = heap.top();
+    const auto [rank, left, lid, rid, merged] = heap.top();
     heap.pop();
     const int right = next[left];
     if (!alive[left] || right < 0 || sym[left] != lid || sym[right] != rid) continue;  // stale
-    sym[left] = merges_.at(PairKey(lid, rid)).second;
+    sym[left] = merged;
     alive[right] = false;
     next[left] = next[right];
     if (next[right] >= 0) prev[next[right]] = left;
@@ -992,7 +917,7 @@ absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const int32_t> ids) c
   if (decoder_) decoder_(&tokens);
   std::string out;
   for (const auto& t : tokens) out += t;
-  return LossyUtf8(out);
+  return ReplaceInvalidUtf8(out);
 }
 
 absl::StatusOr<std::string> HfTokenizer::TokenBytes(int32_t id) const {
@@ -1004,7 +929,7 @@ absl::StatusOr<std::string> HfTokenizer::TokenBytes(int32_t id) const {
   if (byte_level_) {
     std::string out;
     for (size_t i = 0; i < t.size();) {
-      const auto [cp, len] = NextCodePoint(t, i);
+      const auto [cp, len] = CodePointAt(t, i);
       auto it = Bytes().to_byte.find(cp);
       if (it == Bytes().to_byte.end()) return t;  // an added token spelled as text
       out.push_back(static_cast<char>(it->second));

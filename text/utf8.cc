@@ -72,6 +72,58 @@ size_t IncompleteUtf8SuffixLength(std::string_view bytes) {
   return 0;
 }
 
+std::string ReplaceInvalidUtf8(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  const size_t n = bytes.size();
+  std::string out;
+  out.reserve(n);
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      out.push_back(static_cast<char>(p[i++]));
+      continue;
+    }
+    uint8_t lo, hi;
+    const int len = SequenceLength(p[i], &lo, &hi);
+    // The longest prefix of a character that is still acceptable.
+    size_t good = len == 0 ? 0 : 1;
+    while (good > 0 && good < static_cast<size_t>(len) && i + good < n &&
+           ContinuationsOk(p + i, good + 1, lo, hi)) {
+      ++good;
+    }
+    if (len > 0 && good == static_cast<size_t>(len)) {
+      out.append(bytes.data() + i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += std::max<size_t>(good, 1);
+    }
+  }
+  return out;
+}
+
+std::pair<char32_t, int> CodePointAt(std::string_view text, size_t i) {
+  const auto b = static_cast<uint8_t>(text[i]);
+  if (b < 0x80) return {b, 1};
+  const int len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+  char32_t cp = b & (0xFF >> (len + 1));
+  for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
+  return {cp, len};
+}
+
+void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+    return;
+  }
+  const int len = cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+  static constexpr uint8_t kLead[] = {0, 0, 0xC0, 0xE0, 0xF0};
+  char buf[4];
+  for (int k = len - 1; k > 0; --k, cp >>= 6) buf[k] = static_cast<char>(0x80 | (cp & 0x3F));
+  buf[0] = static_cast<char>(kLead[len] | cp);
+  out->append(buf, len);
+}
+
 size_t CommonUtf8PrefixLength(std::string_view a, std::string_view b) {
   size_t n = 0;
   const size_t limit = std::min(a.size(), b.size());

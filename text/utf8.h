@@ -6,7 +6,9 @@
 #define CHUNKATTN_TEXT_UTF8_H_
 
 #include <cstddef>
+#include <string>
 #include <string_view>
+#include <utility>
 
 namespace chunkattn {
 
@@ -19,6 +21,18 @@ bool IsValidUtf8(std::string_view text);
 // 2, but "\xE0\x80" is 0: no byte can complete it). 0 when `bytes` ends on a
 // complete character or on bytes that can never become one.
 size_t IncompleteUtf8SuffixLength(std::string_view bytes);
+
+// `bytes` as well-formed UTF-8: each maximal invalid subsequence becomes one
+// U+FFFD (Unicode's "substitution of maximal subparts", which JavaScript's
+// TextDecoder and Rust's from_utf8_lossy follow).
+std::string ReplaceInvalidUtf8(std::string_view bytes);
+
+// The code point starting at text[i] and its length in bytes.
+// REQUIRES: `text` is well-formed UTF-8 and i < text.size() starts a character.
+std::pair<char32_t, int> CodePointAt(std::string_view text, size_t i);
+
+// Appends code point `cp` (<= U+10FFFF, not a surrogate) as UTF-8.
+void AppendUtf8(char32_t cp, std::string* out);
 
 // Largest n <= min(a.size(), b.size()) with a[0, n) == b[0, n) that does not
 // split a character of `b` (b[n] is not a continuation byte).

@@ -96,6 +96,37 @@ TEST(Utf8Test, CommonPrefixDoesNotSplitCharacters) {
   EXPECT_EQ(CommonUtf8PrefixLength("a\xE2\x82\xAC", "a\xE2\x82\x82"), 1u);
 }
 
+TEST(Utf8Test, ReplaceInvalidUtf8SubstitutesMaximalSubparts) {
+  // Unicode's example of maximal subparts (chapter 3, U+FFFD substitution).
+  EXPECT_EQ(ReplaceInvalidUtf8("a\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
+            "a\uFFFD\uFFFD\uFFFDb\uFFFDc\uFFFD\uFFFDd");
+  EXPECT_EQ(ReplaceInvalidUtf8("\xE0\x80\xAF"), "\uFFFD\uFFFD\uFFFD");  // overlong: no subpart
+  EXPECT_EQ(ReplaceInvalidUtf8("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");  // surrogate
+  EXPECT_EQ(ReplaceInvalidUtf8("\xE2\x82"), "\uFFFD");                   // truncated at the end
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes(rng() % 8, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() % 4 == 0 ? rng() % 128 : 0x80 + rng() % 128);
+    const std::string fixed = ReplaceInvalidUtf8(bytes);
+    ASSERT_TRUE(IsValidUtf8(fixed));
+    if (IsValidUtf8(bytes)) {
+      ASSERT_EQ(fixed, bytes);
+    }
+  }
+}
+
+TEST(Utf8Test, CodePointsRoundTrip) {
+  for (char32_t cp = 0; cp <= 0x10FFFF; cp += (cp < 0x10000 ? 1 : 97)) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    std::string s = "x";
+    AppendUtf8(cp, &s);
+    ASSERT_TRUE(IsValidUtf8(s)) << cp;
+    const auto [got, len] = CodePointAt(s, 1);
+    ASSERT_EQ(got, cp);
+    ASSERT_EQ(len, static_cast<int>(s.size()) - 1);
+  }
+}
+
 // The detokenizer relies on SentencePiece decoding byte-fallback runs with
 // these same rules: well-formed characters kept, every other byte -> U+FFFD.
 TEST(Utf8Test, SentencePieceDecodesBytesWithTheSameRules) {
