@@ -311,11 +311,7 @@ void Engine::Step() {
 void Engine::FailAll(const absl::Status& status) {
   output_->EndAll(status);
   held_.clear();
-  scheduler_.reset();
-  evictions_seen_ = 0;
-  preemptions_seen_ = 0;
-  pool_->Disconnect();
-  SetReady(false);
+  EndSession();
 }
 
 void Engine::ReleaseWorkers() {
@@ -323,12 +319,16 @@ void Engine::ReleaseWorkers() {
   Log(absl::StrFormat("worker %s is shutting down: releasing the workers; %d queued request(s) wait for them to "
                       "re-join",
                       pool_->draining(), held_.size()));
+  m_running_->Set(0);
+  m_waiting_->Set(static_cast<double>(held_.size()));
+  EndSession();  // closing the streams lets the draining worker exit
+}
+
+void Engine::EndSession() {
   scheduler_.reset();
   evictions_seen_ = 0;
   preemptions_seen_ = 0;
-  pool_->Disconnect();  // closing the streams lets the draining worker exit
-  m_running_->Set(0);
-  m_waiting_->Set(static_cast<double>(held_.size()));
+  pool_->Disconnect();
   SetReady(false);
 }
 

@@ -132,6 +132,8 @@ class Engine {
   void FailAll(const absl::Status& status);
   // A worker is shutting down and nothing runs: disconnect, keeping the queue.
   void ReleaseWorkers();
+  // The worker session is over (its KV pools with it): not ready, re-join.
+  void EndSession();
   void SetReady(bool ready);
   void UpdateGauges();
 
