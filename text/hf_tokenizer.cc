@@ -364,7 +364,9 @@ absl::StatusOr<PreTokenizer> ParsePreTokenizer(const json& j, const std::string&
     });
   }
   if (type == "Metaspace") {
-    const auto [replacement, scheme] = MetaspaceOptions(j);
+    // Named copies, not a structured binding: C++17 lambdas cannot capture those.
+    const std::pair<std::string, std::string> options = MetaspaceOptions(j);
+    const std::string replacement = options.first, scheme = options.second;
     const bool split = j.value("split", true);
     auto delim = std::make_shared<Pattern>();
     delim->literal = replacement;
@@ -506,7 +508,9 @@ absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file, boo
     });
   }
   if (type == "Metaspace") {
-    const auto [replacement, scheme] = MetaspaceOptions(j);
+    // Named copies, not a structured binding: C++17 lambdas cannot capture those.
+    const std::pair<std::string, std::string> options = MetaspaceOptions(j);
+    const std::string replacement = options.first, scheme = options.second;
     return Decoder([replacement, scheme](std::vector<std::string>* tokens) {
       Pattern p;
       p.literal = replacement;
