@@ -281,6 +281,14 @@ class ScriptsTest(HygieneTestCase):
         write(path, '#!/bin/sh\necho "$*" >> %s\n%s\n' % (record, then), 0o755)
         return path, record
 
+    @staticmethod
+    def recorded(record):
+        try:
+            with open(record) as f:
+                return f.read().endswith('\n')
+        except FileNotFoundError:
+            return False
+
     def assert_made_inside(self, record, tmpdir):
         with open(record) as f:
             self.assertIn(tmpdir + '/', f.read(), 'the script made nothing in TMPDIR')
@@ -290,7 +298,9 @@ class ScriptsTest(HygieneTestCase):
         group (as an interrupted ctest or a Ctrl-C does)."""
         w = Watched(tmpdir, argv)
         deadline = time.monotonic() + 60
-        while not os.path.exists(record):
+        # The record's whole line, not its existence: `>>` creates the file
+        # before echo writes, and a kill in between left it empty (seen in CI).
+        while not self.recorded(record):
             self.assertIsNone(w.proc.poll(), 'ended before the stand-in started')
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.02)
