@@ -1,10 +1,15 @@
 #include "services/coordinator/text_pool.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <utility>
 
 namespace chunkattn {
 
-TextPool::TextPool(int threads, int max_queued) : max_queued_(max_queued) {
+TextPool::TextPool(int threads, int max_queued, absl::Duration trim_after)
+    : max_queued_(max_queued), trim_after_(trim_after) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back(&TextPool::Run, this);
 }
 
@@ -24,17 +29,26 @@ bool TextPool::Post(std::function<void()> task) {
 }
 
 void TextPool::Run() {
+  auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !queue_.empty(); };
   while (true) {
     std::function<void()> task;
+    bool trim = false;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&ready));
-      if (queue_.empty()) return;  // stopping, and nothing left
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      if (mu_.AwaitWithTimeout(absl::Condition(&ready), trim_after_)) {
+        if (queue_.empty()) return;  // stopping, and nothing left
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        ran_since_trim_ = true;
+      } else {
+        trim = std::exchange(ran_since_trim_, false);
+      }
     }
-    task();
+    // Outside the lock: Post must never wait for a trim.
+#if defined(__GLIBC__)
+    if (trim) malloc_trim(0);
+#endif
+    if (task) task();
   }
 }
 

@@ -6,6 +6,12 @@
 // Thread-safe: Post may be called from any thread; tasks run on the pool's
 // threads in no particular order. The destructor runs what is queued, then
 // joins.
+//
+// Tokenizing a prompt at the byte bound allocates ~100 bytes per byte, and
+// glibc keeps what each thread's arena freed: a few such prompts left the
+// coordinator ~30 MiB larger for good. So once the pool has been idle for
+// `trim_after` after running anything, one thread hands the freed pages back
+// (malloc_trim): free under load, and an idle coordinator returns to its size.
 #ifndef CHUNKATTN_SERVICES_COORDINATOR_TEXT_POOL_H_
 #define CHUNKATTN_SERVICES_COORDINATOR_TEXT_POOL_H_
 
@@ -15,12 +21,13 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace chunkattn {
 
 class TextPool {
  public:
-  TextPool(int threads, int max_queued);
+  TextPool(int threads, int max_queued, absl::Duration trim_after = absl::Seconds(1));
   ~TextPool();
   TextPool(const TextPool&) = delete;
   TextPool& operator=(const TextPool&) = delete;
@@ -32,9 +39,11 @@ class TextPool {
   void Run();
 
   const int max_queued_;
+  const absl::Duration trim_after_;
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool ran_since_trim_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 
