@@ -51,7 +51,7 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   chunkattn::v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;  // gRPC refuses it before us
-  auto valid = chunkattn::ValidateGenerateRequest(request, Config(), /*tokenizer=*/nullptr, /*seed=*/42);
+  auto valid = chunkattn::ValidateGenerateRequest(request, Config(), chunkattn::PromptText{}, /*seed=*/42);
   if (!valid.ok()) {
     if (valid.status().code() != absl::StatusCode::kInvalidArgument) {
       Fail("generate_request_fuzz", "refused with " + valid.status().ToString() + " instead of INVALID_ARGUMENT");

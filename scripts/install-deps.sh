@@ -20,6 +20,7 @@ PACKAGES=(
 )
 TEST_PACKAGES=(
   python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml
+  python3-jinja2  # the chat-template reference (tests/text/chat_reference.py)
   openssl unzip
   clang-14 libclang-rt-14-dev  # the sanitizer and fuzzer builds (scripts/sanitize.sh)
 )

@@ -3009,7 +3009,8 @@ bool ChatTemplate::IsRaisedByTemplate(const absl::Status& status) {
 absl::StatusOr<std::string> ModelChatTemplate::Apply(const nlohmann::ordered_json& messages,
                                                      const nlohmann::ordered_json& tools,
                                                      bool add_generation_prompt,
-                                                     const nlohmann::ordered_json& extra) const {
+                                                     const nlohmann::ordered_json& extra,
+                                                     const ChatTemplate::Limits& limits) const {
   if (!messages.is_array()) return absl::InvalidArgumentError("messages must be a list");
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
   for (auto it = special_tokens.begin(); it != special_tokens.end(); ++it) context[it.key()] = it.value();
@@ -3020,7 +3021,7 @@ absl::StatusOr<std::string> ModelChatTemplate::Apply(const nlohmann::ordered_jso
   context["tools"] = tools;
   context["documents"] = nullptr;
   context["add_generation_prompt"] = add_generation_prompt;
-  return (tool_use_template && !tools.is_null() ? *tool_use_template : chat_template).Render(context);
+  return (tool_use_template && !tools.is_null() ? *tool_use_template : chat_template).Render(context, limits);
 }
 
 namespace {

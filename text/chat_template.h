@@ -87,7 +87,8 @@ struct ModelChatTemplate {
   absl::StatusOr<std::string> Apply(const nlohmann::ordered_json& messages,
                                     const nlohmann::ordered_json& tools,
                                     bool add_generation_prompt,
-                                    const nlohmann::ordered_json& extra) const;
+                                    const nlohmann::ordered_json& extra,
+                                    const ChatTemplate::Limits& limits = {}) const;
 };
 
 // Reads `template_path` (a chat_template.jinja) when not empty, else the

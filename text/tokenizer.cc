@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "text/hf_tokenizer.h"
 #include "text/spm_bridge.h"
 #include "text/utf8.h"
 
@@ -183,15 +184,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& mode
   if (!fs::is_directory(model_dir, ec)) {
     return absl::NotFoundError(absl::StrFormat("model folder %s does not exist", model_dir));
   }
+  // tokenizer.json wins over tokenizer.model, as in transformers (the fast
+  // tokenizer is its default).
+  const fs::path json = fs::path(model_dir) / "tokenizer.json";
+  if (fs::exists(json, ec)) return LoadHfTokenizer(json.string());
   const fs::path path = fs::path(model_dir) / kTokenizerFileName;
   if (!fs::exists(path, ec)) {
-    std::string hint;
-    if (fs::exists(fs::path(model_dir) / "tokenizer.json", ec)) {
-      hint = " (it has a Hugging Face tokenizer.json, which is not supported)";
-    }
     return absl::NotFoundError(absl::StrFormat(
-        "no %s in model folder %s%s; only token ids can be used with this model",
-        kTokenizerFileName, model_dir, hint));
+        "no tokenizer.json or %s in model folder %s; only token ids can be used with this model",
+        kTokenizerFileName, model_dir));
   }
   return LoadSentencePieceTokenizer(path.string());
 }

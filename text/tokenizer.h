@@ -66,9 +66,10 @@ class Tokenizer {
 // model (truncated, corrupt, another format); messages name the file.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path);
 
-// Loads `model_dir`/tokenizer.model. NOT_FOUND with a message saying so when
-// the folder does not exist or holds no tokenizer.model (callers then accept
-// token ids only); other errors as LoadSentencePieceTokenizer.
+// Loads a model folder's tokenizer: tokenizer.json when present (as
+// transformers does; LoadHfTokenizer in hf_tokenizer.h), else tokenizer.model.
+// NOT_FOUND with a message saying so when the folder does not exist or holds
+// neither (callers then accept token ids only); other errors as the loaders'.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
 
 }  // namespace chunkattn

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,6 +178,17 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "coordinator: no tokenizer (%s): token-id prompts only\n", t.status().ToString().c_str());
   }
+  // A template we cannot read disables chat prompts, not the model.
+  PromptText prompt_text;
+  prompt_text.tokenizer = tokenizer.get();
+  std::optional<ModelChatTemplate> chat_template;
+  if (absl::StatusOr<ModelChatTemplate> t = LoadChatTemplate(model); t.ok()) {
+    chat_template = std::move(*t);
+    prompt_text.chat = &*chat_template;
+  } else {
+    prompt_text.chat_missing = std::string(t.status().message());
+    std::fprintf(stderr, "coordinator: no chat prompts (%s)\n", t.status().ToString().c_str());
+  }
 
   EngineOptions options;
   options.scheduler.chunk_size = chunk;
@@ -230,7 +242,7 @@ int main(int argc, char** argv) {
   info.kv_dtype = kv_dtype;
   info.text_threads = absl::GetFlag(FLAGS_tokenize_threads);
   if (info.text_threads < 1 || info.text_threads > 64) return Fail("--tokenize_threads must be in [1, 64]");
-  GenerationService service(&engine, &*config, tokenizer.get(), info, &*auth);
+  GenerationService service(&engine, &*config, prompt_text, info, &*auth);
 
   std::unique_ptr<metrics::MetricsHttpServer> http;
   if (metrics_port > 0) {

@@ -25,6 +25,7 @@ constexpr size_t kMaxTextBytes = 4 << 20;
 constexpr size_t kMaxBytesPerToken = 32;
 constexpr int kMaxQueuedTexts = 256;
 constexpr int kDefaultMaxNewTokens = 16;
+constexpr int kMaxChatMessages = 4096;
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -164,9 +165,78 @@ absl::Status CheckTextFits(absl::string_view field, absl::string_view text, cons
 
 }  // namespace
 
+absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const ModelChatTemplate& tmpl,
+                                             const ModelConfig& config, absl::string_view field) {
+  if (chat.messages_size() == 0) return Invalid(absl::StrCat(field, ".messages is empty"));
+  if (chat.messages_size() > kMaxChatMessages) {
+    return Invalid(absl::StrFormat("%s has %d messages; at most %d", field, chat.messages_size(), kMaxChatMessages));
+  }
+  size_t bytes = chat.tools_json().size() + chat.template_kwargs_json().size();
+  for (const v1::ChatMessage& m : chat.messages()) {
+    bytes += m.role().size() + m.content().size() + m.name().size() + m.tool_call_id().size() +
+             m.tool_calls_json().size() + m.reasoning_content().size();
+  }
+  if (bytes > MaxTextBytes(config)) {
+    return Invalid(absl::StrFormat("%s has %d bytes; at most %d fit the context of %d tokens", field, bytes,
+                                   MaxTextBytes(config), config.max_context));
+  }
+  // JSON fields: parsed without exceptions, and of the type the template expects.
+  auto parse = [&](const std::string& name, const std::string& text,
+                   bool array) -> absl::StatusOr<nlohmann::ordered_json> {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return Invalid(absl::StrCat(field, ".", name, " is not valid JSON"));
+    if (array ? !j.is_array() : !j.is_object()) {
+      return Invalid(absl::StrCat(field, ".", name, " must be a JSON ", array ? "array" : "object"));
+    }
+    return j;
+  };
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    const v1::ChatMessage& m = chat.messages(i);
+    const std::string at = absl::StrFormat("messages[%d]", i);
+    if (m.role().empty()) return Invalid(absl::StrCat(field, ".", at, ".role is empty"));
+    nlohmann::ordered_json message = {{"role", m.role()}};
+    message["content"] = m.has_content() ? nlohmann::ordered_json(m.content()) : nlohmann::ordered_json();
+    if (!m.name().empty()) message["name"] = m.name();
+    if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
+    if (!m.tool_calls_json().empty()) {
+      absl::StatusOr<nlohmann::ordered_json> calls = parse(at + ".tool_calls_json", m.tool_calls_json(), true);
+      if (!calls.ok()) return calls.status();
+      message["tool_calls"] = std::move(*calls);
+    }
+    if (m.has_reasoning_content()) message["reasoning_content"] = m.reasoning_content();
+    messages.push_back(std::move(message));
+  }
+  nlohmann::ordered_json tools;
+  if (!chat.tools_json().empty()) {
+    absl::StatusOr<nlohmann::ordered_json> parsed = parse("tools_json", chat.tools_json(), true);
+    if (!parsed.ok()) return parsed.status();
+    tools = std::move(*parsed);
+  }
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  if (!chat.template_kwargs_json().empty()) {
+    absl::StatusOr<nlohmann::ordered_json> parsed = parse("template_kwargs_json", chat.template_kwargs_json(), false);
+    if (!parsed.ok()) return parsed.status();
+    kwargs = std::move(*parsed);
+  }
+  ChatTemplate::Limits limits;
+  limits.max_output_bytes = MaxTextBytes(config);
+  absl::StatusOr<std::string> text =
+      tmpl.Apply(messages, tools, chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true, kwargs,
+                 limits);
+  if (!text.ok()) {
+    return Invalid(absl::StrCat(field, ": ",
+                                ChatTemplate::IsRaisedByTemplate(text.status()) ? "the chat template refused it: " : "",
+                                text.status().message()));
+  }
+  if (text->empty()) return Invalid(absl::StrCat(field, " renders to an empty prompt"));
+  return text;
+}
+
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
-                                                      const ModelConfig& config,
-                                                      const Tokenizer* tokenizer, uint64_t seed) {
+                                                      const ModelConfig& config, const PromptText& text,
+                                                      uint64_t seed) {
+  const Tokenizer* tokenizer = text.tokenizer;
   EngineRequest out;
   if (request.request_id().size() > kMaxIdBytes) {
     return Invalid(absl::StrFormat("request_id is longer than %d bytes", kMaxIdBytes));
@@ -190,6 +260,20 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
       spec.prompt = std::move(*ids);
       break;
     }
+    case v1::GenerateRequest::kChat: {
+      if (tokenizer == nullptr) return Invalid("prompt.chat: the model has no tokenizer; send prompt.token_ids");
+      if (text.chat == nullptr) {
+        return Invalid(absl::StrCat("prompt.chat: the model has no usable chat template (", text.chat_missing,
+                                    "); send prompt.text or prompt.token_ids"));
+      }
+      absl::StatusOr<std::string> rendered = RenderChatPrompt(request.chat(), *text.chat, config, "prompt.chat");
+      if (!rendered.ok()) return rendered.status();
+      // As apply_chat_template(tokenize=True): the template wrote the special tokens.
+      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(*rendered, /*add_bos=*/false);
+      if (!ids.ok()) return Invalid(absl::StrCat("prompt.chat: ", ids.status().message()));
+      spec.prompt = std::move(*ids);
+      break;
+    }
     case v1::GenerateRequest::kTokenIds: {
       const auto& ids = request.token_ids().ids();
       if (ids.empty()) return Invalid("prompt.token_ids is empty");
@@ -203,7 +287,7 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
       break;
     }
     default:
-      return Invalid("prompt is empty: set prompt.text or prompt.token_ids");
+      return Invalid("prompt is empty: set prompt.text, prompt.token_ids or prompt.chat");
   }
   if (spec.prompt.empty()) return Invalid("prompt is empty after tokenization");
 
@@ -263,11 +347,11 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   return out;
 }
 
-GenerationService::GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer,
+GenerationService::GenerationService(Engine* engine, const ModelConfig* config, PromptText text,
                                      ServiceInfo info, const TokenAuth* auth)
     : engine_(engine),
       config_(config),
-      tokenizer_(tokenizer),
+      text_(std::move(text)),
       info_(std::move(info)),
       auth_(auth),
       text_pool_(std::make_unique<TextPool>(std::max(info_.text_threads, 1), kMaxQueuedTexts)) {}
@@ -290,14 +374,14 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc
   // The request lives until the reactor finishes, which nothing does before
   // this runs.
   auto validate_and_submit = [this, reactor, request, seed] {
-    absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(*request, *config_, tokenizer_, seed);
+    absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(*request, *config_, text_, seed);
     if (!validated.ok()) {
       reactor->Reject(validated.status());
       return;
     }
     reactor->Submit(std::move(*validated));
   };
-  if (request->prompt_case() != v1::GenerateRequest::kText) {
+  if (request->prompt_case() != v1::GenerateRequest::kText && request->prompt_case() != v1::GenerateRequest::kChat) {
     validate_and_submit();  // token ids: checked in time proportional to what gRPC already parsed
   } else if (!text_pool_->Post(validate_and_submit)) {
     reactor->Reject(absl::ResourceExhaustedError(
@@ -318,27 +402,44 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       v1::TokenizeResponse* response) {
   auto* reactor = context->DefaultReactor();
   if (Denied(*context, reactor)) return reactor;
-  if (tokenizer_ == nullptr) {
+  const Tokenizer* tokenizer = text_.tokenizer;
+  if (tokenizer == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer"));
     return reactor;
   }
-  if (absl::Status fits = CheckTextFits("text", request->text(), *config_); !fits.ok()) {
-    reactor->Finish(ToGrpcStatus(fits));
+  const bool chat = request->has_chat();
+  absl::Status valid = absl::OkStatus();
+  if (chat && !request->text().empty()) valid = Invalid("set text or chat, not both");
+  else if (chat && text_.chat == nullptr)
+    valid = Invalid(absl::StrCat("chat: the model has no usable chat template (", text_.chat_missing, ")"));
+  else if (!chat) valid = CheckTextFits("text", request->text(), *config_);
+  if (!valid.ok()) {
+    reactor->Finish(ToGrpcStatus(valid));
     return reactor;
   }
-  auto tokenize = [this, reactor, request, response] {
-    const bool add_bos = (request->has_add_bos() ? request->add_bos() : true) && tokenizer_->bos_id() >= 0;
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request->text(), add_bos);
+  auto tokenize = [this, tokenizer, chat, reactor, request, response] {
+    std::string rendered;
+    if (chat) {
+      absl::StatusOr<std::string> r = RenderChatPrompt(request->chat(), *text_.chat, *config_, "chat");
+      if (!r.ok()) {
+        reactor->Finish(ToGrpcStatus(r.status()));
+        return;
+      }
+      rendered = std::move(*r);
+    }
+    const bool add_bos = !chat && (request->has_add_bos() ? request->add_bos() : true) && tokenizer->bos_id() >= 0;
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(chat ? rendered : request->text(), add_bos);
     if (!ids.ok()) {
-      reactor->Finish(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("text: ", ids.status().message())));
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   absl::StrCat(chat ? "chat: " : "text: ", ids.status().message())));
       return;
     }
     for (int32_t id : *ids) {
       response->add_token_ids(id);
-      absl::StatusOr<std::string> piece = tokenizer_->IdToPiece(id);
+      absl::StatusOr<std::string> piece = tokenizer->IdToPiece(id);
       response->add_pieces(piece.ok() ? *piece : "");
     }
+    response->set_text(std::move(rendered));
     reactor->Finish(grpc::Status::OK);
   };
   if (!text_pool_->Post(tokenize)) {
@@ -366,6 +467,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info->set_vocab_size(static_cast<uint32_t>(config_->vocab_size));
   for (int32_t eos : config_->eos_token_ids) info->add_eos_token_ids(eos);
   info->set_prefix_sharing(info_.prefix_sharing);
+  info->set_chat_template(text_.chat != nullptr);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -18,6 +18,8 @@
 #include "base/grpc_security.h"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/text_pool.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace chunkattn {
 
@@ -34,17 +36,32 @@ struct ServiceInfo {
 // never over 4 MiB).
 size_t MaxTextBytes(const ModelConfig& config);
 
+// What turns text and conversations into token ids; either may be null
+// (then only token ids, or no chat prompts, are accepted).
+struct PromptText {
+  const Tokenizer* tokenizer = nullptr;
+  const ModelChatTemplate* chat = nullptr;
+  std::string chat_missing;  // why chat is null, for the error a chat prompt gets
+};
+
+// The prompt text of a conversation (`field` names it in errors): sizes are
+// checked before anything is parsed or rendered; the template's own
+// raise_exception is INVALID_ARGUMENT with its message.
+absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const ModelChatTemplate& tmpl,
+                                             const ModelConfig& config, absl::string_view field);
+
 // The checked, tokenized form of a GenerateRequest. `seed` fills an unset
-// sampling seed.
+// sampling seed. Text and chat prompts cost time in their length: callers run
+// this on the text pool for them.
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
-                                                      const ModelConfig& config,
-                                                      const Tokenizer* tokenizer, uint64_t seed);
+                                                      const ModelConfig& config, const PromptText& text,
+                                                      uint64_t seed);
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:
-  // Everything is borrowed; tokenizer may be null (token-id prompts only).
+  // Everything is borrowed, also what `text` points to.
   // Every call must pass `auth` (a disabled TokenAuth lets all through).
-  GenerationService(Engine* engine, const ModelConfig* config, const Tokenizer* tokenizer, ServiceInfo info,
+  GenerationService(Engine* engine, const ModelConfig* config, PromptText text, ServiceInfo info,
                     const TokenAuth* auth);
   ~GenerationService() override;  // finishes the text already queued
 
@@ -66,7 +83,7 @@ class GenerationService final : public v1::Generation::CallbackService {
 
   Engine* engine_;
   const ModelConfig* config_;
-  const Tokenizer* tokenizer_;
+  const PromptText text_;
   ServiceInfo info_;
   const TokenAuth* auth_;
   std::unique_ptr<TextPool> text_pool_;

@@ -188,9 +188,9 @@ TEST(TokenizerTest, LoadTokenizerWithoutModelFileIsNotFound) {
   EXPECT_THAT(loaded.status().message(), HasSubstr(dir));
   EXPECT_THAT(loaded.status().message(), HasSubstr("tokenizer.model"));
 
-  WriteFile(dir + "/tokenizer.json", "{}");
+  WriteFile(dir + "/tokenizer.json", "{}");  // found, and not a tokenizer
   loaded = LoadTokenizer(dir);
-  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(loaded.status().message(), HasSubstr("tokenizer.json"));
 
   loaded = LoadTokenizer(dir + "/no_such_folder");
@@ -206,6 +206,19 @@ TEST(TokenizerTest, LoadTokenizerReadsTokenizerModel) {
   EXPECT_EQ((*loaded)->vocab_size(), kDemoVocabSize);
   EXPECT_EQ((*loaded)->Encode("Good morrow", true).value(),
             DemoTokenizer().Encode("Good morrow", true).value());
+}
+
+TEST(TokenizerTest, TokenizerJsonWinsOverTokenizerModel) {
+  const std::string dir = MakeTempDir();
+  fs::copy_file(DemoModelPath(), dir + "/tokenizer.model");
+  WriteFile(dir + "/tokenizer.json",
+            R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = LoadTokenizer(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->vocab_size(), 3);
+  EXPECT_EQ((*loaded)->Encode("abab", false).value(), (std::vector<int32_t>{2, 2}));
+  // Invalid UTF-8 is refused by this tokenizer too.
+  EXPECT_EQ((*loaded)->Encode("a\xFF", false).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TokenizerTest, MissingModelFileIsNotFound) {
