@@ -238,7 +238,32 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   if (!in) return absl::NotFoundError(absl::StrFormat("%s: cannot open", path));
   std::stringstream text;
   text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text.str(), path);
+  if (!config.ok()) return config;
+  // generation_config.json's eos_token_id is what generation stops on in
+  // transformers (Llama 3 instruct: <|end_of_text|>, <|eom_id|>, <|eot_id|>).
+  const std::string gen_path = dir + "/generation_config.json";
+  std::ifstream gen(gen_path, std::ios::binary);
+  if (!gen) return config;
+  std::stringstream gen_text;
+  gen_text << gen.rdbuf();
+  const Json root = Json::parse(gen_text.str(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: not a JSON object", gen_path));
+  }
+  auto eos = root.find("eos_token_id");
+  if (eos == root.end() || eos->is_null()) return config;
+  const Json list = eos->is_array() ? *eos : Json::array({*eos});
+  std::vector<int32_t> ids;
+  for (const Json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= config->vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: eos_token_id must be token ids inside the vocabulary", gen_path));
+    }
+    ids.push_back(id.get<int32_t>());
+  }
+  config->eos_token_ids = std::move(ids);
+  return config;
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {

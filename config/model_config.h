@@ -58,7 +58,10 @@ struct ModelConfig {
 // window used by some layers only).
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json, std::string_view source);
 
-// Reads and parses `dir`/config.json.
+// Reads and parses `dir`/config.json; the eos_token_id of
+// `dir`/generation_config.json, when it has one, replaces config.json's (the
+// tokens transformers' generate stops on). INVALID_ARGUMENT naming
+// generation_config.json when it is not JSON or its ids are out of range.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
 // The config as Hugging Face writes it (for the demo model and tests).

@@ -129,6 +129,25 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheField) {
   }
 }
 
+TEST(ConfigTest, GenerationConfigEosWins) {
+  const std::string dir = TempDir();
+  WriteFile(dir + "/config.json", kLlama2);
+  ASSERT_EQ(LoadModelConfig(dir)->eos_token_ids, std::vector<int32_t>{2});
+  WriteFile(dir + "/generation_config.json", R"({"bos_token_id": 1, "eos_token_id": [2, 31999, 7]})");
+  auto c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{2, 31999, 7}));
+  WriteFile(dir + "/generation_config.json", R"({"temperature": 0.6})");  // no eos: config.json's
+  EXPECT_EQ(LoadModelConfig(dir)->eos_token_ids, std::vector<int32_t>{2});
+  for (const char* bad : {R"({"eos_token_id": 32000})", R"({"eos_token_id": ["2"]})", "not json"}) {
+    WriteFile(dir + "/generation_config.json", bad);
+    c = LoadModelConfig(dir);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(c.status().message().find("generation_config.json"), std::string::npos) << c.status();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(ConfigTest, JsonRoundTrip) {
   const auto& ref = testing::References()[1];
   auto c = LoadModelConfig(ref.dir);
