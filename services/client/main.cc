@@ -1,6 +1,7 @@
 // chunkattn: the command-line client of a chunkattn coordinator.
 //
 //   chunkattn generate --server localhost:50051 "To be, or not to be"
+//   chunkattn chat --server localhost:50051 --system "You are terse."
 //   chunkattn info --server localhost:50051
 //   chunkattn replay --server localhost:50051 --requests 32 --concurrency 8
 //       --system_prompt_file data/demo/system_prompt.txt --prompts_file data/demo/prompts.txt
@@ -23,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "base/flags.h"
+#include "services/client/chat.h"
 #include "services/client/client.h"
 #include "services/client/replay.h"
 
@@ -48,7 +50,9 @@ ABSL_FLAG(std::string, namespace, "", "cache namespace (prefixes are shared only
 ABSL_FLAG(std::string, prompt_ids, "", "the prompt as comma-separated token ids, instead of text");
 ABSL_FLAG(bool, logprobs, false, "print each token's log-probability (stderr)");
 ABSL_FLAG(bool, add_bos, true, "tokenize: add the BOS token");
-ABSL_FLAG(std::string, system_prompt_file, "", "replay: text put before every prompt");
+ABSL_FLAG(std::string, system_prompt_file, "", "replay: text put before every prompt; chat: the system message");
+ABSL_FLAG(std::string, system, "", "chat: the system message");
+ABSL_FLAG(std::string, template_kwargs, "", "chat: template variables as a JSON object, e.g. {\"enable_thinking\": false}");
 ABSL_FLAG(std::string, prompts_file, "", "replay: one prompt per line (blank lines skipped)");
 ABSL_FLAG(std::optional<int>, requests, std::nullopt, "replay: requests to send (default: one per prompt)");
 ABSL_FLAG(int, concurrency, 8, "replay: requests in flight at once");
@@ -66,6 +70,12 @@ subcommands:
                     completion_tokens=...". Flags: --max_new_tokens --temperature --top_p
                     --top_k --min_p --repetition_penalty --seed --n --namespace --stop
                     (repeatable) --ignore_eos --logprobs
+  chat              a conversation rendered with the model's chat template: each line of stdin
+                    is a user message, the reply streams to stdout, and stderr shows each
+                    turn's usage and how much of its prompt the cache already held (the
+                    history of the conversation). /reset starts over, /exit ends. Flags:
+                    --system "TEXT" or --system_prompt_file F, --template_kwargs JSON,
+                    --max_new_tokens (default 256) and the sampling flags, --namespace
   info              the model and KV cache geometry (GetModelInfo)
   tokenize "TEXT"   the model's token ids and pieces for TEXT (--add_bos=false: no BOS)
   stats             the prefix cache now and at its peak (GetCacheStats)
@@ -254,6 +264,28 @@ int Generate(const std::vector<std::string>& args, const std::vector<std::string
   return 0;
 }
 
+int Chat(const std::vector<std::string>& args) {
+  if (absl::Status s = ValidateCommon(); !s.ok()) return UsageError(s);
+  if (!args.empty()) return UsageError("chat takes no arguments: the messages come from stdin");
+  ChatOptions o;
+  o.channel = g_channel;
+  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  o.system = absl::GetFlag(FLAGS_system);
+  const std::string system_file = absl::GetFlag(FLAGS_system_prompt_file);
+  if (!system_file.empty()) {
+    if (!o.system.empty()) return UsageError("--system and --system_prompt_file: give one");
+    absl::StatusOr<std::string> text = ReadFileToString(system_file);
+    if (!text.ok()) return UsageError("--system_prompt_file: " + std::string(text.status().message()));
+    o.system = std::string(absl::StripTrailingAsciiWhitespace(*text));
+  }
+  o.template_kwargs_json = absl::GetFlag(FLAGS_template_kwargs);
+  o.cache_namespace = absl::GetFlag(FLAGS_namespace);
+  if (absl::GetFlag(FLAGS_n) != 1) return UsageError("chat keeps one reply per turn (--n 1)");
+  if (!absl::GetFlag(FLAGS_prompt_ids).empty()) return UsageError("chat takes messages, not --prompt_ids");
+  if (absl::Status s = FillParams(v1::SamplingParams(), &o.sampling, &o.stopping, 256); !s.ok()) return UsageError(s);
+  return RunChat(o, stdin);
+}
+
 int Info(const std::vector<std::string>& args) {
   if (absl::Status s = ValidateCommon(); !s.ok()) return UsageError(s);
   if (!args.empty()) return UsageError("info takes no arguments");
@@ -282,6 +314,7 @@ int Info(const std::vector<std::string>& args) {
   std::printf("kv_chunk_bytes: %llu (%.3f MiB)\n", static_cast<unsigned long long>(info.kv_chunk_bytes()),
               info.kv_chunk_bytes() / (1024.0 * 1024.0));
   std::printf("prefix_sharing: %s\n", info.prefix_sharing() ? "true" : "false");
+  std::printf("chat_template: %s\n", info.chat_template() ? "true" : "false");
   return 0;
 }
 
@@ -446,13 +479,14 @@ int Main(int argc, char** argv) {
   const std::vector<std::string> args(positional.begin() + 2, positional.end());
   if (command != "generate" && !stops->empty()) return UsageError("--stop is for generate");
   if (command == "generate") return Generate(args, *stops);
+  if (command == "chat") return Chat(args);
   if (command == "info") return Info(args);
   if (command == "tokenize") return Tokenize(args);
   if (command == "stats") return Stats(args);
   if (command == "replay") return Replay(args);
   if (command == "health") return Health(args);
   return UsageError("unknown subcommand \"" + command +
-                    "\" (generate, info, tokenize, stats, health, replay)");
+                    "\" (generate, chat, info, tokenize, stats, health, replay)");
 }
 
 }  // namespace

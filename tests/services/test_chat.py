@@ -7,6 +7,8 @@ conversations, and a conversation's own history from turn to turn."""
 import json
 import os
 import random
+import re
+import subprocess
 import sys
 
 import grpc
@@ -131,6 +133,29 @@ class ChatTest(harness.ServiceTestCase):
         c = self.cluster.generate(chat_request(chat(third), ns))[0]
         self.assertGreaterEqual(c.cached_prompt_tokens, len(ids[0]) - 2)
         self.assertEqual(self.cluster.cache_stats().used_chunks, 0)
+
+    def test_chat_cli_keeps_the_conversation_and_shows_its_reuse(self):
+        cli = harness.bin_path('chunkattn')
+        run = subprocess.run([cli, 'chat', '--server', '127.0.0.1:%d' % self.cluster.port, '--system',
+                              'You are terse.', '--temperature', '0', '--max_new_tokens', '6', '--namespace',
+                              harness.fresh_namespace('cli')],
+                             input='Who are you?\n\nAnd then?\n/reset\nWho are you?\n/exit\nnever sent\n',
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        turns = re.findall(r'\[turn (\d+): finish=\w+ prompt_tokens=(\d+) cached_prompt_tokens=(\d+) '
+                           r'\((\d+)% of the prompt reused from the cache([^)]*)\)', run.stderr)
+        self.assertEqual([t[0] for t in turns], ['1', '2', '1'], run.stderr)
+        first, second, again = [(int(p), int(c)) for _, p, c, _, _ in turns]
+        self.assertEqual(first[1], 0)
+        # Turn 2 sends turn 1's prompt and reply again: the cache holds them.
+        self.assertGreaterEqual(second[1], first[0] - 2)
+        self.assertIn('the conversation so far', turns[1][4])
+        # After /reset the same first message is a fresh conversation, fully cached.
+        self.assertEqual(again[0], first[0])
+        self.assertGreaterEqual(again[1], first[0] - 1)
+        self.assertIn('[conversation reset]', run.stderr)
+        # Three replies on stdout, each ended by a newline.
+        self.assertGreaterEqual(run.stdout.count('\n'), 3, run.stdout)
 
     def test_bad_chats_are_invalid_argument_naming_the_field(self):
         long_text = 'x' * (4096 * 32 + 1)
