@@ -137,13 +137,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json, std::string_
   }
   c.architecture = (*arch)[0].get<std::string>();
   ASSIGN_OR_RETURN(c.model_type, f.StringOr("model_type", ""));
-  bool implied_bias = false;
-  if (c.architecture == "Qwen2ForCausalLM") {
-    implied_bias = true;  // Qwen2 always has q/k/v biases and no config field for them
-  } else if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM") {
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  // Qwen2 always has q/k/v biases (transformers ignores an attention_bias
+  // field there); Qwen3 reads attention_bias (default false) and always has
+  // q/k norms.
+  c.qk_norm = qwen3;
+  if (!qwen2 && !qwen3 && c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM") {
     return absl::UnimplementedError(absl::StrFormat(
         "%s: architecture \"%s\" is not supported (supported: LlamaForCausalLM, "
-        "MistralForCausalLM, Qwen2ForCausalLM)",
+        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
         std::string(source), c.architecture));
   }
 
@@ -160,6 +163,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json, std::string_
   }
   if (f.Has("head_dim")) {
     ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", 1, kMaxHeadDim));
+  } else if (qwen3) {
+    c.head_dim = 128;  // Qwen3Config's default, not hidden_size / num_heads
   } else {
     if (c.hidden_size % c.num_heads != 0) {
       return f.Error("hidden_size", "must be a multiple of num_attention_heads");
@@ -188,18 +193,19 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json, std::string_
   }
   ASSIGN_OR_RETURN(c.max_context, f.IntOr("max_position_embeddings", 2048, 1, int64_t{1} << 24));
   ASSIGN_OR_RETURN(int64_t window, f.IntOr("sliding_window", 0, 0, int64_t{1} << 30));
-  ASSIGN_OR_RETURN(bool use_window, f.BoolOr("use_sliding_window", c.architecture != "Qwen2ForCausalLM"));
+  ASSIGN_OR_RETURN(bool use_window, f.BoolOr("use_sliding_window", !qwen2 && !qwen3));
   if (use_window && window > 0 && window < c.max_context) {
-    if (c.architecture == "Qwen2ForCausalLM") {
-      // Qwen2 applies the window to the top layers only: not the same model
-      // with a shorter context.
+    if (qwen2 || qwen3) {
+      // Qwen2 and Qwen3 apply the window to the top layers only: not the
+      // same model with a shorter context.
       return absl::UnimplementedError(absl::StrFormat(
-          "%s: Qwen2 with use_sliding_window is not supported", std::string(source)));
+          "%s: %s with use_sliding_window is not supported", std::string(source), qwen2 ? "Qwen2" : "Qwen3"));
     }
     c.max_context = window;  // full attention is exact up to the window
   }
   ASSIGN_OR_RETURN(c.tie_word_embeddings, f.BoolOr("tie_word_embeddings", false));
-  ASSIGN_OR_RETURN(c.attention_bias, f.BoolOr("attention_bias", implied_bias));
+  ASSIGN_OR_RETURN(c.attention_bias, f.BoolOr("attention_bias", false));
+  if (qwen2) c.attention_bias = true;
   ASSIGN_OR_RETURN(bool mlp_bias, f.BoolOr("mlp_bias", false));
   if (mlp_bias) {
     return absl::UnimplementedError(
@@ -282,6 +288,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["rope_theta"] = c.rope_theta;
   j["max_position_embeddings"] = c.max_context;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
+  // Qwen2's bias is implied by the architecture, as is Qwen3's qk_norm.
   if (c.architecture != "Qwen2ForCausalLM") j["attention_bias"] = c.attention_bias;
   j["torch_dtype"] = c.dtype == DType::kFloat32   ? "float32"
                      : c.dtype == DType::kFloat16 ? "float16"

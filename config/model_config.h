@@ -1,5 +1,5 @@
 // The Hugging Face config.json of a Llama-family decoder (Llama 2/3, Mistral,
-// Qwen2, TinyLlama), parsed and validated once at load time.
+// Qwen2, Qwen3, TinyLlama), parsed and validated once at load time.
 #ifndef CHUNKATTN_CONFIG_MODEL_CONFIG_H_
 #define CHUNKATTN_CONFIG_MODEL_CONFIG_H_
 
@@ -44,6 +44,11 @@ struct ModelConfig {
   int64_t max_context = 2048;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (Qwen2 always)
+  // Per-head RMSNorm of q and of k after their projections (and bias), before
+  // the rotary embedding: weights self_attn.q_norm / k_norm, (head_dim) each,
+  // eps rms_norm_eps. True exactly for Qwen3ForCausalLM (transformers has no
+  // config field for it), so ModelConfigToJson carries it as the architecture.
+  bool qk_norm = false;
   DType dtype = DType::kFloat32;  // "torch_dtype" (or "dtype"); weights may differ per tensor
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;

@@ -21,8 +21,8 @@ bool Same(const chunkattn::ModelConfig& a, const chunkattn::ModelConfig& b) {
          a.head_dim == b.head_dim && a.rms_norm_eps == b.rms_norm_eps && a.rope_theta == b.rope_theta &&
          a.rope_scaling.kind == b.rope_scaling.kind && a.rope_scaling.factor == b.rope_scaling.factor &&
          a.max_context == b.max_context && a.tie_word_embeddings == b.tie_word_embeddings &&
-         a.attention_bias == b.attention_bias && a.dtype == b.dtype && a.bos_token_id == b.bos_token_id &&
-         a.eos_token_ids == b.eos_token_ids;
+         a.attention_bias == b.attention_bias && a.qk_norm == b.qk_norm && a.dtype == b.dtype &&
+         a.bos_token_id == b.bos_token_id && a.eos_token_ids == b.eos_token_ids;
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ constexpr int kEmbedThreads = 256;
 constexpr int kNormMaxThreads = 512;
 constexpr int kNormVecsPerThread = kMaxNormHidden / 4 / kNormMaxThreads;  // float4s of a row held per thread
 constexpr int kRopeThreads = 128;
+constexpr int kQkNormThreads = 128;  // four heads per block, a warp each
 constexpr int kSwiGluThreads = 256;
 constexpr int kGreedyThreads = 512;
 constexpr int kMaxVocab = 1 << 30;
@@ -126,6 +127,38 @@ __global__ void __launch_bounds__(kNormMaxThreads)
       for (int e = 0; e < 4; ++e) res.v[e] = FromFloat<T>(w.v[e] * (y[k].v[e] * inv));
       Store(o + 4 * v, res);
     }
+  }
+}
+
+// Grid (rows, head blocks): warp w of block y normalizes head y * 4 + w of
+// its row, the first `covered` heads (q and k; v too when there is a bias to
+// add). Each lane holds dims lane, lane + 32, ... and re-reads them for the
+// scaling (a head is 1 KiB at most: it stays in L1).
+__global__ void __launch_bounds__(kQkNormThreads)
+    QkNormKernel(float* qkv, const float* bias, const float* q_weight, const float* k_weight, int num_heads,
+                 int num_kv_heads, int head_dim, int covered, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int head = blockIdx.y * (kQkNormThreads / 32) + (threadIdx.x >> 5);
+  if (head >= covered) return;  // whole warps: the shuffles below see every lane
+  const int width = (num_heads + 2 * num_kv_heads) * head_dim;
+  float* const x = qkv + int64_t{blockIdx.x} * width + head * head_dim;
+  const float* const b = bias != nullptr ? bias + head * head_dim : nullptr;
+  if (head >= num_heads + num_kv_heads) {  // a v head: only its bias
+    for (int i = lane; i < head_dim; i += 32) x[i] += b[i];
+    return;
+  }
+  const float* const w = head < num_heads ? q_weight : k_weight;
+  float ss = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) {
+    const float y = b != nullptr ? x[i] + b[i] : x[i];
+    ss += y * y;
+  }
+  ss = WarpSum(ss);
+  // The CPU's 1.0f / std::sqrt(sum / n + eps), each step IEEE-rounded.
+  const float inv = __frcp_rn(__fsqrt_rn(__fdiv_rn(ss, static_cast<float>(head_dim)) + eps));
+  for (int i = lane; i < head_dim; i += 32) {
+    const float y = b != nullptr ? x[i] + b[i] : x[i];
+    x[i] = w[i] * (y * inv);
   }
 }
 
@@ -336,6 +369,24 @@ cudaError_t LaunchAddRmsNorm(DType dtype, float* x, const float* delta, const in
                                                                              static_cast<T*>(out));
     return cudaGetLastError();
   });
+}
+
+cudaError_t LaunchQkNorm(float* qkv, const float* bias, const float* q_weight, const float* k_weight, int64_t rows,
+                         int num_heads, int num_kv_heads, int head_dim, float eps, cudaStream_t stream) {
+  if (rows < 0 || rows > kMaxRows || num_heads <= 0 || num_kv_heads <= 0 || head_dim <= 0 || head_dim > 256) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t heads = int64_t{num_heads} + 2 * int64_t{num_kv_heads};
+  if (heads * head_dim > INT32_MAX) return cudaErrorInvalidValue;  // column indices are int
+  if (rows == 0) return cudaSuccess;
+  if (qkv == nullptr || q_weight == nullptr || k_weight == nullptr) return cudaErrorInvalidValue;
+  const int64_t covered = bias != nullptr ? heads : int64_t{num_heads} + num_kv_heads;
+  const int64_t blocks_y = (covered + kQkNormThreads / 32 - 1) / (kQkNormThreads / 32);
+  if (blocks_y > kMaxGridY) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(blocks_y));
+  QkNormKernel<<<grid, kQkNormThreads, 0, stream>>>(qkv, bias, q_weight, k_weight, num_heads, num_kv_heads, head_dim,
+                                                    static_cast<int>(covered), eps);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchRopeAppend(DType dtype, const float* qkv, const float* bias, const float* cos_table,

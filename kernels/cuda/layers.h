@@ -1,8 +1,8 @@
 // The Llama decoder's layer primitives on the GPU, besides attention and the
-// GEMMs: embedding lookup, residual add + RMSNorm, RoPE + KV append, SwiGLU
-// and sampling. Plain C++ over device pointers (no Abseil), like
-// launch.h; the GPU model validates inputs and turns the results into
-// absl::Status.
+// GEMMs: embedding lookup, residual add + RMSNorm, Qwen3's per-head q/k
+// RMSNorm, RoPE + KV append, SwiGLU and sampling. Plain C++ over device
+// pointers (no Abseil), like launch.h; the GPU model validates inputs and
+// turns the results into absl::Status.
 //
 // Every call only enqueues work on `stream` (no allocation, no host sync,
 // no state: callable from any thread), so a sequence of them can be captured
@@ -68,6 +68,25 @@ cudaError_t LaunchEmbed(DType dtype, const void* table, const int32_t* tokens, i
 // range (the host checked them); out does not overlap x or delta.
 cudaError_t LaunchAddRmsNorm(DType dtype, float* x, const float* delta, const int32_t* gather, const float* weight,
                              int64_t rows, int hidden, float eps, void* out, cudaStream_t stream);
+
+// Bias and per-head RMSNorm of q and k (Qwen3's q_norm / k_norm), in place
+// on one layer's fused QKV projection, before LaunchRopeAppend (which then
+// gets no bias: it was added here, before the norm as in transformers). For
+// row r and head h (the q heads, then the k heads, then the v heads):
+//   y = qkv[r, h, :] + (bias ? bias[h, :] : 0)
+//   q and k heads: qkv[r, h, k] = w[k] * (y[k] * inv),
+//                  inv = 1 / sqrt(sum_k y[k]^2 / head_dim + eps),
+//                  w = q_weight for q heads, k_weight for k heads
+//   v heads:       qkv[r, h, :] = y (untouched without a bias)
+// which is the CPU model's formula in its operation order (only the sum's
+// order differs).
+//   qkv:      (rows, (num_heads + 2 * num_kv_heads) * head_dim) fp32
+//   bias:     (that width) fp32, or nullptr
+//   q_weight, k_weight: (head_dim) fp32, shared by every q (k) head
+// One warp per head; fp32 only (no storage type).
+// REQUIRES: 0 < head_dim <= 256.
+cudaError_t LaunchQkNorm(float* qkv, const float* bias, const float* q_weight, const float* k_weight, int64_t rows,
+                         int num_heads, int num_kv_heads, int head_dim, float eps, cudaStream_t stream);
 
 // Bias, rotary embedding and the KV append of one layer's fused QKV
 // projection. Per row r:

@@ -7,7 +7,7 @@ For each model it writes OUT/<name>/:
   reference.safetensors            "logits.<i>": (len(prompt i), vocab) fp32 logits
 
 Backends:
-  transformers  Hugging Face LlamaForCausalLM / Qwen2ForCausalLM in PyTorch
+  transformers  Hugging Face LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM in PyTorch
                 (the reference no one here wrote; run it where transformers is
                 installed and commit the output under tests/fixtures/transformers)
   numpy         an independent float64 NumPy forward pass of the same
@@ -26,7 +26,9 @@ import numpy as np
 
 # Shapes are tiny but exercise what the C++ model must get right: MHA, GQA
 # with llama3 rope scaling (all three frequency bands at head_dim 16), q/k/v
-# bias with tied embeddings and linear rope scaling, several chunks per prompt.
+# bias with tied embeddings and linear rope scaling, Qwen3's per-head q/k
+# RMSNorm with a head_dim apart from hidden / heads (64, not 16: also a size the
+# CUDA kernels take), several chunks per prompt.
 MODELS = {
     "llama_mha": dict(
         architecture="LlamaForCausalLM", model_type="llama", vocab_size=256, hidden_size=64,
@@ -46,6 +48,11 @@ MODELS = {
         num_key_value_heads=2, head_dim=16, rope_theta=1000000.0,
         rope_scaling=dict(rope_type="linear", factor=2.0),
         tie_word_embeddings=True, attention_bias=True, max_position_embeddings=512),
+    "qwen3_qk_norm": dict(
+        architecture="Qwen3ForCausalLM", model_type="qwen3", vocab_size=256, hidden_size=64,
+        intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, rope_theta=1000000.0, rope_scaling=None,
+        tie_word_embeddings=False, attention_bias=False, max_position_embeddings=512),
 }
 RMS_EPS = 1e-5
 PROMPT_LENS = [1, 7, 23, 50]
@@ -75,6 +82,10 @@ def random_weights(spec, seed):
         if spec["attention_bias"]:
             for name, n in (("q", q), ("k", kv), ("v", kv)):
                 w[p + f"self_attn.{name}_proj.bias"] = (0.1 * rng.standard_normal(n)).astype(np.float32)
+        if qk_norm(spec):
+            # Far from ones (and unlike each other), so a model that skips or swaps them is caught.
+            w[p + "self_attn.q_norm.weight"] = (1.0 + 0.5 * rng.standard_normal(d)).astype(np.float32)
+            w[p + "self_attn.k_norm.weight"] = (1.0 + 0.5 * rng.standard_normal(d)).astype(np.float32)
         w[p + "self_attn.o_proj.weight"] = linear(h, q)
         w[p + "post_attention_layernorm.weight"] = norm(h)
         w[p + "mlp.gate_proj.weight"] = linear(i, h)
@@ -84,6 +95,11 @@ def random_weights(spec, seed):
     if not spec["tie_word_embeddings"]:
         w["lm_head.weight"] = linear(v, h)
     return w
+
+
+def qk_norm(spec):
+    """Qwen3 normalizes each q and k head (RMSNorm over head_dim) before RoPE."""
+    return spec["architecture"] == "Qwen3ForCausalLM"
 
 
 def write_safetensors(path, tensors):
@@ -111,6 +127,7 @@ def hf_config(spec):
                bos_token_id=1, eos_token_id=2)
     if spec["architecture"] == "Qwen2ForCausalLM":
         cfg.pop("attention_bias")  # implied by the architecture
+    if spec["architecture"] in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
         cfg["use_sliding_window"] = False
     return cfg
 
@@ -166,6 +183,9 @@ def numpy_logits(spec, w, ids):
             if spec["attention_bias"]:
                 y = y + W[p + f"self_attn.{name}_proj.bias"]
             proj[name] = y.reshape(T, -1, d)
+        if qk_norm(spec):  # per head: rms_norm's last axis is head_dim here
+            proj["q"] = rms_norm(proj["q"], W[p + "self_attn.q_norm.weight"])
+            proj["k"] = rms_norm(proj["k"], W[p + "self_attn.k_norm.weight"])
         q, k, v = rope(proj["q"], cos, sin), rope(proj["k"], cos, sin), proj["v"]
         group = nh // nkv
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
@@ -198,7 +218,9 @@ def transformers_config(transformers, spec):
     before), 4.x takes them apart. Checked against the spec after construction."""
     import inspect
     cfg_dict = {k: v for k, v in hf_config(spec).items() if k not in ("architectures", "torch_dtype")}
-    cls = transformers.Qwen2Config if spec["model_type"] == "qwen2" else transformers.LlamaConfig
+    cls = {"qwen2": transformers.Qwen2Config, "qwen3": getattr(transformers, "Qwen3Config", None)}.get(
+        spec["model_type"], transformers.LlamaConfig)
+    assert cls is not None, f"this transformers ({transformers.__version__}) has no {spec['model_type']}"
     theta, scaling = cfg_dict.pop("rope_theta"), cfg_dict.pop("rope_scaling")
     if "rope_parameters" in inspect.signature(cls.__init__).parameters or hasattr(cls(), "rope_parameters"):
         params = {"rope_type": "default", "rope_theta": theta}

@@ -129,7 +129,7 @@ struct Staged {
 
 struct CudaLlamaModel::Impl {
   struct Layer {
-    DeviceBuffer input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;
+    DeviceBuffer input_norm, qkv, qkv_bias, q_norm, k_norm, o, post_norm, gate_up, down;
   };
   struct Graph {
     cudaGraphExec_t exec = nullptr;
@@ -257,7 +257,8 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
   for (size_t i = 0; match && i < weights.layers.size(); ++i) {
     const LayerWeights& w = weights.layers[i];
     match = sized(w.input_norm, hidden) && sized(w.post_norm, hidden) && sized(w.qkv, qkv_width * hidden) &&
-            (w.qkv_bias.empty() || sized(w.qkv_bias, qkv_width)) && sized(w.o, hidden * q_width) &&
+            (w.qkv_bias.empty() || sized(w.qkv_bias, qkv_width)) && sized(w.q_norm, config.qk_norm ? d : 0) &&
+            sized(w.k_norm, config.qk_norm ? d : 0) && sized(w.o, hidden * q_width) &&
             sized(w.gate_up, 2 * inter * hidden) && sized(w.down, hidden * inter);
   }
   if (!match) return absl::InvalidArgumentError("weights do not match the config");
@@ -301,6 +302,10 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
     ASSIGN_OR_RETURN(dl.post_norm, UploadF32(w.post_norm.data(), w.post_norm.size() * 4));
     if (!w.qkv_bias.empty()) {
       ASSIGN_OR_RETURN(dl.qkv_bias, UploadF32(w.qkv_bias.data(), w.qkv_bias.size() * 4));
+    }
+    if (config.qk_norm) {
+      ASSIGN_OR_RETURN(dl.q_norm, UploadF32(w.q_norm.data(), w.q_norm.size() * 4));
+      ASSIGN_OR_RETURN(dl.k_norm, UploadF32(w.k_norm.data(), w.k_norm.size() * 4));
     }
     ASSIGN_OR_RETURN(dl.qkv, Upload16(w.qkv, t, scratch));
     ASSIGN_OR_RETURN(dl.o, Upload16(w.o, t, scratch));
@@ -507,8 +512,16 @@ struct StepLauncher {
                                                   static_cast<const float*>(w.input_norm.get()), rows,
                                                   config.hidden_size, eps, im.h.get(), im.stream));
       RETURN_IF_ERROR(Gemm(im.h.get(), rows, hidden, w.qkv, qkv_width, im.qkv.get(), true));
+      const float* bias = static_cast<const float*>(w.qkv_bias.get());
+      if (config.qk_norm) {  // Qwen3: bias, then each q/k head's RMSNorm, in place; then RoPE
+        CUDA_RETURN_IF_ERROR(cuda::LaunchQkNorm(static_cast<float*>(im.qkv.get()), bias,
+                                                static_cast<const float*>(w.q_norm.get()),
+                                                static_cast<const float*>(w.k_norm.get()), rows, layout.num_heads,
+                                                layout.num_kv_heads, config.head_dim, eps, im.stream));
+        bias = nullptr;
+      }
       CUDA_RETURN_IF_ERROR(cuda::LaunchRopeAppend(
-          t, static_cast<const float*>(im.qkv.get()), static_cast<const float*>(w.qkv_bias.get()),
+          t, static_cast<const float*>(im.qkv.get()), bias,
           static_cast<const float*>(im.rope_cos.get()), static_cast<const float*>(im.rope_sin.get()),
           in.positions, in.slots, rows, layout.num_heads, layout.num_kv_heads, config.head_dim, view, q,
           im.stream));

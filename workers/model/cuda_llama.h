@@ -3,7 +3,8 @@
 //
 // Per layer: fused residual-add + RMSNorm (fp32 residual stream), cuBLAS
 // GEMMs (16-bit inputs, fp32 accumulate; the q/k/v and row-parallel outputs
-// in fp32), fused bias + rotary embedding + KV append into the chunked pool,
+// in fp32), Qwen3's per-head q/k RMSNorm (in place on the fp32 q/k/v, bias
+// first), fused bias + rotary embedding + KV append into the chunked pool,
 // chunked prefill and two-phase partition decode attention (kernels/cuda),
 // SwiGLU, and with tensor parallelism an NCCL all-reduce (fp32) after o_proj
 // and after down_proj. Sampling runs on the GPU: the greedy pick and its

@@ -26,17 +26,22 @@ void Linear(const float* a, int64_t m, int64_t k, const std::vector<float>& w, i
 }
 
 // out (rows, n) = x / rms(x) * weight, per row, as Hugging Face's LlamaRMSNorm.
-void RmsNorm(const float* x, int64_t rows, int64_t n, const std::vector<float>& weight, double eps,
-             std::vector<float>& out) {
-  out.resize(static_cast<size_t>(rows * n));
+// `out` may be `x` (each element is read before its own write).
+void RmsNorm(const float* x, int64_t rows, int64_t n, const float* weight, double eps, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float sum = 0;
     for (int64_t i = 0; i < n; ++i) sum += xr[i] * xr[i];
     const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + static_cast<float>(eps));
-    float* o = out.data() + r * n;
+    float* o = out + r * n;
     for (int64_t i = 0; i < n; ++i) o[i] = weight[i] * (xr[i] * inv);
   }
+}
+
+void RmsNorm(const float* x, int64_t rows, int64_t n, const std::vector<float>& weight, double eps,
+             std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * n));
+  RmsNorm(x, rows, n, weight.data(), eps, out.data());
 }
 
 // Rotates each head of `x` (rows, heads, d) by its row's angles, in the
@@ -125,6 +130,15 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
       static_cast<int64_t>(weights.layers[0].qkv.size()) != width * hidden) {
     return absl::InvalidArgumentError("weights do not match the config");
   }
+  // Forward applies q/k norms exactly when a layer has them: every layer
+  // must have them when the config says so, and none otherwise.
+  const size_t qk_norm_size = config.qk_norm ? static_cast<size_t>(d) : 0;
+  for (const LayerWeights& w : weights.layers) {
+    if (w.q_norm.size() != qk_norm_size || w.k_norm.size() != qk_norm_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "weights do not match the config: q_norm/k_norm must have %d values", qk_norm_size));
+    }
+  }
   ASSIGN_OR_RETURN(auto kv, KvPool::Create(KvShapeOf(config, l, options), options.num_kv_chunks));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(weights), options, comm, pool));
   model->kv_ = std::move(kv);
@@ -187,6 +201,10 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>& 
       std::copy_n(row, q_width, q_.data() + r * q_width);
       std::copy_n(row + q_width, kv_width, k_.data() + r * kv_width);
       std::copy_n(row + q_width + kv_width, kv_width, v_.data() + r * kv_width);
+    }
+    if (config_.qk_norm) {  // Qwen3: each head's (d) vector, after the bias, before RoPE
+      RmsNorm(q_.data(), rows * l.num_heads, d, w.q_norm.data(), config_.rms_norm_eps, q_.data());
+      RmsNorm(k_.data(), rows * l.num_kv_heads, d, w.k_norm.data(), config_.rms_norm_eps, k_.data());
     }
     ApplyRope(q_.data(), rows, l.num_heads, d, cos_, sin_);
     ApplyRope(k_.data(), rows, l.num_kv_heads, d, cos_, sin_);

@@ -1,7 +1,8 @@
 // The Llama-family decoder on CPU (fp32 arithmetic): token embedding, RMSNorm,
 // rotary embedding (with linear / llama3 scaling), grouped-query attention
 // through kernels/cpu over this rank's shard of the chunked KV pool, SwiGLU
-// MLP, optional q/k/v bias, tied or untied LM head.
+// MLP, optional q/k/v bias, optional per-head q/k RMSNorm before the rotary
+// embedding (Qwen3), tied or untied LM head.
 //
 // One Forward() is one iteration of the coordinator's schedule: a batch of
 // prefill pieces (prefill over chunked KV: a matched prefix already in the

@@ -156,6 +156,10 @@ absl::StatusOr<ModelWeights> Build(const ModelConfig& c, ShardSpec shard, const 
       RETURN_IF_ERROR(AppendRows(src, p + "self_attn.k_proj.bias", {kv_rows}, kv0, kvn, lw.qkv_bias));
       RETURN_IF_ERROR(AppendRows(src, p + "self_attn.v_proj.bias", {kv_rows}, kv0, kvn, lw.qkv_bias));
     }
+    if (c.qk_norm) {
+      RETURN_IF_ERROR(AppendRows(src, p + "self_attn.q_norm.weight", {d}, 0, d, lw.q_norm));
+      RETURN_IF_ERROR(AppendRows(src, p + "self_attn.k_norm.weight", {d}, 0, d, lw.k_norm));
+    }
     RETURN_IF_ERROR(Append(src, p + "self_attn.o_proj.weight", {hidden, q_rows}, 0, hidden, q0, qn, lw.o));
     RETURN_IF_ERROR(AppendRows(src, p + "mlp.gate_proj.weight", {inter, hidden},
                                l.intermediate_begin, l.intermediate, lw.gate_up));
@@ -263,6 +267,10 @@ absl::Status SaveModel(const std::string& dir, const ModelConfig& c, const Model
       add(p + "self_attn.q_proj.bias", {q_rows}, lw.qkv_bias.data());
       add(p + "self_attn.k_proj.bias", {kv_rows}, lw.qkv_bias.data() + q_rows);
       add(p + "self_attn.v_proj.bias", {kv_rows}, lw.qkv_bias.data() + q_rows + kv_rows);
+    }
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {d}, lw.q_norm.data());
+      add(p + "self_attn.k_norm.weight", {d}, lw.k_norm.data());
     }
     add(p + "self_attn.o_proj.weight", {hidden, q_rows}, lw.o.data());
     add(p + "mlp.gate_proj.weight", {inter, hidden}, lw.gate_up.data());

@@ -7,8 +7,9 @@
 // gate/up, and the matching input columns of o_proj and down_proj, so one
 // all-reduce after o_proj and one after down_proj give every rank the full
 // hidden state. When n exceeds the KV head count, each KV head is
-// replicated on n/kv ranks (as vLLM does). Embedding and LM head are whole on
-// every rank.
+// replicated on n/kv ranks (as vLLM does). Embedding, LM head, the norms and
+// Qwen3's q/k norms (over head_dim, shared by all heads) are whole on every
+// rank.
 #ifndef CHUNKATTN_WORKERS_MODEL_WEIGHTS_H_
 #define CHUNKATTN_WORKERS_MODEL_WEIGHTS_H_
 
@@ -47,6 +48,8 @@ struct LayerWeights {
   std::vector<float> input_norm;  // (hidden)
   std::vector<float> qkv;         // (q_local + 2 * kv_local, hidden): q rows, k rows, v rows
   std::vector<float> qkv_bias;    // (q_local + 2 * kv_local), empty without attention_bias
+  std::vector<float> q_norm;      // (head_dim), empty without qk_norm
+  std::vector<float> k_norm;      // (head_dim), empty without qk_norm
   std::vector<float> o;           // (hidden, q_local): this rank's input columns
   std::vector<float> post_norm;   // (hidden)
   std::vector<float> gate_up;     // (2 * intermediate_local, hidden): gate rows, then up rows

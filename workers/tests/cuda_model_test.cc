@@ -2,7 +2,8 @@
 // (rounded to the GPU's 16-bit dtype first, so only activation rounding
 // differs): chunked prefill over a matched prefix, TPP and sequence decode
 // of sequences sharing prefixes, mixed steps, copy-on-write, CUDA graph
-// replay against eager steps, device greedy picks, tensor parallelism over
+// replay against eager steps, device greedy picks, Qwen3's q/k norms (dummy
+// weights and the NumPy reference's Qwen3), tensor parallelism over
 // NCCL when two GPUs are visible, and bad inputs. Every test skips without
 // a GPU.
 #include <algorithm>
@@ -28,15 +29,17 @@ constexpr int kChunk = 16;
 #define SKIP_WITHOUT_GPU()                                                   \
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible"
 
-ModelConfig SmallConfig(int head_dim, bool bias, bool tied) {
+// `qwen3`: q/k norms, and a head_dim apart from hidden / heads.
+ModelConfig SmallConfig(int head_dim, bool bias, bool tied, bool qwen3 = false) {
   ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
+  c.architecture = qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+  c.model_type = qwen3 ? "qwen3" : "llama";
+  c.qk_norm = qwen3;
   c.vocab_size = 512;
   c.num_heads = 4;
   c.num_kv_heads = 2;
   c.head_dim = head_dim;
-  c.hidden_size = c.num_heads * head_dim;
+  c.hidden_size = qwen3 ? c.num_heads * head_dim / 2 : c.num_heads * head_dim;
   c.intermediate_size = 2 * c.hidden_size + 64;
   c.num_layers = 2;
   c.rms_norm_eps = 1e-5;
@@ -77,10 +80,18 @@ struct Pair {
   std::unique_ptr<CudaLlamaModel> gpu;
 };
 
+// `weights` (whole-model, fp32) when given, else dummy weights of `seed`
+// (with q/k norms away from the dummy ones, so that they matter).
 Pair MakePair(const ModelConfig& config, DType t, DecodeImpl impl, bool graphs, int64_t max_rows = 512,
-              uint64_t seed = 7) {
-  absl::StatusOr<ModelWeights> w = DummyWeights(config, {}, seed);
+              uint64_t seed = 7, const ModelWeights* weights = nullptr) {
+  absl::StatusOr<ModelWeights> w = weights != nullptr ? *weights : DummyWeights(config, {}, seed);
   EXPECT_TRUE(w.ok()) << w.status();
+  if (weights == nullptr) {
+    for (LayerWeights& l : w->layers) {
+      for (size_t i = 0; i < l.q_norm.size(); ++i) l.q_norm[i] = 0.5f + 0.15f * static_cast<float>(i % 7);
+      for (size_t i = 0; i < l.k_norm.size(); ++i) l.k_norm[i] = 1.5f - 0.2f * static_cast<float>(i % 5);
+    }
+  }
   RoundMatrices(*w, t);
   ModelOptions o;
   o.chunk_size = kChunk;
@@ -132,8 +143,8 @@ using testing::OnePrefill;
 // the matched prefix), then `steps` decode steps with the CPU's greedy
 // tokens fed to both models. Checks every step's logits.
 void RunScenario(const ModelConfig& config, DType t, DecodeImpl impl, bool graphs, int n, int shared,
-                 int steps) {
-  Pair m = MakePair(config, t, impl, graphs);
+                 int steps, const ModelWeights* weights = nullptr) {
+  Pair m = MakePair(config, t, impl, graphs, 512, 7, weights);
   ASSERT_TRUE(m.cpu && m.gpu);
   const int vocab = config.vocab_size;
   std::mt19937 rng(11);
@@ -271,6 +282,7 @@ struct Variant {
   bool graphs;
   bool bias;
   bool tied;
+  bool qwen3 = false;
 };
 
 class CudaModelTest : public ::testing::TestWithParam<Variant> {};
@@ -278,7 +290,7 @@ class CudaModelTest : public ::testing::TestWithParam<Variant> {};
 TEST_P(CudaModelTest, ServingScenarioMatchesCpuModel) {
   SKIP_WITHOUT_GPU();
   const Variant& v = GetParam();
-  RunScenario(SmallConfig(v.head_dim, v.bias, v.tied), v.dtype, v.impl, v.graphs, /*n=*/12, /*shared=*/48,
+  RunScenario(SmallConfig(v.head_dim, v.bias, v.tied, v.qwen3), v.dtype, v.impl, v.graphs, /*n=*/12, /*shared=*/48,
               /*steps=*/20);
 }
 
@@ -289,13 +301,38 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{64, DType::kFloat16, DecodeImpl::kSequence, true, false, false},
                       Variant{128, DType::kFloat16, DecodeImpl::kTpp, true, true, false},
                       Variant{64, DType::kBFloat16, DecodeImpl::kTpp, true, false, true},
-                      Variant{128, DType::kBFloat16, DecodeImpl::kSequence, false, true, true}),
+                      Variant{128, DType::kBFloat16, DecodeImpl::kSequence, false, true, true},
+                      // Qwen3: q/k norms (after the bias in the second).
+                      Variant{64, DType::kBFloat16, DecodeImpl::kTpp, true, false, false, true},
+                      Variant{128, DType::kFloat16, DecodeImpl::kSequence, true, true, false, true}),
     [](const ::testing::TestParamInfo<Variant>& info) {
       const Variant& v = info.param;
       return absl::StrFormat("%s_d%d_%s_%s%s%s", v.dtype == DType::kBFloat16 ? "bf16" : "fp16", v.head_dim,
                              v.impl == DecodeImpl::kTpp ? "tpp" : "seq", v.graphs ? "graphs" : "eager",
-                             v.bias ? "_bias" : "", v.tied ? "_tied_llama3rope" : "");
+                             v.bias ? "_bias" : "", v.tied ? "_tied_llama3rope" : "") +
+             (v.qwen3 ? "_qwen3" : "");
     });
+
+// The NumPy reference's tiny Qwen3 (head_dim 64 over hidden 64, q/k norms far
+// from ones), loaded from its Hugging Face files, against the CPU model that
+// model_test checks against the reference's float64 logits.
+TEST(CudaModelBasics, Qwen3ReferenceModelMatchesCpuModel) {
+  SKIP_WITHOUT_GPU();
+  const testing::Reference* ref = nullptr;
+  for (const auto& r : testing::References()) {
+    if (r.name == "numpy/qwen3_qk_norm") ref = &r;
+  }
+  ASSERT_NE(ref, nullptr);
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(ref->dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->qk_norm);
+  absl::StatusOr<ModelWeights> weights = LoadWeights(ref->dir, *config, {});
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(t));
+    RunScenario(*config, t, DecodeImpl::kTpp, true, /*n=*/4, /*shared=*/32, /*steps=*/8, &*weights);
+  }
+}
 
 TEST(CudaModelBasics, GraphsAndEagerAgree) {
   SKIP_WITHOUT_GPU();

@@ -82,6 +82,17 @@ TEST(ConfigTest, Llama3ScalingMistralWindowQwen2BiasAndTransformers5) {
   EXPECT_TRUE(qwen->tie_word_embeddings);
   EXPECT_EQ(qwen->head_dim, 64);
   EXPECT_EQ(qwen->max_context, 32768);
+  // Qwen2's q/k/v always have biases: transformers ignores attention_bias
+  // there, so a false one must not survive (nor break the JSON round trip;
+  // found by fuzz/).
+  auto qwen_no_bias = ParseModelConfig(R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100,
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+    "attention_bias": false})",
+                                       "qwen2");
+  ASSERT_TRUE(qwen_no_bias.ok()) << qwen_no_bias.status();
+  EXPECT_TRUE(qwen_no_bias->attention_bias);
+  EXPECT_TRUE(ParseModelConfig(ModelConfigToJson(*qwen_no_bias), "again")->attention_bias);
+  EXPECT_FALSE(qwen_no_bias->qk_norm);
 
   auto v5 = ParseModelConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 100,
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
@@ -92,6 +103,61 @@ TEST(ConfigTest, Llama3ScalingMistralWindowQwen2BiasAndTransformers5) {
   EXPECT_EQ(v5->rope_theta, 1000.0);
   EXPECT_EQ(v5->rope_scaling.kind, RopeScalingKind::kLinear);
   EXPECT_EQ(v5->dtype, DType::kBFloat16);
+}
+
+// Qwen3-0.6B's config.json (abridged): head_dim apart from hidden / heads,
+// q/k norms implied by the architecture, attention_bias read (false here).
+constexpr char kQwen3[] = R"({
+  "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
+  "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+  "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+  "attention_bias": false, "hidden_act": "silu", "max_position_embeddings": 40960,
+  "max_window_layers": 28, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+  "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "bos_token_id": 151643, "eos_token_id": 151645})";
+
+TEST(ConfigTest, Qwen3HeadDimAndQkNorm) {
+  auto c = ParseModelConfig(kQwen3, "qwen3/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->q_size(), 2048);  // not hidden_size
+  EXPECT_EQ(c->kv_size(), 1024);
+  EXPECT_EQ(c->max_context, 40960);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->rms_norm_eps, 1e-6);
+  auto again = ParseModelConfig(ModelConfigToJson(*c), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->qk_norm);
+  EXPECT_EQ(ModelConfigToJson(*again), ModelConfigToJson(*c));
+  EXPECT_FALSE(ParseModelConfig(kLlama2, "llama2")->qk_norm);
+
+  auto edited = [](const std::string& from, const std::string& to) {
+    std::string text = kQwen3;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return ParseModelConfig(text, "qwen3/config.json");
+  };
+  // Qwen3Config's defaults: head_dim 128 (not hidden / heads = 64), no bias.
+  auto no_head_dim = edited("\"head_dim\": 128,", "");
+  ASSERT_TRUE(no_head_dim.ok()) << no_head_dim.status();
+  EXPECT_EQ(no_head_dim->head_dim, 128);
+  auto no_bias_field = edited("\"attention_bias\": false,", "");
+  ASSERT_TRUE(no_bias_field.ok()) << no_bias_field.status();
+  EXPECT_FALSE(no_bias_field->attention_bias);
+  auto bias = edited("\"attention_bias\": false", "\"attention_bias\": true");
+  ASSERT_TRUE(bias.ok()) << bias.status();
+  EXPECT_TRUE(bias->attention_bias);
+  EXPECT_TRUE(bias->qk_norm);
+  // Like Qwen2's, the window applies to the top layers only.
+  auto window = edited("\"sliding_window\": null", "\"sliding_window\": 4096");
+  ASSERT_TRUE(window.ok()) << window.status();  // without use_sliding_window, the window is off
+  EXPECT_EQ(window->max_context, 40960);
+  window = edited("\"sliding_window\": null", "\"sliding_window\": 4096, \"use_sliding_window\": true");
+  EXPECT_EQ(window.status().code(), absl::StatusCode::kUnimplemented) << window.status();
+  EXPECT_NE(window.status().message().find("Qwen3"), std::string::npos) << window.status();
 }
 
 TEST(ConfigTest, RejectsBadConfigsNamingTheField) {
@@ -149,12 +215,14 @@ TEST(ConfigTest, GenerationConfigEosWins) {
 }
 
 TEST(ConfigTest, JsonRoundTrip) {
-  const auto& ref = testing::References()[1];
-  auto c = LoadModelConfig(ref.dir);
-  ASSERT_TRUE(c.ok());
-  auto again = ParseModelConfig(ModelConfigToJson(*c), "roundtrip");
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(ModelConfigToJson(*again), ModelConfigToJson(*c));
+  for (const auto& ref : testing::References()) {
+    auto c = LoadModelConfig(ref.dir);
+    ASSERT_TRUE(c.ok()) << ref.name;
+    auto again = ParseModelConfig(ModelConfigToJson(*c), "roundtrip");
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(ModelConfigToJson(*again), ModelConfigToJson(*c)) << ref.name;
+    EXPECT_EQ(again->qk_norm, c->qk_norm) << ref.name;
+  }
 }
 
 TEST(SafetensorsTest, RoundTripAndValidation) {
@@ -284,6 +352,99 @@ TEST(WeightsTest, ErrorsNameTheFileAndTensor) {
   EXPECT_EQ(LoadWeights(dir, *config, {}).status().code(), absl::StatusCode::kNotFound);
   WriteFile(dir + "/model.safetensors.index.json", R"({"weight_map": {"x": "../etc/passwd"}})");
   EXPECT_EQ(LoadWeights(dir, *config, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  fs::remove_all(dir);
+}
+
+// Qwen3's q_norm / k_norm: (head_dim) each, whole on every tensor-parallel
+// rank; missing or misshapen ones are named; a model refuses weights that lack
+// them, and dummy weights have them (ones).
+TEST(WeightsTest, Qwen3QkNorms) {
+  const testing::Reference* ref = nullptr;
+  for (const auto& r : testing::References()) {
+    if (r.name == "numpy/qwen3_qk_norm") ref = &r;
+  }
+  ASSERT_NE(ref, nullptr);
+  auto config = LoadModelConfig(ref->dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->qk_norm);
+  const int d = config->head_dim;
+  auto whole = LoadWeights(ref->dir, *config, {});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  for (const LayerWeights& l : whole->layers) {
+    ASSERT_EQ(l.q_norm.size(), static_cast<size_t>(d));
+    ASSERT_EQ(l.k_norm.size(), static_cast<size_t>(d));
+    EXPECT_NE(l.q_norm, l.k_norm);
+  }
+  for (int world : {2, 4}) {  // TP 4 replicates the 2 KV heads
+    for (int rank = 0; rank < world; ++rank) {
+      auto shard = LoadWeights(ref->dir, *config, {rank, world});
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      for (int i = 0; i < config->num_layers; ++i) {
+        EXPECT_EQ(shard->layers[i].q_norm, whole->layers[i].q_norm) << "rank " << rank << " of " << world;
+        EXPECT_EQ(shard->layers[i].k_norm, whole->layers[i].k_norm) << "rank " << rank << " of " << world;
+      }
+    }
+  }
+  auto dummy = DummyWeights(*config, {1, 2}, 7);
+  ASSERT_TRUE(dummy.ok()) << dummy.status();
+  EXPECT_EQ(dummy->layers[1].q_norm, std::vector<float>(d, 1.0f));
+  EXPECT_EQ(dummy->layers[1].k_norm, std::vector<float>(d, 1.0f));
+
+  // A checkpoint written with the norms (SaveModel), then without one of them.
+  const std::string dir = Resave(ref->dir, DType::kFloat32, 0);
+  auto resaved = LoadWeights(dir, *config, {});
+  ASSERT_TRUE(resaved.ok()) << resaved.status();
+  EXPECT_EQ(resaved->layers[1].k_norm, whole->layers[1].k_norm);
+  {
+    auto file = SafetensorsFile::Open(dir + "/model.safetensors");
+    ASSERT_TRUE(file.ok());
+    std::vector<TensorToWrite> keep;
+    for (const std::string& name : (*file)->Names()) {
+      if (name == "model.layers.1.self_attn.k_norm.weight") continue;
+      auto t = (*file)->Get(name);
+      keep.push_back({name, t->dtype, t->shape, std::vector<uint8_t>(t->data, t->data + t->num_elements() * 4)});
+    }
+    file->reset();
+    ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", keep).ok());
+  }
+  auto missing = LoadWeights(dir, *config, {});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("model.layers.1.self_attn.k_norm.weight"), std::string::npos)
+      << missing.status();
+  // A q_norm of (d / 2) values.
+  {
+    auto file = SafetensorsFile::Open(ref->dir + "/model.safetensors");
+    ASSERT_TRUE(file.ok());
+    std::vector<TensorToWrite> edited;
+    for (const std::string& name : (*file)->Names()) {
+      auto t = (*file)->Get(name);
+      std::vector<int64_t> shape = t->shape;
+      int64_t n = t->num_elements();
+      if (name == "model.layers.0.self_attn.q_norm.weight") {
+        shape = {d / 2};
+        n = d / 2;
+      }
+      edited.push_back({name, t->dtype, shape, std::vector<uint8_t>(t->data, t->data + n * 4)});
+    }
+    ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", edited).ok());
+  }
+  auto misshapen = LoadWeights(dir, *config, {});
+  EXPECT_EQ(misshapen.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(misshapen.status().message().find("model.layers.0.self_attn.q_norm.weight"), std::string::npos)
+      << misshapen.status();
+
+  // The model refuses Qwen3 weights without the norms, and norms on a model without them.
+  ModelOptions options;
+  options.chunk_size = 16;
+  options.num_kv_chunks = 8;
+  ModelWeights stripped = *whole;
+  stripped.layers[1].q_norm.clear();
+  EXPECT_EQ(LlamaModel::Create(*config, std::move(stripped), options, nullptr, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ModelConfig plain = *config;
+  plain.qk_norm = false;
+  EXPECT_EQ(LlamaModel::Create(plain, *whole, options, nullptr, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
   fs::remove_all(dir);
 }
 

@@ -86,7 +86,7 @@ inline const std::vector<Reference>& References() {
     std::vector<std::pair<std::string, std::string>> roots = {
         {"numpy", tmp}, {"transformers", CHUNKATTN_SOURCE_DIR "/tests/fixtures/transformers"}};
     for (const auto& [backend, root] : roots) {
-      for (const char* model : {"llama_mha", "llama3_gqa", "qwen2_tied"}) {
+      for (const char* model : {"llama_mha", "llama3_gqa", "qwen2_tied", "qwen3_qk_norm"}) {
         Reference r;
         r.dir = root + "/" + model;
         r.name = backend + "/" + model;

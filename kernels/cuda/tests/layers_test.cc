@@ -1,5 +1,6 @@
 // The layer primitives of layers.h against plain float64 references written
-// here, on randomized inputs (fixed seeds), fp16 and bf16. Outputs are
+// here, on randomized inputs (fixed seeds), fp16 and bf16 (the q/k norm in
+// fp32). Outputs are
 // poisoned (all-ones bytes: NaN in every type) before each launch, so an
 // element never written fails its comparison, and the KV pool's slots that
 // must stay untouched are checked bit for bit.
@@ -180,6 +181,15 @@ TEST(LayersContract, RejectsBadArgumentsBeforeAnyCudaCall) {
   EXPECT_EQ(rope(DType::kFloat16, 2, 64, no_v), kBad);
   EXPECT_EQ(LaunchRopeAppend(DType::kFloat16, f, nullptr, f, f, i32, i64, 1, 0, 2, 64, kv, p, nullptr), kBad);
 
+  EXPECT_EQ(LaunchQkNorm(f, nullptr, f, f, -1, 8, 2, 64, 1e-6f, nullptr), kBad);
+  EXPECT_EQ(LaunchQkNorm(f, nullptr, f, f, 1, 0, 2, 64, 1e-6f, nullptr), kBad);
+  EXPECT_EQ(LaunchQkNorm(f, nullptr, f, f, 1, 8, 0, 64, 1e-6f, nullptr), kBad);
+  EXPECT_EQ(LaunchQkNorm(f, nullptr, f, f, 1, 8, 2, 0, 1e-6f, nullptr), kBad);
+  EXPECT_EQ(LaunchQkNorm(f, nullptr, f, f, 1, 8, 2, 258, 1e-6f, nullptr), kBad);
+  EXPECT_EQ(LaunchQkNorm(nullptr, nullptr, f, f, 1, 8, 2, 64, 1e-6f, nullptr), kBad);
+  EXPECT_EQ(LaunchQkNorm(f, nullptr, nullptr, f, 1, 8, 2, 64, 1e-6f, nullptr), kBad);
+  EXPECT_EQ(LaunchQkNorm(f, nullptr, f, nullptr, 1, 8, 2, 64, 1e-6f, nullptr), kBad);
+
   EXPECT_EQ(LaunchSwiGlu(DType::kFloat32, p, 1, 64, p, nullptr), kBad);
   EXPECT_EQ(LaunchSwiGlu(DType::kFloat16, p, 1, 0, p, nullptr), kBad);
   EXPECT_EQ(LaunchSwiGlu(DType::kFloat16, p, -1, 64, p, nullptr), kBad);
@@ -214,6 +224,7 @@ TEST(LayersContract, ZeroRowsIsANoOp) {
               cudaSuccess);
     EXPECT_EQ(LaunchSwiGlu(dtype, nullptr, 0, 64, nullptr, nullptr), cudaSuccess);
   }
+  EXPECT_EQ(LaunchQkNorm(nullptr, nullptr, nullptr, nullptr, 0, 8, 2, 128, 1e-6f, nullptr), cudaSuccess);
   EXPECT_EQ(LaunchGreedy(nullptr, 0, 32000, nullptr, nullptr, nullptr), cudaSuccess);
   EXPECT_EQ(LaunchSample(nullptr, 0, 32000, 0, nullptr, 0, nullptr, nullptr, nullptr, nullptr), cudaSuccess);
 }
@@ -439,6 +450,69 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LayersRopeAppend,
                                                   std::get<1>(info.param), std::get<2>(info.param),
                                                   std::get<3>(info.param) ? "bias" : "nobias");
                          });
+
+// ---------------------------------------------------------------------------
+// Qwen3's per-head q/k RMSNorm (fp32 in place: fp32 arithmetic only, so a
+// relative 1e-5 holds; v heads are bit-exact).
+
+TEST(LayersQkNorm, MatchesFloat64) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  const float eps = 1e-6f;
+  const int rows = 11, num_heads = 8, num_kv_heads = 2, heads = num_heads + 2 * num_kv_heads;
+  // 36: a partial lane round; 64 and 128: the model's; 256: the largest.
+  for (int d : {36, 64, 128, 256}) {
+    for (const bool with_bias : {false, true}) {
+      SCOPED_TRACE(absl::StrFormat("head_dim %d, bias %d", d, static_cast<int>(with_bias)));
+      const int width = heads * d;
+      std::vector<float> qkv = Normal(rng, int64_t{rows} * width, 3.0f);
+      for (int h = 0; h < heads; ++h) {  // heads of very different norms in row 0
+        for (int i = 0; i < d; ++i) qkv[h * d + i] *= h % 3 == 0 ? 1e-3f : (h % 3 == 1 ? 1.0f : 100.0f);
+      }
+      const std::vector<float> bias = with_bias ? Normal(rng, width, 0.5f) : std::vector<float>();
+      std::vector<float> q_weight = Normal(rng, d, 0.5f), k_weight = Normal(rng, d, 0.5f);
+      for (float& w : q_weight) w += 1.0f;
+      for (float& w : k_weight) w += 1.0f;
+
+      std::vector<double> want_qk;  // every row's q and k heads, in order
+      std::vector<float> want_v;    // every row's v heads: x + bias as the fp32 add gives it
+      for (int r = 0; r < rows; ++r) {
+        for (int h = 0; h < heads; ++h) {
+          const float* x = qkv.data() + int64_t{r} * width + int64_t{h} * d;
+          std::vector<float> y(d);
+          for (int i = 0; i < d; ++i) y[i] = with_bias ? x[i] + bias[h * d + i] : x[i];
+          if (h >= num_heads + num_kv_heads) {
+            want_v.insert(want_v.end(), y.begin(), y.end());
+            continue;
+          }
+          const std::vector<float>& w = h < num_heads ? q_weight : k_weight;
+          double ss = 0;
+          for (float v : y) ss += double{v} * v;
+          const double inv = 1.0 / std::sqrt(ss / d + eps);
+          for (int i = 0; i < d; ++i) want_qk.push_back(double{w[i]} * y[i] * inv);
+        }
+      }
+
+      DeviceBuffer d_qkv = Upload(qkv), d_q = Upload(q_weight), d_k = Upload(k_weight);
+      DeviceBuffer d_bias = with_bias ? Upload(bias) : DeviceBuffer();
+      ASSERT_EQ(LaunchQkNorm(static_cast<float*>(d_qkv.get()),
+                             with_bias ? static_cast<const float*>(d_bias.get()) : nullptr,
+                             static_cast<const float*>(d_q.get()), static_cast<const float*>(d_k.get()), rows,
+                             num_heads, num_kv_heads, d, eps, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> got = Download<float>(d_qkv, qkv.size());
+      std::vector<float> got_qk, got_v;
+      for (int r = 0; r < rows; ++r) {
+        const auto row = got.begin() + int64_t{r} * width;
+        got_qk.insert(got_qk.end(), row, row + (num_heads + num_kv_heads) * d);
+        got_v.insert(got_v.end(), row + (num_heads + num_kv_heads) * d, row + width);
+      }
+      ExpectNear(got_qk, want_qk, 1e-5, 1e-6);
+      ExpectBitEqual(got_v, want_v);
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------
 // SwiGLU.
