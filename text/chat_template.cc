@@ -938,7 +938,7 @@ const char* const kFilters[] = {
     "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject",
     "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string",
     "sum", "title", "tojson", "trim", "unique", "upper", "wordcount", "e", "escape", "batch",
-    "center", "pprint"};
+    "center"};
 const char* const kTests[] = {
     "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "escaped", "even",
     "false", "float", "ge", ">=", "gt", "greaterthan", ">", "in", "integer", "iterable", "le",
@@ -948,6 +948,20 @@ const char* const kTests[] = {
 bool Known(const char* const* begin, const char* const* end, const std::string& name) {
   return std::any_of(begin, end, [&](const char* n) { return name == n; });
 }
+
+// Recursion in the parsers is bounded: a hostile template of a million "("
+// or nested ifs is an error, not a stack overflow.
+constexpr int kMaxParseNesting = 256;
+
+struct NestingGuard {
+  NestingGuard(int* depth, int line) : depth_(depth) {
+    if (++*depth_ > kMaxParseNesting) {
+      Fail(absl::StrCat("line ", line, ": nested deeper than ", kMaxParseNesting));
+    }
+  }
+  ~NestingGuard() { --*depth_; }
+  int* depth_;
+};
 
 class ExprParser {
  public:
@@ -998,6 +1012,7 @@ class ExprParser {
   }
 
   ExprPtr ParseExpression() {
+    const NestingGuard guard(&depth_, cur().line);
     ExprPtr e = ParseOr();
     if (IsName("if")) {
       ++pos_;
@@ -1042,6 +1057,7 @@ class ExprParser {
     return e;
   }
   ExprPtr ParseNot() {
+    const NestingGuard guard(&depth_, cur().line);
     if (IsName("not")) {
       ExprPtr e = Make(Expr::kNot);
       ++pos_;
@@ -1113,6 +1129,7 @@ class ExprParser {
     return e;
   }
   ExprPtr ParseUnary(bool with_filter) {
+    const NestingGuard guard(&depth_, cur().line);
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
       e = Make(IsOp("-") ? Expr::kNeg : Expr::kPos);
@@ -1344,6 +1361,7 @@ class ExprParser {
 
   const std::vector<Token>& t_;
   size_t pos_;
+  int depth_ = 0;
 };
 
 // Statements.
@@ -1397,6 +1415,7 @@ class Parser {
   std::unique_ptr<Node> ParseStatement(const std::string& word) {
     Segment& s = segs_[i_];
     const int line = s.line;
+    const NestingGuard guard(&nesting_, line);
     ExprParser p(s.tokens, 1);
     auto n = std::make_unique<Node>();
     n->line = line;
@@ -1523,6 +1542,7 @@ class Parser {
   std::vector<Segment> segs_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 
@@ -2544,7 +2564,8 @@ Value Interp::CallMethod(const Value& obj, const std::string& name, const Args& 
 Value AttributePath(Interp& in, Value v, const Value& path) {
   if (path.kind == Kind::kInt) return in.GetItem(v, path);
   if (path.kind != Kind::kString) Fail("attribute must be a string");
-  for (const Value& part : *Split(path.str(), Value::Str("."), -1, false).list) {
+  const Value parts = Split(path.str(), Value::Str("."), -1, false);  // kept alive for the loop
+  for (const Value& part : *parts.list) {
     int64_t index;
     v = ParsePyInt(part.str(), 10, &index) ? in.GetItem(v, Value::Int(index)) : in.GetItem(v, part);
   }
@@ -2608,7 +2629,6 @@ Value Interp::Filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "string") return Value::Str(str_of(v));
   if (name == "safe") return v;
   if (name == "e" || name == "escape") return Value::Str(HtmlEscape(str_of(v)));
-  if (name == "pprint") return Value::Str(Repr(v));
   if (name == "d" || name == "default") {
     const Value dflt = a.pos.empty() && a.kw.empty() ? Value::Str("") : a.Get(0, "default_value");
     if (v.is_undefined() || (Truthy(a.Get(1, "boolean")) && !Truthy(v))) return dflt;

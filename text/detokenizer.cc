@@ -45,7 +45,19 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
     return;
   }
   read_ = window_.size() - *pending;
-  const size_t excess = read_ - std::min(read_, kPromptContextTokens);
+  size_t excess = read_ - std::min(read_, kPromptContextTokens);
+  // The context starts on a whole character: Hugging Face's ByteFallback
+  // decodes a run of byte tokens that is not valid UTF-8 as one U+FFFD per
+  // byte, the valid characters in it too, so a context that began inside a
+  // character would garble the next one.
+  for (; excess < read_; ++excess) {
+    absl::StatusOr<std::string> b = tokenizer_->TokenBytes(window_[excess]);
+    if (!b.ok()) {
+      status_ = b.status();
+      return;
+    }
+    if (!b->empty() && (static_cast<unsigned char>((*b)[0]) & 0xC0) != 0x80) break;
+  }
   window_.erase(window_.begin(), window_.begin() + excess);
   read_ -= excess;
   absl::StatusOr<std::string> prefix =
@@ -58,21 +70,22 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
 }
 
 absl::StatusOr<size_t> IncrementalDetokenizer::PendingTailTokens() const {
-  // Bytes of the last unread tokens, enough to hold an unfinished character.
-  std::string tail;
-  std::vector<size_t> token_sizes;  // last token first
-  for (size_t i = window_.size(); i > read_ && tail.size() < kMaxPendingTokens; --i) {
-    ASSIGN_OR_RETURN(std::string bytes, tokenizer_->TokenBytes(window_[i - 1]));
-    token_sizes.push_back(bytes.size());
-    tail.insert(0, bytes);
+  // The fewest trailing unread tokens to hold back so that the bytes before
+  // them end on a whole character. Not just the tokens of the unfinished
+  // character: a byte-level token can end one character and start the next,
+  // and holding it back leaves the previous token's character unfinished.
+  std::vector<std::string> bytes;
+  for (size_t i = read_; i < window_.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string b, tokenizer_->TokenBytes(window_[i]));
+    bytes.push_back(std::move(b));
   }
-  size_t incomplete = IncompleteUtf8SuffixLength(tail);
-  size_t tokens = 0;
-  while (incomplete > 0) {
-    incomplete -= std::min(incomplete, token_sizes[tokens]);
-    ++tokens;
+  std::string stable;
+  for (const std::string& b : bytes) stable += b;
+  for (size_t held = 0; held < bytes.size(); ++held) {
+    if (IncompleteUtf8SuffixLength(stable) == 0) return held;
+    stable.resize(stable.size() - bytes[bytes.size() - 1 - held].size());
   }
-  return tokens;
+  return bytes.size();
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <queue>
 #include <tuple>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -182,6 +183,19 @@ struct Pattern {
   }
 };
 
+// j[key] for reading: null when j is not an object or lacks the key (a const
+// operator[] on a missing key is undefined in nlohmann, and files are hostile).
+// Ids beyond this (4x the largest vocabulary shipped) are refused: the id
+// table is sized by the largest id.
+constexpr int64_t kMaxTokenId = 1 << 20;
+
+const json& Field(const json& j, const std::string& key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
 absl::StatusOr<Pattern> ParsePattern(const json& j, const std::string& where) {
   Pattern p;
   if (j.is_object() && j.contains("String") && j["String"].is_string()) {
@@ -225,7 +239,7 @@ absl::StatusOr<Normalizer> ParseNormalizer(const json& j, const std::string& fil
   }
   if (type == "Replace") {
     auto pattern = std::make_shared<Pattern>();
-    ASSIGN_OR_RETURN(*pattern, ParsePattern(j["pattern"], "normalizer"));
+    ASSIGN_OR_RETURN(*pattern, ParsePattern(Field(j, "pattern"), "normalizer"));
     const std::string content = j.value("content", "");
     return Normalizer([pattern, content](std::string s) { return pattern->ReplaceAll(s, content); });
   }
@@ -324,7 +338,7 @@ absl::StatusOr<PreTokenizer> ParsePreTokenizer(const json& j, const std::string&
   const std::string type = j.value("type", "");
   if (type == "Split") {
     auto pattern = std::make_shared<Pattern>();
-    ASSIGN_OR_RETURN(*pattern, ParsePattern(j["pattern"], "pre_tokenizer"));
+    ASSIGN_OR_RETURN(*pattern, ParsePattern(Field(j, "pattern"), "pre_tokenizer"));
     static const std::map<std::string, Behavior> kBehaviors = {{"Removed", Behavior::kRemoved},
                                                                {"Isolated", Behavior::kIsolated},
                                                                {"MergedWithPrevious", Behavior::kMergedWithPrevious},
@@ -501,7 +515,7 @@ absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file, boo
   }
   if (type == "Replace") {
     auto pattern = std::make_shared<Pattern>();
-    ASSIGN_OR_RETURN(*pattern, ParsePattern(j["pattern"], "decoder"));
+    ASSIGN_OR_RETURN(*pattern, ParsePattern(Field(j, "pattern"), "decoder"));
     const std::string content = j.value("content", "");
     return Decoder([pattern, content](std::vector<std::string>* tokens) {
       for (std::string& t : *tokens) t = pattern->ReplaceAll(t, content);
@@ -567,6 +581,8 @@ struct AddedToken {
 class HfTokenizer final : public Tokenizer {
  public:
   static absl::StatusOr<std::unique_ptr<HfTokenizer>> Load(const std::string& path);
+  // `text` is the tokenizer.json's content; `path` names it in errors.
+  static absl::StatusOr<std::unique_ptr<HfTokenizer>> FromJson(std::string_view text, const std::string& path);
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
@@ -583,6 +599,7 @@ class HfTokenizer final : public Tokenizer {
   }
 
  private:
+  static absl::StatusOr<std::unique_ptr<HfTokenizer>> Parse(json& j, const std::string& path);  // j: operator[] inserts
   absl::Status CheckId(int32_t id) const {
     if (id < 0 || id >= vocab_size()) {
       return absl::InvalidArgumentError(absl::StrFormat("token id %d is outside [0, %d)", id, vocab_size()));
@@ -622,20 +639,36 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
   std::ifstream in(path, std::ios::binary);
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::stringstream text;
+  text << in.rdbuf();
+  return FromJson(text.str(), path);
+}
+
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text, const std::string& path) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
+  // A field of the wrong JSON type throws from nlohmann's accessors; the file
+  // is then not a tokenizer, which is the caller's error, not a crash.
+  try {
+    return Parse(j, path);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a field has the wrong type (", e.what(), ")"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(json& j, const std::string& path) {
   auto t = std::unique_ptr<HfTokenizer>(new HfTokenizer());
   t->file_ = path;
-  const json& model = j["model"];
+  const json& model = Field(j, "model");
   if (!model.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": no model"));
   const std::string type = model.value("type", "BPE");
   if (type != "BPE") {
     return absl::UnimplementedError(absl::StrFormat("%s: model type \"%s\" is not supported", path, type));
   }
-  if (!model["vocab"].is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": model.vocab"));
+  if (!Field(model, "vocab").is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": model.vocab"));
   int32_t max_id = -1;
-  for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
+  for (const auto& [token, id] : Field(model, "vocab").items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": model.vocab[", token, "] is not an id"));
     }
     t->vocab_[token] = id.get<int32_t>();
@@ -645,7 +678,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string
     AddedToken tok{a.value("content", ""), a.value("id", -1),         a.value("special", false),
                    a.value("lstrip", false), a.value("rstrip", false), a.value("normalized", true),
                    a.value("single_word", false)};
-    if (tok.content.empty() || tok.id < 0 || tok.id > (1 << 24)) {
+    if (tok.content.empty() || tok.id < 0 || tok.id > kMaxTokenId) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": an added token without content or id"));
     }
     max_id = std::max(max_id, tok.id);
@@ -685,17 +718,17 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string
   t->byte_fallback_ = model.value("byte_fallback", false);
   t->ignore_merges_ = model.value("ignore_merges", false);
   t->fuse_unk_ = model.value("fuse_unk", false);
-  if (model["unk_token"].is_string()) {
-    auto it = t->vocab_.find(model["unk_token"].get<std::string>());
+  if (Field(model, "unk_token").is_string()) {
+    auto it = t->vocab_.find(Field(model, "unk_token").get<std::string>());
     if (it != t->vocab_.end()) t->unk_ = it->second;
   }
   if (model.value("continuing_subword_prefix", json()).is_string() &&
-      !model["continuing_subword_prefix"].get<std::string>().empty()) {
+      !Field(model, "continuing_subword_prefix").get<std::string>().empty()) {
     return absl::UnimplementedError(absl::StrCat(path, ": BPE continuing_subword_prefix is not supported"));
   }
-  ASSIGN_OR_RETURN(t->normalizer_, ParseNormalizer(j["normalizer"], path));
-  ASSIGN_OR_RETURN(t->pre_tokenizer_, ParsePreTokenizer(j["pre_tokenizer"], path));
-  ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(j["decoder"], path, &t->byte_level_));
+  ASSIGN_OR_RETURN(t->normalizer_, ParseNormalizer(Field(j, "normalizer"), path));
+  ASSIGN_OR_RETURN(t->pre_tokenizer_, ParsePreTokenizer(Field(j, "pre_tokenizer"), path));
+  ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(Field(j, "decoder"), path, &t->byte_level_));
 
   // The post-processor: what add_special_tokens puts around the sequence.
   std::function<absl::Status(const json&)> post = [&](const json& p) -> absl::Status {
@@ -715,8 +748,8 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string
         after = true;
         continue;
       }
-      const std::string name = item["SpecialToken"].value("id", "");
-      const json& special = p["special_tokens"][name];
+      const std::string name = Field(item, "SpecialToken").value("id", "");
+      const json& special = Field(Field(p, "special_tokens"), name);
       if (!special.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": template token ", name));
       for (const json& id : special.value("ids", json::array())) {
         (after ? t->template_after_ : t->template_before_).push_back(id.get<int32_t>());
@@ -724,7 +757,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string
     }
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(post(j["post_processor"]));
+  RETURN_IF_ERROR(post(Field(j, "post_processor")));
   if (!t->template_before_.empty()) t->bos_ = t->template_before_.front();
 
   // BOS and EOS as transformers names them, from tokenizer_config.json beside.
@@ -950,6 +983,11 @@ absl::StatusOr<std::string> HfTokenizer::TokenBytes(int32_t id) const {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> t, HfTokenizer::Load(path));
+  return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> ParseHfTokenizer(std::string_view json_text, const std::string& name) {
+  ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> t, HfTokenizer::FromJson(json_text, name));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 

@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "text/tokenizer.h"
@@ -34,6 +35,9 @@ namespace chunkattn {
 // component type not supported. Tokenizer::Encode's `add_bos` applies the
 // post-processor's special tokens (add_special_tokens in transformers).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& path);
+
+// The same from the file's content; `name` stands for the file in errors.
+absl::StatusOr<std::unique_ptr<Tokenizer>> ParseHfTokenizer(std::string_view json_text, const std::string& name);
 
 }  // namespace chunkattn
 

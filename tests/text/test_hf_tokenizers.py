@@ -205,6 +205,8 @@ def describe_mismatch(number, record, ref, ours):
         k = first_difference(a, b)
         out.append("  ids differ at token %d (reference %d tokens, ours %d):\n    reference ...%s\n    ours      ...%s"
                    % (k, len(a), len(b), a[max(0, k - 3):k + 6], b[max(0, k - 3):k + 6]))
+    if "stream_error" in ours:
+        out.append("  streaming detokenizer: %s" % ours["stream_error"])
     if ours.get("decoded_skip_special") != ref["decoded_skip_special"]:
         a, b = ref["decoded_skip_special"], ours.get("decoded_skip_special") or ""
         k = first_difference(a, b)
@@ -255,7 +257,8 @@ class HfTokenizerDifferentialTest(unittest.TestCase):
                 corpus = os.path.join(cls.work, "%s%s.corpus.jsonl" % (name, "-small" if small else ""))
                 stem = os.path.join(cls.work, name + ("-special" if special else ""))
                 js = [node, encode_mjs, "--reference", cls.reference, "--tokenizer", models]
-                ours = [cls.binary, "--tokenizer", tokenizer_json]
+                # Without special tokens, also the streaming detokenizer's contract on every line.
+                ours = [cls.binary, "--tokenizer", tokenizer_json] + ([] if special else ["--check_streaming"])
                 if special:
                     js.append("--add-special-tokens")
                     ours.append("--add_special_tokens")
@@ -299,7 +302,7 @@ class HfTokenizerDifferentialTest(unittest.TestCase):
                 o = json.loads(our_line)
             except ValueError as e:
                 o = {"error": "not JSON (%s): %r" % (e, our_line[:200])}
-            if "error" not in o and o.get("ids") == r["ids"] and \
+            if "error" not in o and "stream_error" not in o and o.get("ids") == r["ids"] and \
                     o.get("decoded_skip_special") == r["decoded_skip_special"]:
                 continue
             mismatches += 1

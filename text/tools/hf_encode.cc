@@ -2,6 +2,11 @@
 // reads JSON lines {"text": ...} on stdin and writes {"ids": [...],
 // "decoded": ...} per line, the format of tests/text/hf_reference/encode.mjs,
 // so the two can be compared line by line; prints encode MB/s to stderr.
+// --check_streaming also streams each line's ids through the
+// IncrementalDetokenizer (the first third as the prompt) and adds
+// "stream_error" to the line where its contract breaks: a piece that is not
+// valid UTF-8, or pieces that do not add up to Decode(all) after
+// Decode(prompt).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -10,10 +15,51 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "nlohmann/json.hpp"
+#include "text/detokenizer.h"
 #include "text/hf_tokenizer.h"
+#include "text/utf8.h"
 
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json");
 ABSL_FLAG(bool, add_special_tokens, false, "apply the post-processor's special tokens");
+ABSL_FLAG(bool, check_streaming, false, "check the streaming detokenizer on every line");
+
+namespace {
+
+// "" when streaming `ids` after a prompt of about their first third gives
+// exactly the rest of the decoded text, in valid UTF-8 pieces; else what went
+// wrong. The prompt ends where a real one does: on a whole character (a split
+// inside one, which Encode never makes, moves left to the character's start).
+std::string CheckStreaming(const chunkattn::Tokenizer& t, const std::vector<int32_t>& ids) {
+  auto whole = t.Decode(ids);
+  if (!whole.ok()) return "Decode failed";
+  size_t split = ids.size() / 3;
+  for (; split > 0; --split) {
+    auto head = t.Decode(absl::MakeConstSpan(ids.data(), split));
+    if (head.ok() && whole->compare(0, head->size(), *head) == 0) break;
+  }
+  const absl::Span<const int32_t> prompt(ids.data(), split);
+  chunkattn::IncrementalDetokenizer detok(&t, prompt);
+  std::string streamed;
+  for (size_t i = split; i < ids.size(); ++i) {
+    auto piece = detok.Append(ids[i]);
+    if (!piece.ok()) return "Append: " + piece.status().ToString();
+    if (!chunkattn::IsValidUtf8(*piece)) return "a piece is not valid UTF-8";
+    streamed += *piece;
+  }
+  auto rest = detok.Flush();
+  if (!rest.ok()) return "Flush: " + rest.status().ToString();
+  streamed += *rest;
+  auto head = t.Decode(prompt);
+  if (!head.ok()) return "Decode failed";
+  const std::string want = whole->substr(head->size());
+  if (want != streamed) {
+    return "the streamed pieces differ from Decode(all) after the prompt (" + std::to_string(split) +
+           " prompt tokens): streamed \"" + streamed.substr(0, 120) + "\", want \"" + want.substr(0, 120) + "\"";
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -40,6 +86,10 @@ int main(int argc, char** argv) {
       out["ids"] = *ids;
       auto decoded = (*tokenizer)->Decode(*ids);
       out["decoded_skip_special"] = decoded.ok() ? *decoded : decoded.status().ToString();
+      if (absl::GetFlag(FLAGS_check_streaming)) {
+        const std::string error = CheckStreaming(**tokenizer, *ids);
+        if (!error.empty()) out["stream_error"] = error;
+      }
     }
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   }
