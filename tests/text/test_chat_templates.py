@@ -40,16 +40,14 @@ Usage:
                          [unittest args]
 """
 import argparse
-import atexit
-import ctypes
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_harness as harness  # noqa: E402 (the path above)
 
 FAMILIES = ("llama3", "llama3_1", "qwen3", "gemma3", "deepseek_v3")
 COUNT = 2500          # conversations per template
@@ -61,99 +59,20 @@ SHOW_MISMATCHES = 5
 BUILD = SOURCE = None
 SEED = 22
 
-_live = []
-_temp_dirs = []
-_owner_pid = os.getpid()
-
-
-def _die_with_parent():
-    # PR_SET_PDEATHSIG = 1: SIGKILL the child when this thread exits.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _keep():
-    return os.environ.get("CHUNKATTN_KEEP_TEST_LOGS", "") not in ("", "0")
-
-
-def _remove(folder):
-    if folder in _temp_dirs:
-        _temp_dirs.remove(folder)
-        if _keep():
-            print("kept %s" % folder, file=sys.stderr)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _cleanup():
-    if os.getpid() != _owner_pid:
-        return
-    for proc in list(_live):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    for folder in list(_temp_dirs):
-        _remove(folder)
-
-
-def _on_signal(signum, frame):
-    # Not sys.exit(): unittest would record SystemExit as a test error and go on.
-    _cleanup()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(128 + signum)
-
-
-atexit.register(_cleanup)
-signal.signal(signal.SIGTERM, _on_signal)
-signal.signal(signal.SIGHUP, _on_signal)
-
-
-def temp_dir(prefix, add_cleanup):
-    folder = tempfile.mkdtemp(prefix=prefix)
-    _temp_dirs.append(folder)
-    add_cleanup(_remove, folder)
-    return folder
-
-
 def run(argv, stdin_path, stdout_path):
     """Runs argv with files for stdin and stdout; returns (exit status, stderr)."""
     with open(stdin_path, "rb") as fin, open(stdout_path, "wb") as fout:
         proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=subprocess.PIPE,
-                                preexec_fn=_die_with_parent)
-        _live.append(proc)
+                                preexec_fn=harness.die_with_parent)
+        harness.live.append(proc)
         try:
             _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
         finally:
-            _live.remove(proc)
+            harness.live.remove(proc)
     return proc.returncode, err.decode("utf-8", errors="replace")
-
-
-def install_reference(source):
-    """The folder scripts/install-hf-reference.sh prints; fails the test when
-    the script fails."""
-    script = os.path.join(source, "scripts", "install-hf-reference.sh")
-    r = subprocess.run([script], capture_output=True, text=True, timeout=900,
-                       preexec_fn=_die_with_parent)
-    lines = r.stdout.strip().splitlines()
-    if r.returncode != 0 or not lines:
-        raise AssertionError("%s failed (exit %d): the reference files are needed and this test "
-                             "does not skip without them\n%s" % (script, r.returncode, r.stderr[-3000:]))
-    return lines[-1]
-
-
-def read_lines(path):
-    """A JSONL file's lines, split on b"\\n" only (texts hold raw U+2028)."""
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return lines
 
 
 def roles(record):
@@ -169,7 +88,7 @@ def describe_mismatch(number, record, ref, ours):
         if "error" in ours:
             return "%s\n  reference rendered %d chars; ours failed: %s" % (head, len(ref["text"]), ours["error"])
         a, b = ref["text"], ours.get("text", "")
-        k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        k = harness.first_difference(a, b)
         return ("%s\n  text differs at char %d (reference %d chars, ours %d):\n"
                 "    reference ...%r\n    ours      ...%r" % (head, k, len(a), len(b), a[max(0, k - 50):k + 50],
                                                             b[max(0, k - 50):k + 50]))
@@ -310,8 +229,8 @@ end
 class ChatTemplateDifferentialTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.work = temp_dir("chunkattn-chat-templates-", cls.addClassCleanup)
-        cls.reference = install_reference(SOURCE)
+        cls.work = harness.temp_dir("chunkattn-chat-templates-", cls.addClassCleanup)
+        cls.reference = harness.install_reference(SOURCE)
         cls.binary = os.path.join(BUILD, "bin", "chunkattn-chat-render")
         cls.chat_reference = os.path.join(SOURCE, "tests", "text", "chat_reference.py")
         cls.make_corpus = os.path.join(SOURCE, "tests", "text", "make_chat_corpus.py")
@@ -328,7 +247,7 @@ class ChatTemplateDifferentialTest(unittest.TestCase):
         if not os.path.exists(path):
             r = subprocess.run([sys.executable, self.make_corpus, "--seed", str(SEED), "--count", str(count),
                                 "--family", family, "--out", path], capture_output=True, text=True,
-                               timeout=RUN_TIMEOUT_S, preexec_fn=_die_with_parent)
+                               timeout=RUN_TIMEOUT_S, preexec_fn=harness.die_with_parent)
             self.assertEqual(r.returncode, 0, "make_chat_corpus.py failed:\n" + r.stderr[-3000:])
         return path
 
@@ -343,11 +262,11 @@ class ChatTemplateDifferentialTest(unittest.TestCase):
         our_out = os.path.join(self.work, name + ".ours.jsonl")
         rc, err = run([self.binary, "--tokenizer_config", config] + extra, corpus, our_out)
         self.assertEqual(rc, 0, "chunkattn-chat-render exited %s:\n%s" % (rc, err[-3000:]))
-        records = [json.loads(line) for line in read_lines(corpus)]
-        ref = [json.loads(line) for line in read_lines(ref_out)]
+        records = [json.loads(line) for line in harness.read_lines(corpus)]
+        ref = [json.loads(line) for line in harness.read_lines(ref_out)]
         self.assertEqual(len(ref), len(records), "the reference answered %d of %d lines" % (len(ref), len(records)))
         ours = []
-        for line in read_lines(our_out):
+        for line in harness.read_lines(our_out):
             try:
                 ours.append(json.loads(line))
             except ValueError as e:
@@ -448,7 +367,7 @@ class ChatTemplateDifferentialTest(unittest.TestCase):
             rc, err = run([sys.executable, self.chat_reference, "--tokenizer-config", self.configs[family]], path,
                           path + ".out")
             self.assertEqual(rc, 0, err)
-            got = json.loads(read_lines(path + ".out")[0])
+            got = json.loads(harness.read_lines(path + ".out")[0])
             self.assertEqual(got, want, "%s: %s" % (family, json.dumps(record, ensure_ascii=False)))
 
 

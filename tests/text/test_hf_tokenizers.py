@@ -29,17 +29,16 @@ Usage:
                         [--jobs N] [unittest args]
 """
 import argparse
-import atexit
-import ctypes
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_harness as harness  # noqa: E402 (the path above)
 
 TOKENIZERS = ("llama2", "llama3", "llama3_1", "qwen3", "gemma3", "deepseek_v3")
 # add_special_tokens on the full corpus for these; a small corpus for the rest.
@@ -55,64 +54,6 @@ BUILD = SOURCE = None
 SEED = 22
 JOBS = 2
 ONLY = TOKENIZERS
-
-_live = []        # running Popen objects, killed at exit
-_temp_dirs = []   # removed at exit
-_owner_pid = os.getpid()
-
-
-def _die_with_parent():
-    # PR_SET_PDEATHSIG = 1: SIGKILL the child when this (main) thread exits,
-    # so a killed test leaves no encoder running.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _cleanup():
-    if os.getpid() != _owner_pid:
-        return
-    for proc in list(_live):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    keep = os.environ.get("CHUNKATTN_KEEP_TEST_LOGS", "") not in ("", "0")
-    for folder in list(_temp_dirs):
-        if keep:
-            print("kept %s" % folder, file=sys.stderr)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
-        _temp_dirs.remove(folder)
-
-
-def _on_signal(signum, frame):
-    # Not sys.exit(): unittest would record SystemExit as a test error and go on.
-    _cleanup()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(128 + signum)
-
-
-atexit.register(_cleanup)
-signal.signal(signal.SIGTERM, _on_signal)
-signal.signal(signal.SIGHUP, _on_signal)
-
-
-def temp_dir(prefix, add_cleanup):
-    folder = tempfile.mkdtemp(prefix=prefix)
-    _temp_dirs.append(folder)
-
-    def remove():
-        if folder in _temp_dirs:
-            _temp_dirs.remove(folder)
-            if os.environ.get("CHUNKATTN_KEEP_TEST_LOGS", "") not in ("", "0"):
-                print("kept %s" % folder, file=sys.stderr)
-            else:
-                shutil.rmtree(folder, ignore_errors=True)
-    add_cleanup(remove)
-    return folder
-
 
 def tail(path, limit=3000):
     try:
@@ -147,9 +88,9 @@ def run_jobs(jobs, workers):
             with open(job.stdin, "rb") as fin, open(job.stdout, "wb") as fout, \
                     open(job.stderr, "wb") as ferr:
                 job.proc = subprocess.Popen(job.argv, stdin=fin, stdout=fout, stderr=ferr,
-                                            preexec_fn=_die_with_parent)
+                                            preexec_fn=harness.die_with_parent)
             job.started = time.monotonic()
-            _live.append(job.proc)
+            harness.live.append(job.proc)
             running.append(job)
         time.sleep(0.05)
         for job in list(running):
@@ -159,37 +100,8 @@ def run_jobs(jobs, workers):
             if job.proc.poll() is not None:
                 job.returncode = job.proc.wait()
                 job.seconds = elapsed
-                _live.remove(job.proc)
+                harness.live.remove(job.proc)
                 running.remove(job)
-
-
-def install_reference(source):
-    """The folder scripts/install-hf-reference.sh prints; fails the test when
-    the script fails."""
-    script = os.path.join(source, "scripts", "install-hf-reference.sh")
-    r = subprocess.run([script], capture_output=True, text=True, timeout=900,
-                       preexec_fn=_die_with_parent)
-    lines = r.stdout.strip().splitlines()
-    if r.returncode != 0 or not lines:
-        raise AssertionError("%s failed (exit %d): the reference tokenizers are needed and this test "
-                             "does not skip without them\n%s" % (script, r.returncode, r.stderr[-3000:]))
-    return lines[-1]
-
-
-def read_lines(path):
-    """A JSONL file's lines, split on b"\\n" only (texts hold raw U+2028, U+0085)."""
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return lines
-
-
-def first_difference(a, b):
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
 
 
 def describe_mismatch(number, record, ref, ours):
@@ -202,14 +114,14 @@ def describe_mismatch(number, record, ref, ours):
     out = [head]
     if ours.get("ids") != ref["ids"]:
         a, b = ref["ids"], ours.get("ids") or []
-        k = first_difference(a, b)
+        k = harness.first_difference(a, b)
         out.append("  ids differ at token %d (reference %d tokens, ours %d):\n    reference ...%s\n    ours      ...%s"
                    % (k, len(a), len(b), a[max(0, k - 3):k + 6], b[max(0, k - 3):k + 6]))
     if "stream_error" in ours:
         out.append("  streaming detokenizer: %s" % ours["stream_error"])
     if ours.get("decoded_skip_special") != ref["decoded_skip_special"]:
         a, b = ref["decoded_skip_special"], ours.get("decoded_skip_special") or ""
-        k = first_difference(a, b)
+        k = harness.first_difference(a, b)
         out.append("  decoded text differs at char %d (reference %d chars, ours %d):\n"
                    "    reference ...%r\n    ours      ...%r"
                    % (k, len(a), len(b), a[max(0, k - 30):k + 40], b[max(0, k - 30):k + 40]))
@@ -222,8 +134,8 @@ class HfTokenizerDifferentialTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.work = temp_dir("chunkattn-hf-tokenizers-", cls.addClassCleanup)
-        cls.reference = install_reference(SOURCE)
+        cls.work = harness.temp_dir("chunkattn-hf-tokenizers-", cls.addClassCleanup)
+        cls.reference = harness.install_reference(SOURCE)
         cls.binary = os.path.join(BUILD, "bin", "chunkattn-hf-encode")
         if not os.access(cls.binary, os.X_OK):
             raise AssertionError("no %s: build the chunkattn-hf-encode target" % cls.binary)
@@ -286,9 +198,9 @@ class HfTokenizerDifferentialTest(unittest.TestCase):
         for side in ("js", "ours"):
             job = case[side]
             self.assertEqual(job.returncode, 0, job.describe())
-        corpus = read_lines(case["corpus"])
-        ref = read_lines(case["js"].stdout)
-        ours = read_lines(case["ours"].stdout)
+        corpus = harness.read_lines(case["corpus"])
+        ref = harness.read_lines(case["js"].stdout)
+        ours = harness.read_lines(case["ours"].stdout)
         self.assertEqual(len(ref), len(corpus), "the reference wrote %d lines for %d" % (len(ref), len(corpus)))
         self.assertEqual(len(ours), len(corpus), "chunkattn-hf-encode wrote %d lines for %d:\n%s"
                          % (len(ours), len(corpus), tail(case["ours"].stderr)))
@@ -311,7 +223,7 @@ class HfTokenizerDifferentialTest(unittest.TestCase):
         self.assertGreater(tokens, 0, "the reference produced no tokens at all")
         if special and name in FULL_SPECIAL:
             # The flag must reach the reference: Llama's post-processor adds BOS.
-            plain = read_lines(self.cases[(name, False)]["js"].stdout)
+            plain = harness.read_lines(self.cases[(name, False)]["js"].stdout)
             changed = sum(1 for a, b in zip(plain, ref) if json.loads(a)["ids"] != json.loads(b)["ids"])
             self.assertGreater(changed, len(corpus) // 2,
                                "add_special_tokens changed only %d lines' ids" % changed)
