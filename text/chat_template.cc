@@ -2992,6 +2992,8 @@ constexpr char kRaisedPayload[] = "chunkattn.chat_template.raised";
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
+  // The engine walks code points; a file from outside may hold any bytes.
+  if (!IsValidUtf8(source)) return absl::InvalidArgumentError("chat template: not valid UTF-8");
   try {
     jinja::Lexer lexer{std::string(source)};
     jinja::Parser parser(lexer.Run());

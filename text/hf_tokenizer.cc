@@ -189,6 +189,19 @@ struct Pattern {
 // table is sized by the largest id.
 constexpr int64_t kMaxTokenId = 1 << 20;
 
+// `v` as an integer in [lo, hi]; false for anything else (a float, a string,
+// a number out of range: nlohmann's own conversion of those is undefined).
+bool IntIn(const json& v, int64_t lo, int64_t hi, int64_t* out) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(hi)) return false;
+    *out = static_cast<int64_t>(v.get<uint64_t>());
+    return *out >= lo;
+  }
+  if (!v.is_number_integer()) return false;
+  *out = v.get<int64_t>();
+  return *out >= lo && *out <= hi;
+}
+
 const json& Field(const json& j, const std::string& key) {
   static const json kNull;
   if (!j.is_object()) return kNull;
@@ -499,7 +512,11 @@ absl::StatusOr<Decoder> ParseDecoder(const json& j, const std::string& file, boo
   }
   if (type == "Strip") {
     const std::string content = j.value("content", " ");
-    const int start = j.value("start", 0), stop = j.value("stop", 0);
+    int64_t start = 0, stop = 0;
+    if ((j.contains("start") && !IntIn(j["start"], 0, 1 << 16, &start)) ||
+        (j.contains("stop") && !IntIn(j["stop"], 0, 1 << 16, &stop))) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": decoder Strip start/stop must be small integers"));
+    }
     return Decoder([content, start, stop](std::vector<std::string>* tokens) {
       for (std::string& t : *tokens) {
         for (int k = 0; k < start && !content.empty() && t.compare(0, content.size(), content) == 0; ++k) {
@@ -649,11 +666,18 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_v
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
   // A field of the wrong JSON type throws from nlohmann's accessors; the file
   // is then not a tokenizer, which is the caller's error, not a crash.
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t;
   try {
-    return Parse(j, path);
+    t = Parse(j, path);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": a field has the wrong type (", e.what(), ")"));
   }
+  // Every error names the file (a bad regex or pattern is reported by the
+  // component that read it).
+  if (!t.ok() && t.status().message().find(path) == absl::string_view::npos) {
+    return absl::Status(t.status().code(), absl::StrCat(path, ": ", t.status().message()));
+  }
+  return t;
 }
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(json& j, const std::string& path) {
@@ -668,18 +692,23 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(json& j, const s
   if (!Field(model, "vocab").is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": model.vocab"));
   int32_t max_id = -1;
   for (const auto& [token, id] : Field(model, "vocab").items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
+    int64_t value;
+    if (!IntIn(id, 0, kMaxTokenId, &value)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": model.vocab[", token, "] is not an id"));
     }
-    t->vocab_[token] = id.get<int32_t>();
-    max_id = std::max(max_id, id.get<int32_t>());
+    t->vocab_[token] = static_cast<int32_t>(value);
+    max_id = std::max(max_id, static_cast<int32_t>(value));
   }
   for (const json& a : j.value("added_tokens", json::array())) {
-    AddedToken tok{a.value("content", ""), a.value("id", -1),         a.value("special", false),
+    int64_t id = -1;
+    if (!IntIn(Field(a, "id"), 0, kMaxTokenId, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": an added token without a valid id"));
+    }
+    AddedToken tok{a.value("content", ""), static_cast<int32_t>(id), a.value("special", false),
                    a.value("lstrip", false), a.value("rstrip", false), a.value("normalized", true),
                    a.value("single_word", false)};
-    if (tok.content.empty() || tok.id < 0 || tok.id > kMaxTokenId) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": an added token without content or id"));
+    if (tok.content.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": an added token without content"));
     }
     max_id = std::max(max_id, tok.id);
     t->added_.push_back(std::move(tok));
@@ -752,7 +781,11 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(json& j, const s
       const json& special = Field(Field(p, "special_tokens"), name);
       if (!special.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": template token ", name));
       for (const json& id : special.value("ids", json::array())) {
-        (after ? t->template_after_ : t->template_before_).push_back(id.get<int32_t>());
+        int64_t value;
+        if (!IntIn(id, 0, static_cast<int64_t>(t->id_to_token_.size()) - 1, &value)) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": template token ", name, " has an id outside the vocabulary"));
+        }
+        (after ? t->template_after_ : t->template_before_).push_back(static_cast<int32_t>(value));
       }
     }
     return absl::OkStatus();

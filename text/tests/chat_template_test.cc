@@ -74,7 +74,8 @@ TEST(ChatTemplateTest, BadTemplatesAreInvalidArgumentNamingTheProblem) {
            {"{% for x in y %}", "missing 'endfor'"},
            {"{{ 'unterminated }}", "unterminated string"},
            {"{% break %}", "outside a loop"},
-           {"line one\n{{ (1 }}", "line 2"}}) {
+           {"line one\n{{ (1 }}", "line 2"},
+           {"{{ 'ok' }}\xFF", "not valid UTF-8"}}) {
     absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
     ASSERT_FALSE(t.ok()) << source;
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << source;
