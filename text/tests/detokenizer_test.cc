@@ -1,12 +1,14 @@
 #include "text/detokenizer.h"
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "text/hf_tokenizer.h"
 #include "text/tests/test_model.h"
 #include "text/utf8.h"
 
@@ -65,6 +67,53 @@ void ExpectMatchesFullDecode(const std::vector<int32_t>& prompt, const std::vect
   ASSERT_EQ(full.compare(0, prefix.size(), prefix), 0) << "Decode(prompt) is not a prefix";
   const Streamed streamed = Stream(prompt, generated);
   EXPECT_EQ(streamed.text, full.substr(prefix.size()));
+}
+
+// Hugging Face tokenizers, where two things differ from SentencePiece: a
+// byte-level token can end one character and start the next, and
+// ByteFallback decodes a run of byte tokens that is not valid UTF-8 as one
+// U+FFFD per byte, the valid characters in it too.
+std::unique_ptr<Tokenizer> ParseOrDie(const std::string& json) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = ParseHfTokenizer(json, "test/tokenizer.json");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+std::string StreamWith(const Tokenizer& t, const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  IncrementalDetokenizer detokenizer(&t, prompt);
+  std::string text;
+  for (int32_t id : generated) {
+    absl::StatusOr<std::string> piece = detokenizer.Append(id);
+    EXPECT_TRUE(piece.ok()) << piece.status();
+    if (!piece.ok()) return text;
+    EXPECT_TRUE(IsValidUtf8(*piece)) << "token " << id << " gave a split character";
+    text += *piece;
+  }
+  return text + detokenizer.Flush().value_or("<flush failed>");
+}
+
+TEST(DetokenizerTest, ByteLevelTokenThatEndsOneCharacterAndStartsTheNext) {
+  // "éé" is C3 A9 C3 A9; byte-level BPE spells C3 as "Ã" and A9 as "©".
+  std::unique_ptr<Tokenizer> t = ParseOrDie(R"({"model": {"type": "BPE", "merges": [],
+      "vocab": {"Ã": 0, "©Ã": 1, "©": 2, "a": 3}}, "decoder": {"type": "ByteLevel"}})");
+  ASSERT_NE(t, nullptr);
+  const std::vector<int32_t> ids = {0, 1, 2};  // Ã | ©Ã | ©
+  ASSERT_EQ(t->Decode(ids).value(), "éé");
+  EXPECT_EQ(StreamWith(*t, {3}, ids), "éé");
+  EXPECT_EQ(StreamWith(*t, {}, ids), "éé");
+}
+
+TEST(DetokenizerTest, PromptContextStartsOnAWholeCharacter) {
+  // "€" is E2 82 AC, here three byte-fallback tokens.
+  std::unique_ptr<Tokenizer> t = ParseOrDie(R"({"model": {"type": "BPE", "byte_fallback": true, "merges": [],
+      "vocab": {"<0xE2>": 0, "<0x82>": 1, "<0xAC>": 2, "x": 3}},
+      "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]}})");
+  ASSERT_NE(t, nullptr);
+  const std::vector<int32_t> euro = {0, 1, 2};
+  ASSERT_EQ(t->Decode(euro).value(), "€");
+  // The prompt's last four tokens (AC E2 82 AC) begin inside a character;
+  // decoded with the new bytes in one run they would all be U+FFFD.
+  EXPECT_EQ(StreamWith(*t, {0, 1, 2, 0, 1, 2}, euro), "€");
 }
 
 TEST(DetokenizerTest, HoldsBytesUntilTheCharacterIsComplete) {
