@@ -3,9 +3,11 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -24,6 +26,21 @@ class Fields {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: field \"%s\" %s", std::string(source_), std::string(field),
                         std::string(what)));
+  }
+
+  // An id or a list of ids, each in [0, vocab); absent or null: none.
+  absl::StatusOr<std::vector<int32_t>> TokenIds(const char* field, int64_t vocab) const {
+    std::vector<int32_t> ids;
+    auto it = obj_.find(field);
+    if (it == obj_.end() || it->is_null()) return ids;
+    const Json list = it->is_array() ? *it : Json::array({*it});
+    for (const Json& id : list) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab) {
+        return Error(field, "must be token ids inside the vocabulary");
+      }
+      ids.push_back(id.get<int32_t>());
+    }
+    return ids;
   }
 
   bool Has(const char* field) const {
@@ -224,17 +241,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json, std::string_
   if (!parsed) return f.Error("torch_dtype", "must be float32, float16 or bfloat16, got " + dtype);
   c.dtype = *parsed;
   ASSIGN_OR_RETURN(c.bos_token_id, f.IntOr("bos_token_id", -1, -1, c.vocab_size - 1));
-  auto eos = root.find("eos_token_id");
-  if (eos != root.end() && !eos->is_null()) {
-    const Json list = eos->is_array() ? *eos : Json::array({*eos});
-    for (const Json& id : list) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-          id.get<int64_t>() >= c.vocab_size) {
-        return f.Error("eos_token_id", "must be token ids inside the vocabulary");
-      }
-      c.eos_token_ids.push_back(id.get<int32_t>());
-    }
-  }
+  ASSIGN_OR_RETURN(c.eos_token_ids, f.TokenIds("eos_token_id", c.vocab_size));
   return c;
 }
 
@@ -249,26 +256,16 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   // generation_config.json's eos_token_id is what generation stops on in
   // transformers (Llama 3 instruct: <|end_of_text|>, <|eom_id|>, <|eot_id|>).
   const std::string gen_path = dir + "/generation_config.json";
-  std::ifstream gen(gen_path, std::ios::binary);
-  if (!gen) return config;
-  std::stringstream gen_text;
-  gen_text << gen.rdbuf();
-  const Json root = Json::parse(gen_text.str(), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> gen_text = ReadFileToString(gen_path);
+  if (absl::IsNotFound(gen_text.status())) return config;
+  if (!gen_text.ok()) return absl::InvalidArgumentError(gen_text.status().message());
+  const Json root = Json::parse(*gen_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: not a JSON object", gen_path));
   }
-  auto eos = root.find("eos_token_id");
-  if (eos == root.end() || eos->is_null()) return config;
-  const Json list = eos->is_array() ? *eos : Json::array({*eos});
-  std::vector<int32_t> ids;
-  for (const Json& id : list) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= config->vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: eos_token_id must be token ids inside the vocabulary", gen_path));
-    }
-    ids.push_back(id.get<int32_t>());
-  }
-  config->eos_token_ids = std::move(ids);
+  const Fields f(root, gen_path);
+  if (!f.Has("eos_token_id")) return config;
+  ASSIGN_OR_RETURN(config->eos_token_ids, f.TokenIds("eos_token_id", config->vocab_size));
   return config;
 }
 

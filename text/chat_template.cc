@@ -5,11 +5,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "text/utf8.h"
 #include "utf8proc.h"
 
@@ -1423,10 +1423,10 @@ class Parser {
       if (!p.AtEnd()) p.Unexpected();
       ++i_;
     };
-    auto closing = [&](const char* tag) {
+    // An end tag (else, endif, ...): nothing may follow its name.
+    auto closing = [&]() {
       ExprParser c(segs_[i_].tokens, 1);
       if (!c.AtEnd()) c.Unexpected();
-      (void)tag;
       ++i_;
     };
     std::string end;
@@ -1442,12 +1442,12 @@ class Parser {
           if (!c.AtEnd()) c.Unexpected();
           ++i_;
         } else if (end == "else") {
-          closing("else");
+          closing();
           n->bodies.push_back(ParseBody({"endif"}, &end));
-          closing("endif");
+          closing();
           break;
         } else {
-          closing("endif");
+          closing();
           break;
         }
       }
@@ -1472,10 +1472,10 @@ class Parser {
       n->bodies.push_back(ParseBody({"else", "endfor"}, &end));
       --loop_depth_;
       if (end == "else") {
-        closing("else");
+        closing();
         n->bodies.push_back(ParseBody({"endfor"}, &end));
       }
-      closing("endfor");
+      closing();
     } else if (word == "set") {
       std::string first = p.ExpectName();
       n->targets.push_back(first);
@@ -1500,7 +1500,7 @@ class Parser {
         n->type = Node::kSetBlock;
         finish_tag();
         n->bodies.push_back(ParseBody({"endset"}, &end));
-        closing("endset");
+        closing();
       }
     } else if (word == "macro") {
       n->type = Node::kMacro;
@@ -1520,7 +1520,7 @@ class Parser {
       p.Expect(")");
       finish_tag();
       n->bodies.push_back(ParseBody({"endmacro"}, &end));
-      closing("endmacro");
+      closing();
     } else if (word == "break" || word == "continue") {
       if (loop_depth_ == 0) Fail(absl::StrCat("line ", line, ": '", word, "' outside a loop"));
       n->type = word == "break" ? Node::kBreak : Node::kContinue;
@@ -1529,7 +1529,7 @@ class Parser {
       // transformers' assistant-mask marker: rendered as its body.
       finish_tag();
       Body inner = ParseBody({"endgeneration"}, &end);
-      closing("endgeneration");
+      closing();
       n->type = Node::kIf;
       n->conds.push_back(nullptr);  // always
       n->bodies.push_back(std::move(inner));
@@ -1956,6 +1956,8 @@ class Interp {
 
   Flow ExecNode(const Node& n, Frame* f);
   void Assign(const std::vector<std::string>& targets, const Value& v, Frame* f);
+  // A set statement's target: its names, or "ns.attr" on a namespace().
+  void Assign(const Node& set, const Value& v, Frame* f);
   Value Arith(const std::string& op, const Value& a, const Value& b);
   Value MakeMacro(const Node& n);
 
@@ -1976,6 +1978,17 @@ void Interp::Assign(const std::vector<std::string>& targets, const Value& v, Fra
                       " values to unpack (expected ", targets.size(), ", got ", items.size(), ")"));
   }
   for (size_t k = 0; k < targets.size(); ++k) f->vars[targets[k]] = items[k];
+}
+
+void Interp::Assign(const Node& set, const Value& v, Frame* f) {
+  if (!set.attr_target) {
+    Assign(set.targets, v, f);
+    return;
+  }
+  const Value* ns = f->Find(set.targets[0]);
+  if (ns == nullptr || ns->kind != Kind::kDict || !ns->ns)
+    Fail(absl::StrCat("line ", set.line, ": cannot assign attribute on non-namespace object"));
+  ns->dict->Set(Value::Str(set.targets[1]), v);
 }
 
 Value Interp::MakeMacro(const Node& n) {
@@ -2080,14 +2093,7 @@ Flow Interp::ExecNode(const Node& n, Frame* f) {
     }
     case Node::kSet: {
       const Value v = Eval(*n.expr, f);
-      if (n.attr_target) {
-        const Value* ns = f->Find(n.targets[0]);
-        if (ns == nullptr || ns->kind != Kind::kDict || !ns->ns)
-          Fail(absl::StrCat("line ", n.line, ": cannot assign attribute on non-namespace object"));
-        ns->dict->Set(Value::Str(n.targets[1]), v);
-      } else {
-        Assign(n.targets, v, f);
-      }
+      Assign(n, v, f);
       return Flow::kNormal;
     }
     case Node::kSetBlock: {
@@ -2095,14 +2101,7 @@ Flow Interp::ExecNode(const Node& n, Frame* f) {
       saved.swap(out);
       Exec(n.bodies[0], f);
       saved.swap(out);
-      if (n.attr_target) {
-        const Value* ns = f->Find(n.targets[0]);
-        if (ns == nullptr || ns->kind != Kind::kDict || !ns->ns)
-          Fail(absl::StrCat("line ", n.line, ": cannot assign attribute on non-namespace object"));
-        ns->dict->Set(Value::Str(n.targets[1]), Value::Str(std::move(saved)));
-      } else {
-        f->vars[n.targets[0]] = Value::Str(std::move(saved));
-      }
+      Assign(n, Value::Str(std::move(saved)), f);
       return Flow::kNormal;
     }
     case Node::kMacro: f->vars[n.macro_name] = MakeMacro(n); return Flow::kNormal;
@@ -2111,8 +2110,6 @@ Flow Interp::ExecNode(const Node& n, Frame* f) {
   }
   return Flow::kNormal;
 }
-
-bool AddOverflows(int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a, b, r); }
 
 Value Interp::Arith(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) FailUndefined(a);
@@ -2125,7 +2122,7 @@ Value Interp::Arith(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (ints) {
       int64_t r;
-      if (AddOverflows(AsInt(a), AsInt(b), &r)) Fail("integer overflow");
+      if (__builtin_add_overflow(AsInt(a), AsInt(b), &r)) Fail("integer overflow");
       return Value::Int(r);
     }
     if (nums) return Value::Float(AsDouble(a) + AsDouble(b));
@@ -3048,13 +3045,11 @@ absl::StatusOr<std::string> ModelChatTemplate::Apply(const nlohmann::ordered_jso
 
 namespace {
 
+// base's reader; a read that fails midway is a bad input file, as documented.
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read failed"));
-  return s.str();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (absl::IsDataLoss(text.status())) return absl::InvalidArgumentError(text.status().message());
+  return text;
 }
 
 }  // namespace
@@ -3143,8 +3138,8 @@ absl::StatusOr<ModelChatTemplate> LoadChatTemplateFiles(const std::string& token
 absl::StatusOr<ModelChatTemplate> LoadChatTemplate(const std::string& model_dir) {
   const std::string jinja_path = model_dir + "/chat_template.jinja";
   const std::string config_path = model_dir + "/tokenizer_config.json";
-  std::ifstream probe(jinja_path);
-  return LoadChatTemplateFiles(config_path, probe.good() ? jinja_path : "");
+  std::error_code ec;
+  return LoadChatTemplateFiles(config_path, std::filesystem::exists(jinja_path, ec) ? jinja_path : "");
 }
 
 }  // namespace chunkattn

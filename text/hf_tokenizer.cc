@@ -15,7 +15,6 @@
 #include <memory>
 #include <queue>
 #include <tuple>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "text/utf8.h"
@@ -655,10 +655,8 @@ uint64_t PairKey(int32_t a, int32_t b) { return (uint64_t{static_cast<uint32_t>(
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return FromJson(text.str(), path);
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return FromJson(text, path);
 }
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text, const std::string& path) {

@@ -233,6 +233,24 @@ absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const M
   return text;
 }
 
+absl::StatusOr<PromptTokens> TokenizeChatPrompt(const v1::ChatPrompt& chat, const PromptText& text,
+                                              const ModelConfig& config, absl::string_view field) {
+  if (text.tokenizer == nullptr) return Invalid(absl::StrCat(field, ": the model has no tokenizer; send token ids"));
+  if (text.chat == nullptr) {
+    return Invalid(absl::StrCat(field, ": the model has no usable chat template (", text.chat_missing,
+                                "); send text or token ids instead"));
+  }
+  PromptTokens out;
+  absl::StatusOr<std::string> rendered = RenderChatPrompt(chat, *text.chat, config, field);
+  if (!rendered.ok()) return rendered.status();
+  out.text = *std::move(rendered);
+  // As apply_chat_template(tokenize=True): the template wrote the special tokens.
+  absl::StatusOr<std::vector<int32_t>> ids = text.tokenizer->Encode(out.text, /*add_bos=*/false);
+  if (!ids.ok()) return Invalid(absl::StrCat(field, ": ", ids.status().message()));
+  out.ids = *std::move(ids);
+  return out;
+}
+
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                       const ModelConfig& config, const PromptText& text,
                                                       uint64_t seed) {
@@ -261,17 +279,9 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
       break;
     }
     case v1::GenerateRequest::kChat: {
-      if (tokenizer == nullptr) return Invalid("prompt.chat: the model has no tokenizer; send prompt.token_ids");
-      if (text.chat == nullptr) {
-        return Invalid(absl::StrCat("prompt.chat: the model has no usable chat template (", text.chat_missing,
-                                    "); send prompt.text or prompt.token_ids"));
-      }
-      absl::StatusOr<std::string> rendered = RenderChatPrompt(request.chat(), *text.chat, config, "prompt.chat");
-      if (!rendered.ok()) return rendered.status();
-      // As apply_chat_template(tokenize=True): the template wrote the special tokens.
-      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(*rendered, /*add_bos=*/false);
-      if (!ids.ok()) return Invalid(absl::StrCat("prompt.chat: ", ids.status().message()));
-      spec.prompt = std::move(*ids);
+      absl::StatusOr<PromptTokens> chat = TokenizeChatPrompt(request.chat(), text, config, "prompt.chat");
+      if (!chat.ok()) return chat.status();
+      spec.prompt = std::move(chat->ids);
       break;
     }
     case v1::GenerateRequest::kTokenIds: {
@@ -408,38 +418,35 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     return reactor;
   }
   const bool chat = request->has_chat();
-  absl::Status valid = absl::OkStatus();
-  if (chat && !request->text().empty()) valid = Invalid("set text or chat, not both");
-  else if (chat && text_.chat == nullptr)
-    valid = Invalid(absl::StrCat("chat: the model has no usable chat template (", text_.chat_missing, ")"));
-  else if (!chat) valid = CheckTextFits("text", request->text(), *config_);
+  const absl::Status valid = chat ? (request->text().empty() ? absl::OkStatus() : Invalid("set text or chat, not both"))
+                                  : CheckTextFits("text", request->text(), *config_);
   if (!valid.ok()) {
     reactor->Finish(ToGrpcStatus(valid));
     return reactor;
   }
   auto tokenize = [this, tokenizer, chat, reactor, request, response] {
-    std::string rendered;
+    absl::StatusOr<PromptTokens> tokens;
     if (chat) {
-      absl::StatusOr<std::string> r = RenderChatPrompt(request->chat(), *text_.chat, *config_, "chat");
-      if (!r.ok()) {
-        reactor->Finish(ToGrpcStatus(r.status()));
-        return;
+      tokens = TokenizeChatPrompt(request->chat(), text_, *config_, "chat");
+    } else {
+      const bool add_bos = (request->has_add_bos() ? request->add_bos() : true) && tokenizer->bos_id() >= 0;
+      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request->text(), add_bos);
+      if (ids.ok()) {
+        tokens = PromptTokens{"", *std::move(ids)};
+      } else {
+        tokens = Invalid(absl::StrCat("text: ", ids.status().message()));
       }
-      rendered = std::move(*r);
     }
-    const bool add_bos = !chat && (request->has_add_bos() ? request->add_bos() : true) && tokenizer->bos_id() >= 0;
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(chat ? rendered : request->text(), add_bos);
-    if (!ids.ok()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   absl::StrCat(chat ? "chat: " : "text: ", ids.status().message())));
+    if (!tokens.ok()) {
+      reactor->Finish(ToGrpcStatus(tokens.status()));
       return;
     }
-    for (int32_t id : *ids) {
+    for (int32_t id : tokens->ids) {
       response->add_token_ids(id);
       absl::StatusOr<std::string> piece = tokenizer->IdToPiece(id);
       response->add_pieces(piece.ok() ? *piece : "");
     }
-    response->set_text(std::move(rendered));
+    response->set_text(std::move(tokens->text));
     reactor->Finish(grpc::Status::OK);
   };
   if (!text_pool_->Post(tokenize)) {

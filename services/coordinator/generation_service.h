@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "chunkattn/v1/generation.grpc.pb.h"
@@ -49,6 +50,17 @@ struct PromptText {
 // raise_exception is INVALID_ARGUMENT with its message.
 absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const ModelChatTemplate& tmpl,
                                              const ModelConfig& config, absl::string_view field);
+
+// A conversation's prompt text and its ids, as transformers'
+// apply_chat_template(tokenize=True) makes them (no special tokens added: the
+// template writes them). INVALID_ARGUMENT naming `field` when the model has
+// no tokenizer or chat template, or as RenderChatPrompt.
+struct PromptTokens {
+  std::string text;  // the rendered conversation (empty for a text prompt)
+  std::vector<int32_t> ids;
+};
+absl::StatusOr<PromptTokens> TokenizeChatPrompt(const v1::ChatPrompt& chat, const PromptText& text,
+                                              const ModelConfig& config, absl::string_view field);
 
 // The checked, tokenized form of a GenerateRequest. `seed` fills an unset
 // sampling seed. Text and chat prompts cost time in their length: callers run
