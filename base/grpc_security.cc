@@ -1,5 +1,6 @@
 #include "base/grpc_security.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -91,48 +92,92 @@ absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const TlsClientFiles& files)
 
 absl::StatusOr<TokenAuth> TokenAuth::FromFile(const std::string& path, const std::string& flag) {
   if (path.empty()) return TokenAuth();
-  absl::StatusOr<std::vector<std::string>> tokens = ReadTokenFile(path, flag);
+  absl::StatusOr<std::vector<TokenEntry>> tokens = ReadTokenEntries(path, flag);
   if (!tokens.ok()) return tokens.status();
   return TokenAuth(*std::move(tokens));
 }
 
-absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path, const std::string& flag) {
+absl::StatusOr<std::vector<TokenEntry>> ReadTokenEntries(const std::string& path, const std::string& flag) {
   absl::StatusOr<std::string> text = ReadFlagFile(flag, path);
   if (!text.ok()) return text.status();
-  std::vector<std::string> tokens;
+  std::vector<TokenEntry> tokens;
+  int line_number = 0;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
-    if (line.find_first_of(" \t") != absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": a token must not contain whitespace"));
+    std::vector<absl::string_view> fields = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (fields.size() > 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": line ", line_number, ": expected 'TOKEN' or 'TOKEN TENANT'"));
     }
-    tokens.emplace_back(line);
+    TokenEntry entry{std::string(fields[0]), fields.size() == 2 ? std::string(fields[1]) : std::string()};
+    if (fields.size() == 2) {
+      const bool ok = entry.tenant.size() <= 64 && std::all_of(entry.tenant.begin(), entry.tenant.end(), [](char c) {
+                        return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
+                      });
+      if (!ok) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": line ", line_number, ": a tenant is 1 to 64 of [A-Za-z0-9._-]"));
+      }
+    }
+    tokens.push_back(std::move(entry));
   }
   if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " has no token"));
   return tokens;
 }
 
-absl::Status TokenAuth::Check(const grpc::ServerContextBase& context) const {
-  if (!enabled()) return absl::OkStatus();
+absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path, const std::string& flag) {
+  absl::StatusOr<std::vector<TokenEntry>> entries = ReadTokenEntries(path, flag);
+  if (!entries.ok()) return entries.status();
+  std::vector<std::string> tokens;
+  for (TokenEntry& e : *entries) {
+    if (!e.tenant.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": a token must not contain whitespace"));
+    tokens.push_back(std::move(e.token));
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::string> TokenAuth::Authenticate(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return std::string();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
     return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
   }
-  const absl::string_view value(it->second.data(), it->second.size());
+  return Authenticate(absl::string_view(it->second.data(), it->second.size()));
+}
+
+absl::StatusOr<std::string> TokenAuth::Authenticate(absl::string_view authorization) const {
+  if (!enabled()) return std::string();
   constexpr absl::string_view kScheme = "Bearer ";
-  if (value.size() <= kScheme.size() || !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
-    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
+  if (authorization.empty()) return absl::UnauthenticatedError("missing 'Authorization: Bearer <token>'");
+  if (authorization.size() <= kScheme.size() ||
+      !absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) {
+    return absl::UnauthenticatedError("authorization must be 'Bearer <token>'");
   }
-  const absl::string_view presented = value.substr(kScheme.size());
-  bool match = false;
-  for (const std::string& token : tokens_) match |= ConstantTimeEquals(presented, token);
-  if (!match) return absl::UnauthenticatedError("unknown bearer token");
-  return absl::OkStatus();
+  const absl::string_view presented = authorization.substr(kScheme.size());
+  // Every token is compared, whichever matches.
+  const TokenEntry* match = nullptr;
+  size_t index = 0;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (ConstantTimeEquals(presented, tokens_[i].token) && match == nullptr) {
+      match = &tokens_[i];
+      index = i;
+    }
+  }
+  if (match == nullptr) return absl::UnauthenticatedError("unknown bearer token");
+  return match->tenant.empty() ? absl::StrCat("k:", index + 1) : absl::StrCat("t:", match->tenant);
+}
+
+std::string TokenAuth::CacheNamespace(const std::string& tenant, const std::string& requested) {
+  if (tenant.empty()) return requested;
+  if (requested.empty()) return tenant;
+  return absl::StrCat(tenant, "/", requested);
 }
 
 void TokenAuth::Attach(grpc::ClientContext* context) const {
-  if (enabled()) context->AddMetadata("authorization", absl::StrCat("Bearer ", tokens_.front()));
+  if (enabled()) context->AddMetadata("authorization", absl::StrCat("Bearer ", tokens_.front().token));
 }
 
 }  // namespace chunkattn

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -85,9 +86,17 @@ struct TlsClientFiles {
 // at all is the caller's choice: this always makes TLS credentials.
 absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const TlsClientFiles& files);
 
-// The tokens of a token file: one per line, '#' starts a comment, no
-// whitespace inside a token; a file with none is INVALID_ARGUMENT. `flag`
+// A token file: one token per line, optionally followed by the tenant it is
+// bound to ("TOKEN" or "TOKEN TENANT"; a tenant is 1 to 64 of [A-Za-z0-9._-]);
+// '#' starts a comment. A file with no token is INVALID_ARGUMENT. `flag`
 // names the file in errors.
+struct TokenEntry {
+  std::string token;
+  std::string tenant;  // empty: not bound
+};
+absl::StatusOr<std::vector<TokenEntry>> ReadTokenEntries(const std::string& path, const std::string& flag);
+// The tokens alone, for files where tenants mean nothing (INVALID_ARGUMENT
+// when a line names one).
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path, const std::string& flag);
 
 class TokenAuth {
@@ -103,7 +112,20 @@ class TokenAuth {
 
   // OK, or UNAUTHENTICATED saying what is missing. Compares in constant time
   // per token so the reply's timing does not reveal a token's prefix.
-  absl::Status Check(const grpc::ServerContextBase& context) const;
+  absl::Status Check(const grpc::ServerContextBase& context) const { return Authenticate(context).status(); }
+
+  // The caller's tenant, from the `authorization` metadata or an HTTP
+  // Authorization header's value: "" when disabled; else "t:<tenant>" for a
+  // bound token, "k:<n>" for the file's n-th token when it is not bound (each
+  // credential its own tenant). UNAUTHENTICATED as Check.
+  absl::StatusOr<std::string> Authenticate(const grpc::ServerContextBase& context) const;
+  absl::StatusOr<std::string> Authenticate(absl::string_view authorization) const;
+
+  // The cache namespace of a request from `tenant` (Authenticate's) that asks
+  // for `requested` (cache_namespace, cache_salt): the caller's choice only
+  // without tokens; with them, always inside the tenant's own namespace, so
+  // tenants share cached prefixes only within themselves whatever they send.
+  static std::string CacheNamespace(const std::string& tenant, const std::string& requested);
 
   // The client side: sends the file's first token (every line is accepted,
   // so a new secret can be rolled in as line one and the old one dropped
@@ -111,8 +133,8 @@ class TokenAuth {
   void Attach(grpc::ClientContext* context) const;
 
  private:
-  explicit TokenAuth(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
-  std::vector<std::string> tokens_;
+  explicit TokenAuth(std::vector<TokenEntry> tokens) : tokens_(std::move(tokens)) {}
+  std::vector<TokenEntry> tokens_;
 };
 
 }  // namespace chunkattn

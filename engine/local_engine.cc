@@ -1,5 +1,6 @@
 #include "engine/local_engine.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -49,6 +50,8 @@ absl::StatusOr<std::vector<GenerationResult>> LocalEngine::Generate(
     spec.prompt = r.prompt;
     spec.cache_namespace = r.cache_namespace;
     spec.sampling = r.sampling;
+    // The scheduler expects as many entries as the sampler gives.
+    spec.sampling.top_logprobs = std::min(spec.sampling.top_logprobs, vocab);
     spec.max_new_tokens = r.max_new_tokens;
     spec.stop_token_ids = r.stop_token_ids;
     spec.ignore_eos = r.ignore_eos;
@@ -95,6 +98,10 @@ absl::StatusOr<std::vector<GenerationResult>> LocalEngine::Generate(
       GenerationResult& out = results[e.request - first];
       out.tokens.push_back(e.token);
       out.logprobs.push_back(e.logprob);
+      if (!e.top_token_ids.empty()) {
+        out.top_token_ids.push_back(e.top_token_ids);
+        out.top_logprobs.push_back(e.top_logprobs);
+      }
       out.cached_prompt_tokens = e.cached_prompt_tokens;
       if (e.finish != FinishReason::kNone) out.finish_reason = e.finish == FinishReason::kLength ? "length" : "stop";
       ++local.generated_tokens;

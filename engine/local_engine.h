@@ -41,6 +41,10 @@ struct GenerationRequest {
 struct GenerationResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  // Per token when sampling.top_logprobs > 0: the min(top_logprobs, vocab)
+  // most likely tokens, most likely first, and their logprobs.
+  std::vector<std::vector<int32_t>> top_token_ids;
+  std::vector<std::vector<float>> top_logprobs;
   std::string finish_reason;     // "length" or "stop"
   int cached_prompt_tokens = 0;  // prompt tokens taken from the cache, not computed
 };

@@ -95,6 +95,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Fail("generate_request_fuzz", "sampled a token outside the vocabulary");
     }
     if (std::isnan(out[0].logprob)) Fail("generate_request_fuzz", "a NaN logprob");
+    // The scheduler splits the worker's entries by the accepted top_logprobs.
+    if (out[0].top.size != spec.sampling.top_logprobs) {
+      Fail("generate_request_fuzz", "an accepted top_logprobs the sampler does not fill");
+    }
   }
   return 0;
 }

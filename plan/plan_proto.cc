@@ -29,6 +29,7 @@ void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
     p->set_min_p(s.params.min_p);
     p->set_repetition_penalty(s.params.repetition_penalty);
     p->set_seed(s.params.seed);
+    p->set_top_logprobs(s.params.top_logprobs);
     Append(s.history, start->mutable_history());
   }
   Append(plan.sampler_ends, out->mutable_sampler_ends());
@@ -83,6 +84,7 @@ void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
     start.params.min_p = s.params().min_p();
     start.params.repetition_penalty = s.params().repetition_penalty();
     start.params.seed = s.params().seed();
+    start.params.top_logprobs = s.params().top_logprobs();
     Assign(s.history(), &start.history);
   }
   Assign(plan.sampler_ends(), &out->sampler_ends);
@@ -128,6 +130,8 @@ void ToProto(const StepResult& result, internal::v1::StepResult* out) {
   out->set_step(result.step);
   Append(result.tokens, out->mutable_tokens());
   Append(result.logprobs, out->mutable_logprobs());
+  Append(result.top_token_ids, out->mutable_top_token_ids());
+  Append(result.top_logprobs, out->mutable_top_logprobs());
   out->set_compute_seconds(result.compute_seconds);
 }
 
@@ -135,6 +139,8 @@ void FromProto(const internal::v1::StepResult& result, StepResult* out) {
   out->step = result.step();
   Assign(result.tokens(), &out->tokens);
   Assign(result.logprobs(), &out->logprobs);
+  Assign(result.top_token_ids(), &out->top_token_ids);
+  Assign(result.top_logprobs(), &out->top_logprobs);
   out->compute_seconds = result.compute_seconds();
 }
 

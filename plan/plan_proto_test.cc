@@ -29,6 +29,7 @@ StepPlan RandomPlan(std::mt19937_64& rng) {
     s.params.min_p = static_cast<float>(rng() % 100) / 100;
     s.params.repetition_penalty = static_cast<float>(rng() % 300 + 1) / 100;
     s.params.seed = rng();
+    s.params.top_logprobs = static_cast<int32_t>(rng() % (kMaxTopLogprobs + 1));
     s.history = Ints(rng, 40, 0, 32000);
     p.sampler_starts.push_back(s);
   }
@@ -78,6 +79,7 @@ void ExpectSamePlan(const StepPlan& a, const StepPlan& b) {
     EXPECT_EQ(x.params.min_p, y.params.min_p);
     EXPECT_EQ(x.params.repetition_penalty, y.params.repetition_penalty);
     EXPECT_EQ(x.params.seed, y.params.seed);
+    EXPECT_EQ(x.params.top_logprobs, y.params.top_logprobs);
     EXPECT_EQ(x.history, y.history);
   }
   EXPECT_EQ(a.sampler_ends, b.sampler_ends);
@@ -132,6 +134,12 @@ TEST(PlanProto, RandomResultsSurviveTheWire) {
     r.step = rng();
     r.tokens = Ints(rng, 20, 0, 150000);
     for (size_t k = 0; k < r.tokens.size(); ++k) r.logprobs.push_back(-static_cast<float>(rng() % 1000) / 37);
+    for (size_t k = 0; k < r.tokens.size(); ++k) {
+      for (int j = static_cast<int>(rng() % 4); j > 0; --j) {
+        r.top_token_ids.push_back(static_cast<int32_t>(rng() % 150000));
+        r.top_logprobs.push_back(-static_cast<float>(rng() % 1000) / 41);
+      }
+    }
     r.compute_seconds = static_cast<double>(rng() % 100000) / 1e6;
     internal::v1::StepResult wire;
     ToProto(r, &wire);
@@ -141,6 +149,8 @@ TEST(PlanProto, RandomResultsSurviveTheWire) {
     EXPECT_EQ(decoded.step, r.step);
     EXPECT_EQ(decoded.tokens, r.tokens);
     EXPECT_EQ(decoded.logprobs, r.logprobs);
+    EXPECT_EQ(decoded.top_token_ids, r.top_token_ids);
+    EXPECT_EQ(decoded.top_logprobs, r.top_logprobs);
     EXPECT_EQ(decoded.compute_seconds, r.compute_seconds);
   }
 }

@@ -25,6 +25,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& params) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "repetition_penalty must be > 0 and finite, got %g", params.repetition_penalty));
   }
+  if (params.top_logprobs < 0 || params.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat("top_logprobs must be in [0, %d], got %d",
+                                                      kMaxTopLogprobs, params.top_logprobs));
+  }
   return absl::OkStatus();
 }
 

@@ -21,7 +21,14 @@ struct SamplingParams {
   // For the front end: whether to return SampleResult::logprob to the client.
   // The sampler fills logprob always (it costs nothing extra).
   bool return_logprobs = false;
+  // How many of the most likely tokens (with their logprobs) to report with
+  // each sample, in [0, kMaxTopLogprobs]; 0 = none. Unlike return_logprobs it
+  // reaches the sampler: only it sees the whole row.
+  int32_t top_logprobs = 0;
 };
+
+// OpenAI's bound on top_logprobs.
+inline constexpr int32_t kMaxTopLogprobs = 20;
 
 // INVALID_ARGUMENT naming the offending field when a value is out of its range
 // above or not finite.

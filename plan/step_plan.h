@@ -54,6 +54,10 @@ struct StepResult {
   uint64_t step = 0;
   std::vector<int32_t> tokens;  // per StepPlan::samples (the sampling rank only)
   std::vector<float> logprobs;
+  // Per StepPlan::samples, its sampler's params.top_logprobs entries (most
+  // likely first), concatenated: token ids and their logprobs.
+  std::vector<int32_t> top_token_ids;
+  std::vector<float> top_logprobs;
   double compute_seconds = 0;
 };
 

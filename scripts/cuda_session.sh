@@ -248,7 +248,7 @@ case "$call" in
     worker=$!
     "$run" chunkattn-coordinator --listen "$api" --workers "$wport" --model "$model" \
       --load_format dummy --kv_dtype float16 --prefix_sharing="$flag" --max_batch_size 256 \
-      --max_tokens_per_step 4096 --metrics_port 0 --join_timeout_s 300 > "$work/logs/coordinator.log" 2>&1 &
+      --max_tokens_per_step 4096 --metrics_port 0 --http_port 0 --join_timeout_s 300 > "$work/logs/coordinator.log" 2>&1 &
     coordinator=$!
     step ready 150 bash -c 'until "$1" chunkattn health --server "$4" >/dev/null 2>&1; do
       kill -0 "$2" 2>/dev/null && kill -0 "$3" 2>/dev/null || exit 1; sleep 2; done' _ "$run" "$coordinator" "$worker" "$api"

@@ -17,6 +17,7 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libgloo-dev
   libpcre2-dev libutf8proc-dev  # tokenizer.json: Split regexes, NFC/NFKC
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libevent-dev libssl-dev  # the OpenAI-compatible HTTP front
 )
 TEST_PACKAGES=(
   python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml
@@ -54,4 +55,5 @@ fi
 if [ "$deps" = all ]; then
   scripts/install-helm.sh >/dev/null
   scripts/install-hf-reference.sh >/dev/null
+  scripts/install-openai-sdk.sh >/dev/null
 fi

@@ -25,7 +25,7 @@ mkdir -p "$LOGS"
 free_port() {
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
-W0=$(free_port); W1=$(free_port); PORT=$(free_port); METRICS=$(free_port)
+W0=$(free_port); W1=$(free_port); PORT=$(free_port); METRICS=$(free_port); HTTP=$(free_port)
 SERVER="127.0.0.1:$PORT"
 
 PIDS=()
@@ -48,11 +48,12 @@ PIDS+=($!)
 "$BIN/chunkattn-worker" --listen "127.0.0.1:$W1" "${WORKER_ARGS[@]}" > "$LOGS/worker1.log" 2>&1 &
 PIDS+=($!)
 "$BIN/chunkattn-coordinator" --listen "$SERVER" --metrics_host 127.0.0.1 --metrics_port "$METRICS" \
+  --http_host 127.0.0.1 --http_port "$HTTP" \
   --workers "127.0.0.1:$W0,127.0.0.1:$W1" --model "$BUILD/demo-model" --worker_token_file "$TOKEN" \
   > "$LOGS/coordinator.log" 2>&1 &
 PIDS+=($!)
 
-echo "serve-demo: coordinator $SERVER (metrics http://127.0.0.1:$METRICS/metrics), workers :$W0 :$W1, logs $LOGS/"
+echo "serve-demo: coordinator $SERVER (OpenAI API http://127.0.0.1:$HTTP/v1, metrics http://127.0.0.1:$METRICS/metrics), workers :$W0 :$W1, logs $LOGS/"
 deadline=$((SECONDS + ${SERVE_DEMO_STARTUP_S:-180}))
 until "$BIN/chunkattn" health --server "$SERVER" --timeout_s 2 > /dev/null 2>&1; do
   for pid in "${PIDS[@]}"; do

@@ -17,7 +17,8 @@ ENV LD_LIBRARY_PATH=/opt/chunkattn/lib \
     PATH=/opt/chunkattn/bin:$PATH
 # The chart's podSecurityContext runs as this uid; the root filesystem may be read-only.
 USER 10001:10001
-# gRPC API, Prometheus /metrics, plaintext health for probes.
-EXPOSE 50051 9400 8081
+# gRPC API, Prometheus /metrics, plaintext health for probes, the OpenAI-compatible HTTP API
+# (--http_port, on by default).
+EXPOSE 50051 9400 8081 8000
 ENTRYPOINT ["/opt/chunkattn/bin/chunkattn-coordinator"]
 CMD ["--workers=127.0.0.1:50061", "--model=/opt/chunkattn/models/demo", "--health_port=8081"]

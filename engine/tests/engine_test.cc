@@ -3,6 +3,10 @@
 // alone, while computing the shared tokens once.
 #include "engine/local_engine.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
 #include "gtest/gtest.h"
 #include "workers/tests/device_sampling_model.h"
 #include "workers/tests/model_test_util.h"
@@ -189,6 +193,82 @@ TEST(LocalEngineTest, RejectsBadRequests) {
   auto both = engine->Generate({good, r});
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ((*both)[1].tokens.size(), 12u);
+}
+
+// top_logprobs end to end in one process: the host Sampler and a device
+// sampling model (its host fallback) report the same entries, the greedy
+// token leads them with its own logprob, a request that asks none gets none,
+// and the first token's entries are the reference's log-softmax.
+TEST(LocalEngineTest, TopLogprobsFollowEveryTokenOnBothPaths) {
+  const auto& ref = testing::References()[1];
+  std::vector<GenerationRequest> requests(3);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].prompt = ref.prompts[i + 1];
+    requests[i].max_new_tokens = 6;
+    requests[i].ignore_eos = true;
+    requests[i].sampling.seed = 7 + i;
+  }
+  requests[0].sampling.temperature = 0;
+  requests[0].sampling.top_logprobs = 5;
+  requests[1].sampling.temperature = 0.8f;
+  requests[1].sampling.repetition_penalty = 1.3f;
+  requests[1].sampling.top_logprobs = kMaxTopLogprobs;
+  requests[2].sampling.temperature = 0;  // asks none
+  auto host_model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
+  auto want = MakeEngine(host_model.get())->Generate(requests);
+  ASSERT_TRUE(want.ok()) << want.status();
+  testing::DeviceSamplingModel device_model(testing::LoadModelOrDie(ref.dir, {}, nullptr, Options()));
+  auto got = MakeEngine(&device_model)->Generate(requests);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(device_model.greedy_calls, 0) << "top_logprobs takes the sampling path";
+  EXPECT_EQ(device_model.host_calls, 0);
+
+  const int vocab = host_model->config().vocab_size;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationResult &w = (*want)[i], &g = (*got)[i];
+    const size_t n = requests[i].sampling.top_logprobs;
+    ASSERT_EQ(g.tokens, w.tokens) << "request " << i;
+    ASSERT_EQ(w.top_token_ids.size(), n > 0 ? w.tokens.size() : 0) << "request " << i;
+    ASSERT_EQ(g.top_token_ids, w.top_token_ids) << "request " << i;
+    ASSERT_EQ(g.top_logprobs.size(), w.top_logprobs.size());
+    for (size_t t = 0; t < w.top_token_ids.size(); ++t) {
+      ASSERT_EQ(w.top_token_ids[t].size(), n);
+      ASSERT_EQ(w.top_logprobs[t].size(), n);
+      for (size_t j = 0; j < n; ++j) {
+        EXPECT_NEAR(g.top_logprobs[t][j], w.top_logprobs[t][j], 1e-5);
+        if (j > 0) {
+          EXPECT_LE(w.top_logprobs[t][j], w.top_logprobs[t][j - 1]);
+        }
+        if (w.top_token_ids[t][j] == w.tokens[t]) {  // the sampled token's entry is its logprob
+          EXPECT_EQ(w.top_logprobs[t][j], w.logprobs[t]) << "request " << i << " token " << t;
+          EXPECT_EQ(g.top_logprobs[t][j], g.logprobs[t]) << "request " << i << " token " << t;
+        }
+      }
+    }
+    if (requests[i].sampling.temperature == 0 && n > 0) {
+      for (size_t t = 0; t < w.tokens.size(); ++t) EXPECT_EQ(w.top_token_ids[t][0], w.tokens[t]);
+    }
+  }
+  // The first token's entries against the float64 reference's last row.
+  for (size_t i : {0, 1}) {
+    const std::vector<float>& logits = ref.logits[i + 1];
+    const float* row = logits.data() + logits.size() - vocab;
+    double m = -INFINITY, sum = 0;
+    for (int v = 0; v < vocab; ++v) m = std::max(m, double{row[v]});
+    for (int v = 0; v < vocab; ++v) sum += std::exp(double{row[v]} - m);
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    auto ref_logprob = [&](int32_t id) { return double{row[id]} - m - std::log(sum); };
+    const GenerationResult& w = (*want)[i];
+    for (size_t j = 0; j < w.top_token_ids[0].size(); ++j) {
+      // Each entry's logprob is its token's, and the token ranks where the
+      // reference ranks it (up to a near tie that fp32 may order otherwise).
+      const int32_t id = w.top_token_ids[0][j];
+      EXPECT_NEAR(w.top_logprobs[0][j], ref_logprob(id), 1e-3) << "request " << i << " entry " << j;
+      EXPECT_NEAR(ref_logprob(id), ref_logprob(order[j]), 1e-3) << "request " << i << " entry " << j;
+    }
+  }
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ ABSL_FLAG(int, n, 1, "parallel samples of the prompt, 1..64");
 ABSL_FLAG(std::string, namespace, "", "cache namespace (prefixes are shared only within one)");
 ABSL_FLAG(std::string, prompt_ids, "", "the prompt as comma-separated token ids, instead of text");
 ABSL_FLAG(bool, logprobs, false, "print each token's log-probability (stderr)");
+ABSL_FLAG(int, top_logprobs, 0, "with --logprobs: also each position's N most likely tokens, N <= 20 (stderr)");
 ABSL_FLAG(bool, add_bos, true, "tokenize: add the BOS token");
 ABSL_FLAG(std::string, system_prompt_file, "", "replay: text put before every prompt; chat: the system message");
 ABSL_FLAG(std::string, system, "", "chat: the system message");
@@ -69,7 +70,7 @@ subcommands:
                     stderr gets "finish=... prompt_tokens=... cached_prompt_tokens=...
                     completion_tokens=...". Flags: --max_new_tokens --temperature --top_p
                     --top_k --min_p --repetition_penalty --seed --n --namespace --stop
-                    (repeatable) --ignore_eos --logprobs
+                    (repeatable) --ignore_eos --logprobs --top_logprobs
   chat              a conversation rendered with the model's chat template: each line of stdin
                     is a user message, the reply streams to stdout, and stderr shows each
                     turn's usage and how much of its prompt the cache already held (the
@@ -206,10 +207,13 @@ int Generate(const std::vector<std::string>& args, const std::vector<std::string
   }
   request.set_cache_namespace(absl::GetFlag(FLAGS_namespace));
   request.set_return_logprobs(absl::GetFlag(FLAGS_logprobs));
+  // Negative values wrap to a large one, which the server refuses by name.
+  request.set_top_logprobs(static_cast<uint32_t>(absl::GetFlag(FLAGS_top_logprobs)));
 
   struct Sample {
     std::string text;
     std::vector<std::pair<int32_t, float>> logprobs;
+    std::vector<std::string> top;  // per token: " id:logprob ..."
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
     v1::Usage usage;
   };
@@ -231,6 +235,13 @@ int Generate(const std::vector<std::string>& args, const std::vector<std::string
     for (int i = 0; i < response.token_ids_size(); ++i) {
       s.logprobs.emplace_back(response.token_ids(i),
                               i < response.logprobs_size() ? response.logprobs(i) : 0.0f);
+    }
+    for (const v1::TopLogprobs& top : response.top_logprobs()) {
+      std::string line;
+      for (int j = 0; j < top.token_ids_size() && j < top.logprobs_size(); ++j) {
+        line += " " + std::to_string(top.token_ids(j)) + ":" + std::to_string(top.logprobs(j));
+      }
+      s.top.push_back(std::move(line));
     }
     if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       s.finish = response.finish_reason();
@@ -256,6 +267,9 @@ int Generate(const std::vector<std::string>& args, const std::vector<std::string
       std::string line;
       for (const auto& [id, lp] : s.logprobs) line += " " + std::to_string(id) + ":" + std::to_string(lp);
       std::fprintf(stderr, "%slogprobs:%s\n", label.c_str(), line.c_str());
+      for (size_t t = 0; t < s.top.size(); ++t) {
+        std::fprintf(stderr, "%stop_logprobs[%zu]:%s\n", label.c_str(), t, s.top[t].c_str());
+      }
     }
     std::fprintf(stderr, "%sfinish=%s prompt_tokens=%u cached_prompt_tokens=%u completion_tokens=%u\n",
                  label.c_str(), FinishReasonName(s.finish).c_str(), s.usage.prompt_tokens(),

@@ -9,6 +9,8 @@
 // process runs, so a coordinator waiting for its workers is not restarted.
 // --health_port serves the same statuses in plaintext, for Kubernetes' gRPC
 // probes, which cannot speak TLS.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -36,9 +38,16 @@
 #include "base/grpc_security.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
+#include "services/openai/openai_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port of the public gRPC API");
 ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port; 0 = off");
+ABSL_FLAG(int, http_port, 8000,
+          "OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, /health, ...) "
+          "on --http_host; same TLS and bearer tokens as --listen; 0 = off");
+ABSL_FLAG(std::string, http_host, "0.0.0.0", "address the HTTP API binds (an IP literal)");
+ABSL_FLAG(std::string, served_model_name, "", "the model id of the HTTP API (and vllm:* metrics); default: --model");
+ABSL_FLAG(int64_t, http_max_body_bytes, 16 << 20, "largest HTTP request body; larger ones get 413");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "address the metrics server binds");
 ABSL_FLAG(std::string, workers, "", "the compute workers, host:port,... in rank order (required)");
 ABSL_FLAG(std::string, model, "", "Hugging Face model folder the workers load (required)");
@@ -95,6 +104,15 @@ void SetReady(grpc::HealthCheckServiceInterface* health, bool ready) {
   health->SetServingStatus(kApiService, ready);
 }
 
+// Up to the hard limit: each HTTP stream holds a descriptor.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 2;
@@ -141,6 +159,12 @@ int main(int argc, char** argv) {
     return Fail("--join_timeout_s and --collective_timeout_s must be >= 1");
   }
   if (absl::GetFlag(FLAGS_max_kv_chunks) < 0) return Fail("--max_kv_chunks must be >= 0");
+  const int http_port = absl::GetFlag(FLAGS_http_port);
+  if (http_port < 0 || http_port > 65535) return Fail("--http_port must be in [0, 65535]");
+  const int64_t max_body = absl::GetFlag(FLAGS_http_max_body_bytes);
+  if (max_body < 1024 || max_body > (int64_t{1} << 30)) return Fail("--http_max_body_bytes must be in [1024, 2^30]");
+  const std::string served_name =
+      absl::GetFlag(FLAGS_served_model_name).empty() ? model : absl::GetFlag(FLAGS_served_model_name);
   const int health_port = absl::GetFlag(FLAGS_health_port);
   if (health_port < 0 || health_port > 65535) return Fail("--health_port must be in [0, 65535]");
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
@@ -208,6 +232,7 @@ int main(int argc, char** argv) {
   }
   options.scheduler.priority_aging = absl::Seconds(aging);
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  options.model_name = served_name;
   if (options.max_waiting_requests < 0) return Fail("--max_waiting_requests must be >= 0 (0 = unbounded)");
   options.workers.addresses = workers;
   options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
@@ -242,7 +267,29 @@ int main(int argc, char** argv) {
   info.kv_dtype = kv_dtype;
   info.text_threads = absl::GetFlag(FLAGS_tokenize_threads);
   if (info.text_threads < 1 || info.text_threads > 64) return Fail("--tokenize_threads must be in [1, 64]");
-  GenerationService service(&engine, &*config, prompt_text, info, &*auth);
+  // Text prompts of both fronts are tokenized here, under one bound.
+  auto text_pool = std::make_unique<TextPool>(info.text_threads, kMaxQueuedTexts);
+  GenerationService service(&engine, &*config, prompt_text, info, &*auth, text_pool.get());
+
+  std::unique_ptr<openai::OpenAiServer> openai_server;
+  if (http_port > 0) {
+    RaiseOpenFileLimit();  // a connection per stream: a thousand streams need more than 1024 descriptors
+    openai::ServerOptions http;
+    http.http.host = absl::GetFlag(FLAGS_http_host);
+    http.http.port = http_port;
+    http.http.max_body_bytes = static_cast<size_t>(max_body);
+    http.http.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+    http.http.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+    http.http.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+    http.model = {served_name, config->max_context};
+    http.version = CHUNKATTN_VERSION;
+    http.metrics_tokens = metrics_tokens;
+    absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> started = openai::OpenAiServer::Start(
+        std::move(http), &engine, &*config, prompt_text, text_pool.get(), &*auth,
+        [&registry] { return registry.Serialize(); });
+    if (!started.ok()) return Fail("--http_port: " + started.status().ToString());
+    openai_server = std::move(*started);
+  }
 
   std::unique_ptr<metrics::MetricsHttpServer> http;
   if (metrics_port > 0) {
@@ -285,11 +332,14 @@ int main(int argc, char** argv) {
   });
   engine.Start();
   std::fprintf(stderr,
-               "chunkattn-coordinator listening on %s (%s%s, health %s, metrics %s), %zu worker(s)%s, model %s\n",
+               "chunkattn-coordinator listening on %s (%s%s, health %s, metrics %s, OpenAI HTTP %s), %zu "
+               "worker(s)%s, model %s\n",
                listen.c_str(), absl::GetFlag(FLAGS_tls_cert_file).empty() ? "plaintext" : "TLS",
                auth->enabled() ? ", bearer tokens" : "",
                health_port > 0 ? absl::StrCat(":", health_port).c_str() : "on the API port",
-               metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off", workers.size(),
+               metrics_port > 0 ? absl::StrCat(":", metrics_port).c_str() : "off",
+               openai_server ? absl::StrCat(absl::GetFlag(FLAGS_http_host), ":", openai_server->port()).c_str() : "off",
+               workers.size(),
                worker_tls.ca.path.empty()           ? " in plaintext"
                : worker_tls.cert_chain.path.empty() ? " over TLS"
                                                     : " over mutual TLS",
@@ -300,6 +350,7 @@ int main(int argc, char** argv) {
   // requests refused, running ones finished within the bound.
   draining = true;
   for (grpc::HealthCheckServiceInterface* health : healths) SetReady(health, false);
+  if (openai_server) openai_server->SetDraining();
   std::fprintf(stderr, "coordinator: draining (up to %g s)\n", drain_timeout);
   const bool drained = engine.Drain(absl::Seconds(drain_timeout));
   std::fprintf(stderr, "coordinator: %s; shutting down\n",
@@ -308,6 +359,10 @@ int main(int argc, char** argv) {
   // The engine first: it ends every stream (so the server's shutdown does not
   // wait on them) and makes its last ready callback while `health` lives.
   engine.Stop();
+  // Then the text still queued (its requests are refused by the stopped
+  // engine), before the fronts whose tasks it runs.
+  text_pool.reset();
+  openai_server.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (health_server) health_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

@@ -68,6 +68,18 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   om.duration = &m.GetHistogram("chunkattn_request_duration_seconds", "Arrival to the last token.",
                                 LatencyBuckets());
   m_step_ = &m.GetHistogram("chunkattn_step_duration_seconds", "One iteration on the workers.", LatencyBuckets());
+  const metrics::Labels model = {{"model_name", options_.model_name}};
+  m_vllm_running_ = &m.GetGauge("vllm:num_requests_running", "Requests running (vLLM's name).", model);
+  m_vllm_waiting_ = &m.GetGauge("vllm:num_requests_waiting", "Requests waiting to start (vLLM's name).", model);
+  m_vllm_kv_usage_ = &m.GetGauge("vllm:kv_cache_usage_perc",
+                                 "Fraction of KV chunks used by running requests, shared chunks counted once "
+                                 "(1 = full; cached chunks are reusable, so not counted).",
+                                 model);
+  m_vllm_gpu_cache_usage_ = &m.GetGauge("vllm:gpu_cache_usage_perc", "As vllm:kv_cache_usage_perc (older name).", model);
+  m_vllm_prefix_queries_ = &m.GetCounter("vllm:prefix_cache_queries_total",
+                                         "Prompt tokens looked up in the prefix cache.", model);
+  m_vllm_prefix_hits_ = &m.GetCounter("vllm:prefix_cache_hits_total",
+                                      "Prompt tokens found in the prefix cache.", model);
   if (pool_ == nullptr) pool_ = std::make_unique<WorkerPool>(options_.workers);
   // A stop string found on the output thread ends the sample through the
   // inbox, like a cancel.
@@ -185,6 +197,17 @@ void Engine::Loop() {
         }
       }
       m_chunk_bytes_->Set(static_cast<double>(pool_->chunk_bytes_total()));
+      // vLLM's info series, with the chunk as the block: 1 for this session's
+      // pool, 0 for an earlier one of another size.
+      metrics::Gauge* config = &metrics_->GetGauge(
+          "vllm:cache_config_info", "The KV cache's configuration (vLLM's info series; block = chunk).",
+          {{"block_size", std::to_string(options_.scheduler.chunk_size)},
+           {"num_gpu_blocks", std::to_string(scheduler_->options().num_chunks)},
+           {"cache_dtype", pool_->kv_dtype()},
+           {"enable_prefix_caching", options_.scheduler.prefix_sharing ? "True" : "False"}});
+      if (m_vllm_cache_config_ != nullptr && m_vllm_cache_config_ != config) m_vllm_cache_config_->Set(0);
+      m_vllm_cache_config_ = config;
+      config->Set(1);
       SetReady(true);
       UpdateGauges();
     }
@@ -363,6 +386,18 @@ void Engine::UpdateGauges() {
   preemptions_seen_ = ss.preemptions_total;
   m_running_->Set(static_cast<double>(ss.running_requests));
   m_waiting_->Set(static_cast<double>(ss.waiting_requests));
+  m_vllm_running_->Set(static_cast<double>(ss.running_requests));
+  m_vllm_waiting_->Set(static_cast<double>(ss.waiting_requests));
+  const int64_t total = scheduler_->options().num_chunks;
+  const double usage = total > 0 ? static_cast<double>(cs.used_chunks) / static_cast<double>(total) : 0.0;
+  m_vllm_kv_usage_->Set(usage);
+  m_vllm_gpu_cache_usage_->Set(usage);
+  // The output processor counts prompt tokens; vLLM's counters follow them.
+  const double prompt = m_prompt_tokens_->value(), cached = m_prompt_cached_->value();
+  if (prompt > prompt_tokens_seen_) m_vllm_prefix_queries_->Increment(prompt - prompt_tokens_seen_);
+  if (cached > cached_tokens_seen_) m_vllm_prefix_hits_->Increment(cached - cached_tokens_seen_);
+  prompt_tokens_seen_ = std::max(prompt_tokens_seen_, prompt);
+  cached_tokens_seen_ = std::max(cached_tokens_seen_, cached);
   absl::MutexLock lock(&snapshot_mu_);
   snapshot_.num_chunks = scheduler_->options().num_chunks;
   snapshot_.chunk_bytes_total = pool_->chunk_bytes_total();

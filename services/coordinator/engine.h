@@ -62,6 +62,8 @@ struct EngineOptions {
   // Requests queued (admitted to the scheduler, not yet running) beyond which
   // a new one is refused at once with RESOURCE_EXHAUSTED; 0 = unbounded.
   int64_t max_waiting_requests = 0;
+  // The model_name label of the vllm:* series (the served model name).
+  std::string model_name;
 };
 
 class Engine {
@@ -188,6 +190,16 @@ class Engine {
   metrics::Counter* m_preemptions_;
   metrics::Gauge* m_workers_ready_;
   metrics::Histogram* m_step_;
+  // vLLM's names for the same figures, read by routers that score vLLM
+  // servers (the Gateway API Inference Extension's endpoint picker).
+  metrics::Gauge* m_vllm_running_;
+  metrics::Gauge* m_vllm_waiting_;
+  metrics::Gauge* m_vllm_kv_usage_;
+  metrics::Gauge* m_vllm_gpu_cache_usage_;  // vLLM's older name of kv_cache_usage_perc
+  metrics::Counter* m_vllm_prefix_queries_;
+  metrics::Counter* m_vllm_prefix_hits_;
+  metrics::Gauge* m_vllm_cache_config_ = nullptr;  // this worker session's; 1 while current
+  double prompt_tokens_seen_ = 0, cached_tokens_seen_ = 0;
 };
 
 }  // namespace chunkattn

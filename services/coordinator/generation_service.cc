@@ -23,7 +23,6 @@ constexpr size_t kMaxTextBytes = 4 << 20;
 // tokenized (tokenizing costs memory and time in proportion). Prose runs at
 // 3-5 bytes per token; 32 leaves room for long pieces and whitespace runs.
 constexpr size_t kMaxBytesPerToken = 32;
-constexpr int kMaxQueuedTexts = 256;
 constexpr int kDefaultMaxNewTokens = 16;
 constexpr int kMaxChatMessages = 4096;
 
@@ -310,6 +309,15 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   p.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
   p.seed = s.has_seed() ? s.seed() : seed;
   p.return_logprobs = request.return_logprobs();
+  if (request.top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
+    return Invalid(absl::StrFormat("top_logprobs must be in [0, %d], got %d", kMaxTopLogprobs,
+                                   request.top_logprobs()));
+  }
+  if (request.top_logprobs() > 0 && !request.return_logprobs()) {
+    return Invalid("top_logprobs needs return_logprobs");
+  }
+  // The sampler gives min(N, vocab) entries; the scheduler expects N.
+  p.top_logprobs = std::min(static_cast<int32_t>(request.top_logprobs()), vocab);
   // The sampler's own rules, named as the request's fields.
   if (absl::Status valid = ValidateSamplingParams(p); !valid.ok()) {
     return Invalid(absl::StrCat("sampling.", valid.message()));
@@ -357,38 +365,44 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   return out;
 }
 
+uint64_t NewRequestSeed() {
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  return counter.fetch_add(0x9E3779B97F4A7C15ull);
+}
+
 GenerationService::GenerationService(Engine* engine, const ModelConfig* config, PromptText text,
-                                     ServiceInfo info, const TokenAuth* auth)
+                                     ServiceInfo info, const TokenAuth* auth, TextPool* text_pool)
     : engine_(engine),
       config_(config),
       text_(std::move(text)),
       info_(std::move(info)),
       auth_(auth),
-      text_pool_(std::make_unique<TextPool>(std::max(info_.text_threads, 1), kMaxQueuedTexts)) {}
+      text_pool_(text_pool) {}
 
 GenerationService::~GenerationService() = default;
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                                             const v1::GenerateRequest* request) {
   auto* reactor = new GenerateReactor(engine_);
-  if (absl::Status s = auth_->Check(*context); !s.ok()) {
-    reactor->Reject(s);
+  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
+  if (!tenant.ok()) {
+    reactor->Reject(tenant.status());
     return reactor;
   }
   if (!engine_->ready()) {
     reactor->Reject(absl::UnavailableError("the workers are not ready; retry later"));
     return reactor;
   }
-  static std::atomic<uint64_t> counter{std::random_device{}()};
-  const uint64_t seed = counter.fetch_add(0x9E3779B97F4A7C15ull);
+  const uint64_t seed = NewRequestSeed();
   // The request lives until the reactor finishes, which nothing does before
   // this runs.
-  auto validate_and_submit = [this, reactor, request, seed] {
+  auto validate_and_submit = [this, reactor, request, seed, tenant = *std::move(tenant)] {
     absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(*request, *config_, text_, seed);
     if (!validated.ok()) {
       reactor->Reject(validated.status());
       return;
     }
+    validated->spec.cache_namespace = TokenAuth::CacheNamespace(tenant, request->cache_namespace());
     reactor->Submit(std::move(*validated));
   };
   if (request->prompt_case() != v1::GenerateRequest::kText && request->prompt_case() != v1::GenerateRequest::kChat) {

@@ -33,6 +33,12 @@ struct ServiceInfo {
   int text_threads = 2;      // the pool that tokenizes text prompts
 };
 
+// Text prompts waiting for the text pool beyond which new ones are refused.
+inline constexpr int kMaxQueuedTexts = 4096;
+
+// A fresh sampling seed for a request that names none (every front's).
+uint64_t NewRequestSeed();
+
 // The most bytes a text prompt may have: what could fit the context (and
 // never over 4 MiB).
 size_t MaxTextBytes(const ModelConfig& config);
@@ -71,11 +77,14 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:
-  // Everything is borrowed, also what `text` points to.
-  // Every call must pass `auth` (a disabled TokenAuth lets all through).
+  // Everything is borrowed, also what `text` points to. Text and chat
+  // prompts are tokenized on `text_pool`, which must be destroyed (so run
+  // what it holds) before this service.
+  // Every call must pass `auth` (a disabled TokenAuth lets all through); a
+  // request's cache namespace is scoped to its tenant (TokenAuth).
   GenerationService(Engine* engine, const ModelConfig* config, PromptText text, ServiceInfo info,
-                    const TokenAuth* auth);
-  ~GenerationService() override;  // finishes the text already queued
+                    const TokenAuth* auth, TextPool* text_pool);
+  ~GenerationService() override;
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
                                                            const v1::GenerateRequest* request) override;
@@ -98,7 +107,7 @@ class GenerationService final : public v1::Generation::CallbackService {
   const PromptText text_;
   ServiceInfo info_;
   const TokenAuth* auth_;
-  std::unique_ptr<TextPool> text_pool_;
+  TextPool* text_pool_;
 };
 
 }  // namespace chunkattn

@@ -219,7 +219,16 @@ void OutputProcessor::HandleEvent(const SampleEvent& e, absl::Time now) {
     response.set_text(sample.text.substr(sample.sent, end - sample.sent));
     sample.sent = end;
   }
-  if (live.request.return_logprobs) response.add_logprobs(e.logprob);
+  if (live.request.return_logprobs) {
+    response.add_logprobs(e.logprob);
+    // The scheduler gives a sample's every event its entries, or none: one
+    // TopLogprobs per token_ids entry, as the responses are sent or dropped whole.
+    if (!e.top_token_ids.empty()) {
+      v1::TopLogprobs* top = response.add_top_logprobs();
+      top->mutable_token_ids()->Add(e.top_token_ids.begin(), e.top_token_ids.end());
+      top->mutable_logprobs()->Add(e.top_logprobs.begin(), e.top_logprobs.end());
+    }
+  }
   if (finish != FinishReason::kNone) {
     sample.finished = true;
     live.last_reason = finish;

@@ -77,6 +77,8 @@ class OutputProcessor {
     int64_t id = 0;
     std::string request_id;  // the client's, echoed
     std::vector<std::string> stops;
+    // Each response then carries its token's logprob and, if the events have
+    // them (sampling.top_logprobs), its top entries.
     bool return_logprobs = false;
     int32_t n = 1;
     std::vector<TokenId> prompt;  // the detokenizers' context

@@ -9,7 +9,8 @@
 
 namespace chunkattn {
 
-// Fills `result` (reusing its memory) as a worker would answer `plan`.
+// Fills `result` (reusing its memory) as a worker would answer `plan`, with
+// no top_logprobs entries: its requests must not ask for them.
 void NullExecute(const StepPlan& plan, StepResult* result);
 
 }  // namespace chunkattn

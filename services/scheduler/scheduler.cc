@@ -522,7 +522,7 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
       for (int32_t index : seq->samples) {
         plan->samples.push_back(
             {static_cast<int32_t>(s), r->samples[index].sampler_key, r->samples[index].generated.size()});
-        step_samples_.push_back({r->id, index});
+        step_samples_.push_back({r->id, index, r->spec.sampling.top_logprobs});
       }
     }
   }
@@ -538,6 +538,13 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
     return absl::InternalError(absl::StrFormat("step %d: %d sampled tokens for %d samples", result.step,
                                                result.tokens.size(), step_samples_.size()));
   }
+  size_t num_top = 0;
+  for (const StepSample& s : step_samples_) num_top += s.top_logprobs;
+  if (result.top_token_ids.size() != num_top || result.top_logprobs.size() != num_top) {
+    return absl::InternalError(absl::StrFormat("step %d: %d top token ids and %d top logprobs for %d asked",
+                                               result.step, result.top_token_ids.size(),
+                                               result.top_logprobs.size(), num_top));
+  }
   for (const StepSeq& s : step_seqs_) {
     auto it = seqs_.find(s.seq);
     if (it == seqs_.end()) continue;
@@ -545,7 +552,10 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
     it->second->computed = s.computed_after;
   }
   std::vector<Seq*> sampled_seqs;
+  size_t top_end = 0;
   for (size_t k = 0; k < step_samples_.size(); ++k) {
+    const size_t top_begin = top_end;  // sample k's entries in result.top_*
+    top_end += step_samples_[k].top_logprobs;
     auto rit = requests_.find(step_samples_[k].request);
     if (rit == requests_.end()) continue;
     Request* r = rit->second.get();
@@ -557,6 +567,8 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
     e.index = step_samples_[k].index;
     e.token = token;
     e.logprob = result.logprobs[k];
+    e.top_token_ids.assign(result.top_token_ids.begin() + top_begin, result.top_token_ids.begin() + top_end);
+    e.top_logprobs.assign(result.top_logprobs.begin() + top_begin, result.top_logprobs.begin() + top_end);
     e.prompt_tokens = static_cast<int32_t>(r->spec.prompt.size());
     e.cached_prompt_tokens = std::max(r->cached_prompt_tokens, 0);
     e.completion_tokens = static_cast<int32_t>(sample.generated.size());

@@ -70,7 +70,10 @@ enum class FinishReason { kNone, kLength, kStopToken, kStopString, kCancelled };
 struct RequestSpec {
   std::vector<TokenId> prompt;
   std::string cache_namespace;
-  SamplingParams sampling;  // return_logprobs is the front end's
+  // return_logprobs is the front end's. The worker returns min(top_logprobs,
+  // vocab) entries and Complete() expects top_logprobs: the front clamps it
+  // to the vocabulary.
+  SamplingParams sampling;
   int32_t max_new_tokens = 16;
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
@@ -96,6 +99,10 @@ struct SampleEvent {
   int32_t index = 0;  // sample index
   TokenId token = 0;
   float logprob = 0;
+  // With sampling.top_logprobs = N > 0: the N most likely tokens at this
+  // position, most likely first, and their logprobs; else empty.
+  std::vector<TokenId> top_token_ids;
+  std::vector<float> top_logprobs;
   FinishReason finish = FinishReason::kNone;  // set when this token ends the sample
   bool request_done = false;                  // every sample of the request has finished
   int32_t prompt_tokens = 0;
@@ -149,7 +156,8 @@ class Scheduler {
   absl::StatusOr<bool> Schedule(StepPlan* plan);
 
   // Applies the result of the last scheduled plan (rank 0's sampled tokens)
-  // and appends one event per sampled token.
+  // and appends one event per sampled token. INTERNAL if the result has not
+  // one token per sample and each sample's top_logprobs entries.
   absl::Status Complete(const StepResult& result, std::vector<SampleEvent>* events);
 
   // While false, requests that never ran stay queued; running and preempted
@@ -218,6 +226,7 @@ class Scheduler {
   struct StepSample {
     RequestId request = 0;
     int32_t index = 0;
+    int32_t top_logprobs = 0;  // its entries in StepResult::top_*, kept for aborted requests too
   };
   std::vector<StepSeq> step_seqs_;
   std::vector<StepSample> step_samples_;

@@ -209,6 +209,87 @@ TEST(OutputProcessorTest, StreamedTextAndStopStringsMatchTheReference) {
   EXPECT_GT(f.finished_samples.size(), 0u);
 }
 
+// Keeps every response.
+class KeepingSink : public ResponseSink {
+ public:
+  void Send(v1::GenerateResponse r) override { responses.push_back(std::move(r)); }
+  void Finish(absl::Status status) override { this->status = std::move(status); }
+  std::vector<v1::GenerateResponse> responses;
+  absl::Status status;
+};
+
+// token_ids, logprobs and top_logprobs stay one per token: with a stop string
+// that ends the text mid-stream, with tokens the scheduler produced after it
+// (dropped), and per request only what it asked for.
+TEST(OutputProcessorTest, LogprobsAndTopLogprobsStayAlignedWithTokens) {
+  const Tokenizer& tok = DemoTokenizer();
+  Fixture f(&tok);
+  const std::vector<int32_t> said = tok.Encode(Corpus().substr(0, 200), false).value();
+  ASSERT_GT(said.size(), 20u);
+  // The event the scheduler would send for token t: its logprob, and three
+  // entries with t first (it was the most likely).
+  auto event = [](int64_t id, int32_t t) {
+    SampleEvent e;
+    e.request = id;
+    e.token = t;
+    e.logprob = -static_cast<float>(t % 97) / 10;
+    e.top_token_ids = {t, t + 1, t + 2};
+    e.top_logprobs = {e.logprob, e.logprob - 1, e.logprob - 2};
+    return e;
+  };
+  struct Case {
+    bool logprobs;
+    std::vector<std::string> stops;
+  };
+  const Case cases[] = {{true, {}}, {true, {"or not"}}, {false, {}}, {false, {"or not"}}};
+  std::vector<std::shared_ptr<KeepingSink>> sinks;
+  for (int id = 0; id < 4; ++id) {
+    sinks.push_back(std::make_shared<KeepingSink>());
+    OutputProcessor::Request r;
+    r.id = id;
+    r.stops = cases[id].stops;
+    r.return_logprobs = cases[id].logprobs;
+    r.arrival = absl::Now();
+    f.processor->Open(std::move(r), sinks.back());
+  }
+  for (size_t step = 0; step < said.size(); ++step) {  // past the stop string too
+    std::vector<SampleEvent> events;
+    for (int id = 0; id < 4; ++id) {
+      events.push_back(event(id, said[step]));
+      if (step + 1 == said.size()) events.back().finish = FinishReason::kLength;
+    }
+    f.processor->Events(std::move(events), absl::Now());
+  }
+  f.processor->Flush();
+  for (int id = 0; id < 4; ++id) {
+    size_t tokens = 0;
+    for (const v1::GenerateResponse& r : sinks[id]->responses) {
+      ASSERT_EQ(r.token_ids_size(), 1);
+      ASSERT_EQ(r.logprobs_size(), cases[id].logprobs ? 1 : 0) << id;
+      ASSERT_EQ(r.top_logprobs_size(), cases[id].logprobs ? 1 : 0) << id;
+      EXPECT_EQ(r.token_ids(0), said[tokens]) << id;
+      if (cases[id].logprobs) {
+        const v1::TopLogprobs& top = r.top_logprobs(0);
+        ASSERT_EQ(top.token_ids_size(), 3);
+        ASSERT_EQ(top.logprobs_size(), 3);
+        EXPECT_EQ(top.token_ids(0), r.token_ids(0));
+        EXPECT_EQ(top.logprobs(0), r.logprobs(0));
+        EXPECT_EQ(top.token_ids(2), r.token_ids(0) + 2);
+        EXPECT_EQ(top.logprobs(2), r.logprobs(0) - 2);
+      }
+      ++tokens;
+    }
+    const bool stops = !cases[id].stops.empty();
+    EXPECT_EQ(sinks[id]->responses.back().finish_reason(),
+              stops ? v1::FINISH_REASON_STOP_STRING : v1::FINISH_REASON_LENGTH);
+    if (stops) {
+      EXPECT_LT(tokens, said.size()) << id << ": the tokens after the stop string are dropped";
+    } else {
+      EXPECT_EQ(tokens, said.size()) << id;
+    }
+  }
+}
+
 TEST(OutputProcessorTest, EveryRequestEndsOnceWhateverRaces) {
   Fixture f(nullptr);
   constexpr int kRequests = 400;

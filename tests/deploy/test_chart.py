@@ -1,8 +1,10 @@
 """The Helm chart (deploy/helm/chunkattn): helm lint and helm template with the
-default, CPU demo and GPU TP=4 values; the rendered manifests checked for
-probes, resources, security contexts, ports and flags that the binaries really
-have, the worker count, the network policy; the schema rejecting wrong values;
-and the CPU demo's rendered command lines run for real on 127.0.0.1.
+default, CPU demo and GPU TP=4 values, the latter two also under the OpenAI
+gateway example; the rendered manifests checked for probes, resources, security
+contexts, ports and flags that the binaries really have, the worker count, the
+network policy, the HTTP API and the InferencePool (against the v1 CRD's
+fields); the schema rejecting wrong values; and the CPU demo's rendered command
+lines run for real on 127.0.0.1.
 
 Run: /usr/bin/python3 tests/deploy/test_chart.py --build build [TestClass]
 """
@@ -15,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 import yaml
 
@@ -23,11 +27,15 @@ import harness  # noqa: E402
 from test_security import make_pki  # noqa: E402
 
 RELEASE, NAMESPACE = 'rel', 'serving'
-VALUES_SETS = {
+GATEWAY_EXAMPLE = 'examples/openai-gateway.yaml'
+VALUES_FILES = {  # chart-relative, later files override earlier ones as with helm -f
     'default': [],
-    'cpu-demo': ['-f', 'ci/cpu-demo-values.yaml'],
-    'gpu-tp4': ['-f', 'ci/gpu-tp4-values.yaml'],
+    'cpu-demo': ['ci/cpu-demo-values.yaml'],
+    'gpu-tp4': ['ci/gpu-tp4-values.yaml'],
+    'cpu-demo+openai-gateway': ['ci/cpu-demo-values.yaml', GATEWAY_EXAMPLE],  # deploy/README.md's
+    'gpu-tp4+openai-gateway': ['ci/gpu-tp4-values.yaml', GATEWAY_EXAMPLE],
 }
+VALUES_SETS = {name: [a for f in files for a in ('-f', f)] for name, files in VALUES_FILES.items()}
 _helm = None
 
 
@@ -110,8 +118,55 @@ def port_of(c, name):
     return ports[name]
 
 
+def http_get(port, path, timeout=5.0):
+    """(status, body) of GET http://127.0.0.1:<port><path>; (None, '') if nothing answers."""
+    try:
+        with urllib.request.urlopen('http://127.0.0.1:%d%s' % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None, ''
+
+
 def labels_match(selector, labels):
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def merge_values(base, override):
+    """Helm's merge of values files: maps merge key by key, anything else replaces."""
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = merge_values(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def values_of(name):
+    """The values a VALUES_FILES set renders with: values.yaml under its files."""
+    with open(os.path.join(chart_dir(), 'values.yaml')) as f:
+        values = yaml.safe_load(f)
+    for path in VALUES_FILES[name]:
+        with open(os.path.join(chart_dir(), path)) as f:
+            values = merge_values(values, yaml.safe_load(f) or {})
+    return values
+
+
+def probe_port(c, probe):
+    """The port number a grpc or httpGet probe connects to (httpGet may name the port)."""
+    handler = c[probe].get('grpc') or c[probe].get('httpGet')
+    assert handler, '%s %s is neither a gRPC nor an HTTP probe' % (c['name'], probe)
+    port = handler['port']
+    return port_of(c, port) if isinstance(port, str) else port
+
+
+# The InferencePool of the Gateway API Inference Extension, v1 (CRD bundle v1.0.0,
+# config/crd/bases/inference.networking.k8s.io_inferencepools.yaml): the spec's fields and
+# what the API server checks. v1.0 requires endpointPickerRef and allows one target port
+# (later bundles allow 8 and make the picker optional), so a v1.0 pool is valid in all.
+INFERENCE_POOL_API = 'inference.networking.k8s.io/v1'
+INFERENCE_POOL_SPEC = {'selector', 'targetPorts', 'endpointPickerRef'}
+ENDPOINT_PICKER_REF = {'group', 'kind', 'name', 'port', 'failureMode'}
+LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
 
 
 class LintAndTemplateTest(unittest.TestCase):
@@ -130,13 +185,8 @@ class LintAndTemplateTest(unittest.TestCase):
                 self.check_manifests(render(values), name, coordinator_flags, worker_flags)
 
     def check_manifests(self, docs, name, coordinator_flags, worker_flags):
-        with open(os.path.join(chart_dir(), *(['ci', name + '-values.yaml'] if name != 'default'
-                                              else ['values.yaml']))) as f:
-            overrides = yaml.safe_load(f)
-        with open(os.path.join(chart_dir(), 'values.yaml')) as f:
-            defaults = yaml.safe_load(f)
-        tp = overrides.get('tensorParallelSize', defaults['tensorParallelSize'])
-        device = overrides.get('device', defaults['device'])
+        values = values_of(name)
+        tp, device, http = values['tensorParallelSize'], values['device'], values['http']
 
         deploy = one(docs, 'Deployment', 'coordinator')
         sts = one(docs, 'StatefulSet', 'worker')
@@ -155,8 +205,9 @@ class LintAndTemplateTest(unittest.TestCase):
                 declared = {p['containerPort'] for p in c['ports']}
                 for probe in ('livenessProbe', 'readinessProbe'):
                     self.assertIn(probe, c, c['name'])
-                    self.assertIn('grpc', c[probe], '%s %s is not a native gRPC probe' % (c['name'], probe))
-                    self.assertIn(c[probe]['grpc']['port'], declared)
+                    self.assertIn(probe_port(c, probe), declared)
+                # Liveness is always the cheap native gRPC probe (readiness: see below).
+                self.assertIn('grpc', c['livenessProbe'], '%s liveness is not a native gRPC probe' % c['name'])
                 for kind in ('requests', 'limits'):
                     for resource in ('cpu', 'memory'):
                         self.assertIn(resource, c['resources'][kind], (c['name'], kind))
@@ -178,7 +229,29 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertEqual(int(args['health_port']), port_of(c, 'health'))
         self.assertEqual(c['livenessProbe']['grpc']['port'], port_of(c, 'health'))
         self.assertEqual(c['livenessProbe']['grpc']['service'], 'liveness')
-        self.assertEqual(c['readinessProbe']['grpc'].get('service', ''), '')
+        # The HTTP API: on its own port, readiness on its /health (HTTPS under the chart's TLS)
+        # unless that port requires a client certificate, which the kubelet lacks.
+        tls = values['tls']
+        mutual_tls = tls['enabled'] and bool(tls.get('clientCASecretName'))
+        if http['enabled']:
+            self.assertEqual(args['http_host'], '0.0.0.0')
+            self.assertEqual(int(args['http_port']), port_of(c, 'http'))
+            self.assertEqual(port_of(c, 'http'), http['port'])
+            self.assertEqual(args['served_model_name'],
+                             http['servedModelName'] or os.path.basename(args['model']))
+        else:
+            self.assertEqual(args['http_port'], '0', 'the coordinator serves HTTP unless told not to')
+            self.assertNotIn('served_model_name', args)
+            self.assertNotIn('http', {p['name'] for p in c['ports']})
+        if http['enabled'] and not mutual_tls:
+            probe = c['readinessProbe']['httpGet']
+            self.assertEqual(probe['path'], '/health')
+            self.assertEqual(probe_port(c, 'readinessProbe'), port_of(c, 'http'))
+            self.assertEqual(probe['scheme'], 'HTTPS' if tls['enabled'] else 'HTTP')
+            self.assertNotIn('grpc', c['readinessProbe'])
+        else:
+            self.assertEqual(c['readinessProbe']['grpc']['port'], port_of(c, 'health'))
+            self.assertEqual(c['readinessProbe']['grpc'].get('service', ''), '')
         # SIGTERM drains for --drain_timeout_s: the pod's grace period covers it.
         grace = deploy['spec']['template']['spec']['terminationGracePeriodSeconds']
         self.assertGreaterEqual(grace, float(args['drain_timeout_s']) + 10)
@@ -283,7 +356,12 @@ class LintAndTemplateTest(unittest.TestCase):
         # The public Service routes to the coordinator's named ports.
         svc = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') != 'None'][0]
         self.assertTrue(labels_match(svc['spec']['selector'], deploy['spec']['template']['metadata']['labels']))
-        self.assertEqual({p['targetPort'] for p in svc['spec']['ports']}, {'grpc', 'metrics'})
+        self.assertEqual({p['targetPort'] for p in svc['spec']['ports']},
+                         {'grpc', 'metrics'} | ({'http'} if http['enabled'] else set()))
+        if http['enabled']:
+            port = [p for p in svc['spec']['ports'] if p['name'] == 'http'][0]
+            self.assertEqual((port['port'], port['targetPort']), (http['port'], 'http'))
+            self.assertEqual(port['appProtocol'], 'https' if tls['enabled'] else 'http')
 
         # Only the coordinator and the other workers reach the workers.
         worker_labels = sts['spec']['template']['metadata']['labels']
@@ -303,6 +381,24 @@ class LintAndTemplateTest(unittest.TestCase):
                             for r in rules for p in r['from']))
         self.assertTrue(any(labels_match(p['podSelector']['matchLabels'], worker_labels)
                             for r in rules for p in r['from']), 'workers must reach each other (collectives)')
+        # The coordinator: the HTTP port is an API port, open to the same peers as gRPC.
+        coord_policy = [p for p in by_kind(docs, 'NetworkPolicy')
+                        if labels_match(p['spec']['podSelector']['matchLabels'], coord_labels)]
+        self.assertEqual(len(coord_policy), 1)
+        api_rules = [r for r in coord_policy[0]['spec']['ingress']
+                     if 'grpc' in {p['port'] for p in r['ports']}]
+        self.assertEqual(len(api_rules), 1)
+        self.assertEqual({p['port'] for p in api_rules[0]['ports']},
+                         {'grpc'} | ({'http'} if http['enabled'] else set()))
+        self.assertEqual(api_rules[0].get('from', []), values['networkPolicy']['apiFrom'])
+
+        # The InferencePool: only when asked for, on the coordinator's HTTP port.
+        pools = by_kind(docs, 'InferencePool')
+        if values['inferencePool']['enabled']:
+            self.assertEqual(len(pools), 1)
+            self.check_inference_pool(pools[0], deploy, sts, values)
+        else:
+            self.assertEqual(pools, [])
 
         # One budget per component; not-ready pods never block a drain.
         pdbs = by_kind(docs, 'PodDisruptionBudget')
@@ -320,15 +416,137 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertEqual(cm[0]['metadata']['labels'].get('grafana_dashboard'), '1')
         with open(os.path.join(harness.SOURCE, 'deploy', 'grafana', 'chunkattn.json')) as f:
             self.assertEqual(json.loads(cm[0]['data']['chunkattn.json']), json.load(f))
-        if name == 'gpu-tp4':
+        if values['metrics']['prometheusRule']['enabled']:
             rule = one(docs, 'PrometheusRule')
             with open(os.path.join(harness.SOURCE, 'deploy', 'prometheus', 'alerts.yml')) as f:
                 self.assertEqual(rule['spec'], yaml.safe_load(f))
+        else:
+            self.assertEqual(by_kind(docs, 'PrometheusRule'), [])
+        if values['metrics']['serviceMonitor']['enabled']:
             monitor = one(docs, 'ServiceMonitor')
             self.assertEqual(monitor['spec']['endpoints'][0]['port'], 'metrics')
             self.assertTrue(labels_match(monitor['spec']['selector']['matchLabels'], svc['metadata']['labels']))
         else:
-            self.assertEqual(by_kind(docs, 'PrometheusRule') + by_kind(docs, 'ServiceMonitor'), [])
+            self.assertEqual(by_kind(docs, 'ServiceMonitor'), [])
+        self.assertEqual(name.startswith('gpu-tp4'), bool(by_kind(docs, 'PrometheusRule')))
+
+    def check_inference_pool(self, pool, deploy, sts, values):
+        """One rendered InferencePool: valid against the v1 CRD's fields, selecting the
+        coordinator pod and not the workers, targeting its HTTP port."""
+        self.assertEqual(pool['apiVersion'], INFERENCE_POOL_API)
+        self.assertEqual(pool['kind'], 'InferencePool')
+        self.assertEqual(pool['metadata']['name'] + '-coordinator', deploy['metadata']['name'])
+        self.assertNotIn('namespace', pool['metadata'])  # the release's, as every other object
+        spec = pool['spec']
+        self.assertEqual(set(spec), INFERENCE_POOL_SPEC)  # all three required in v1.0, no others
+        self.assertEqual(set(spec['selector']), {'matchLabels'})
+        match = spec['selector']['matchLabels']
+        self.assertGreaterEqual(len(match), 1)
+        for k, v in match.items():
+            self.assertIsInstance(v, str, k)
+            self.assertRegex(v, LABEL_VALUE)
+            self.assertLessEqual(len(v), 63)
+        coordinator = container(deploy)
+        self.assertTrue(labels_match(match, deploy['spec']['template']['metadata']['labels']), match)
+        self.assertFalse(labels_match(match, sts['spec']['template']['metadata']['labels']),
+                         'the pool must not take in the workers (they serve no HTTP)')
+        self.assertEqual(spec['targetPorts'], [{'number': port_of(coordinator, 'http')}])
+        ref = spec['endpointPickerRef']
+        self.assertLessEqual(set(ref), ENDPOINT_PICKER_REF)
+        self.assertEqual(ref.get('kind', 'Service'), 'Service')
+        self.assertEqual(set(ref['port']), {'number'})  # required when the kind is Service
+        picker = values['inferencePool']['endpointPicker']
+        self.assertEqual((ref['name'], ref['port']['number']), (picker['serviceName'], picker['port']))
+        self.assertTrue(1 <= ref['port']['number'] <= 65535)
+        self.assertIn(ref['failureMode'], ('FailOpen', 'FailClose'))
+        self.assertEqual(ref['failureMode'], picker['failureMode'])
+        # The picker scrapes /metrics on the target port without a token.
+        self.assertNotIn('metrics_token_file', parse_args(coordinator['args']))
+
+    def test_http_off(self):
+        docs = render([], '--set', 'http.enabled=false')
+        deploy = one(docs, 'Deployment')
+        c = container(deploy)
+        args = parse_args(c['args'])
+        self.assertEqual(args['http_port'], '0')
+        self.assertNotIn('served_model_name', args)
+        self.assertNotIn('http', {p['name'] for p in c['ports']})
+        self.assertEqual(c['readinessProbe']['grpc']['port'], port_of(c, 'health'))
+        svc = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') != 'None'][0]
+        self.assertEqual({p['name'] for p in svc['spec']['ports']}, {'grpc', 'metrics'})
+        for policy in by_kind(docs, 'NetworkPolicy'):
+            for rule in policy['spec']['ingress']:
+                self.assertNotIn('http', {p['port'] for p in rule.get('ports', [])})
+        self.assertEqual(by_kind(docs, 'InferencePool'), [])
+
+    def test_http_port_and_model_name(self):
+        docs = render([], '--set', 'http.port=8080', '--set', 'http.servedModelName=meta-llama/Llama-3.1-8B')
+        c = container(one(docs, 'Deployment'))
+        args = parse_args(c['args'])
+        self.assertEqual((args['http_port'], port_of(c, 'http')), ('8080', 8080))
+        self.assertEqual(args['served_model_name'], 'meta-llama/Llama-3.1-8B')
+        self.assertEqual(c['readinessProbe']['httpGet']['port'], 'http')
+        svc = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') != 'None'][0]
+        self.assertIn({'name': 'http', 'port': 8080, 'targetPort': 'http', 'protocol': 'TCP', 'appProtocol': 'http'},
+                      svc['spec']['ports'])
+        # The default id is the model folder's name, not its path in the pod.
+        for extra, expected in ((['--set', 'model.source=pvc', '--set', 'model.pvc.claimName=w',
+                                  '--set', 'model.subPath=llama/Meta-Llama-3-8B-Instruct'], 'Meta-Llama-3-8B-Instruct'),
+                                ([], 'demo')):
+            args = parse_args(container(one(render([], *extra), 'Deployment'))['args'])
+            self.assertEqual(args['served_model_name'], expected)
+
+    def test_http_probe_under_tls(self):
+        docs = render([], '--set', 'tls.enabled=true', '--set', 'tls.secretName=t')
+        c = container(one(docs, 'Deployment'))
+        self.assertEqual(c['readinessProbe']['httpGet'], {'path': '/health', 'port': 'http', 'scheme': 'HTTPS'})
+        svc = [s for s in by_kind(docs, 'Service') if s['spec'].get('clusterIP') != 'None'][0]
+        self.assertEqual([p['appProtocol'] for p in svc['spec']['ports'] if p['name'] == 'http'], ['https'])
+        # Mutual TLS: the kubelet has no client certificate, so readiness stays on the
+        # plaintext gRPC health port, which answers the same question.
+        docs = render([], '--set', 'tls.enabled=true', '--set', 'tls.secretName=t', '--set', 'tls.clientCASecretName=ca')
+        c = container(one(docs, 'Deployment'))
+        self.assertEqual(c['readinessProbe']['grpc'], {'port': port_of(c, 'health')})
+        self.assertEqual(port_of(c, 'http'), 8000)
+
+    def test_inference_pool(self):
+        self.assertEqual(by_kind(render([]), 'InferencePool'), [])  # off by default
+        picker = ['--set', 'inferencePool.enabled=true', '--set', 'inferencePool.endpointPicker.serviceName=epp']
+        docs = render([], *picker)
+        pool = one(docs, 'InferencePool')
+        values = values_of('default')
+        values['inferencePool'] = dict(values['inferencePool'], enabled=True,
+                                       endpointPicker=dict(values['inferencePool']['endpointPicker'], serviceName='epp'))
+        deploy, sts = one(docs, 'Deployment'), one(docs, 'StatefulSet')
+        self.check_inference_pool(pool, deploy, sts, values)
+        self.assertEqual(pool['spec']['endpointPickerRef'],
+                         {'name': 'epp', 'port': {'number': 9002}, 'failureMode': 'FailClose'})
+        self.assertEqual(pool['spec']['selector']['matchLabels'],
+                         deploy['spec']['selector']['matchLabels'])
+        # A pool shared by several releases: their coordinators carry a common label, which the
+        # workers may carry too; the component label still keeps the workers out.
+        docs = render([], *picker, '--set', 'http.port=8443', '--set', 'inferencePool.matchLabels.pool=llama3',
+                      '--set', 'coordinator.podLabels.pool=llama3', '--set', 'worker.podLabels.pool=llama3',
+                      '--set', 'inferencePool.endpointPicker.failureMode=FailOpen',
+                      '--set', 'inferencePool.endpointPicker.port=9100')
+        pool = one(docs, 'InferencePool')
+        self.assertEqual(pool['spec']['selector']['matchLabels'],
+                         {'pool': 'llama3', 'app.kubernetes.io/component': 'coordinator'})
+        self.assertEqual(pool['spec']['targetPorts'], [{'number': 8443}])
+        self.assertEqual(pool['spec']['endpointPickerRef'],
+                         {'name': 'epp', 'port': {'number': 9100}, 'failureMode': 'FailOpen'})
+        self.assertTrue(labels_match(pool['spec']['selector']['matchLabels'],
+                                     one(docs, 'Deployment')['spec']['template']['metadata']['labels']))
+        self.assertFalse(labels_match(pool['spec']['selector']['matchLabels'],
+                                      one(docs, 'StatefulSet')['spec']['template']['metadata']['labels']))
+        # What cannot work is refused before anything renders.
+        for extra, message in (
+                ([], 'serviceName'),  # no picker named
+                (picker[2:] + ['--set', 'http.enabled=false'], 'http.enabled'),
+                (picker[2:] + ['--set', 'metrics.auth.existingSecret=mt'], 'metrics.auth.existingSecret')):
+            r = helm('template', RELEASE, '.', '--set', 'inferencePool.enabled=true', *extra)
+            self.assertNotEqual(r.returncode, 0, extra)
+            self.assertIn(message, r.stderr, extra)
 
     def test_tensor_parallel_size_sets_workers(self):
         for tp in (1, 3, 8):
@@ -448,6 +666,14 @@ class LintAndTemplateTest(unittest.TestCase):
             ('--set', 'workerTls.serverName=Bad_Name', 'serverName'),
             ('--set', 'workerTls.serverName=', 'serverName'),
             ('--set', 'workerTls.certificate=x', 'certificate'),  # a typo is not ignored
+            ('--set', 'http.port=0', 'http.port'),
+            ('--set', 'http.port=50051', 'http.port'),  # the gRPC port's
+            ('--set', 'http.servedModel=x', 'servedModel'),  # a typo is not ignored
+            ('--set', 'http.servedModelName=my model', 'servedModelName'),
+            ('--set-string', 'http.enabled=yes', 'enabled'),
+            ('--set', 'inferencePool.endpointPicker.failureMode=Sometimes', 'failureMode'),
+            ('--set', 'inferencePool.matchLabels.app\\.kubernetes\\.io/component=worker', 'matchLabels'),
+            ('--set', 'inferencePool.targetPort=8000', 'targetPort'),  # a typo is not ignored
         ]
         for flag, value, field in cases:
             r = helm('template', RELEASE, '.', flag, value)
@@ -497,12 +723,23 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertIn('chunkattn.v1.Generation/Generate', notes)
         self.assertIn('ConfigMap rel-chunkattn-dashboard', notes)
         self.assertIn('uid chunkattn', notes)
+        self.assertIn('port-forward svc/rel-chunkattn 50051:50051 8000:8000', notes)
+        self.assertIn('curl http://127.0.0.1:8000/v1/chat/completions', notes)
+        self.assertIn('"model": "demo"', notes)
+        self.assertNotIn('InferencePool', notes)
+        self.assertNotIn('8000', self.render_notes('--set', 'http.enabled=false'))
         secure = self.render_notes('-f', 'ci/gpu-tp4-values.yaml')
         self.assertIn('--tls_ca_file ca.crt', secure)
         self.assertIn('--auth_token_file token.txt', secure)
         self.assertIn('authorization: Bearer $TOKEN', secure)
         self.assertIn('A ServiceMonitor scrapes', secure)
         self.assertIn('PrometheusRule rel-chunkattn', secure)
+        gateway = self.render_notes(*VALUES_SETS['gpu-tp4+openai-gateway'])
+        self.assertIn('curl --cacert ca.crt', gateway)
+        self.assertIn('authorization: Bearer $TOKEN" https://', gateway)
+        self.assertIn('"model": "Meta-Llama-3-8B-Instruct"', gateway)
+        self.assertIn('InferencePool rel-chunkattn', gateway)
+        self.assertIn('--pool-name=rel-chunkattn --pool-namespace=serving', gateway)
 
 
 class RenderedCommandLinesRunTest(harness.ServiceTestCase):
@@ -518,7 +755,7 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
         type(self).clusters = type(self).clusters + [cluster]
         cluster.worker_ports = [harness.free_port() for _ in range(tp)]
         cluster.port, cluster.metrics_port = harness.free_port(), harness.free_port()
-        health_port = harness.free_port()
+        health_port, http_port = harness.free_port(), harness.free_port()
 
         def local(args, replace):
             out = []
@@ -560,6 +797,8 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
             'worker_tls_ca_file': '--worker_tls_ca_file=' + pki['ca.pem'],
             'worker_tls_cert_file': '--worker_tls_cert_file=' + pki['worker.pem'],
             'worker_tls_key_file': '--worker_tls_key_file=' + pki['worker.key'],
+            'http_host': '--http_host=127.0.0.1',
+            'http_port': '--http_port=%d' % http_port,
         })
         cluster.coordinator = harness.Process('rendered-coordinator', argv).start()
         cluster.channel = cluster.open_channel()
@@ -578,6 +817,23 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
                 self.assertEqual(harness.health(worker_probe, service='liveness'), harness.SERVING)
             finally:
                 worker_probe.close()
+        # The HTTP API on the rendered flags: the readiness probe's request turns 200, the
+        # served model id is listed, and /metrics there carries the gauges an InferencePool's
+        # endpoint picker reads.
+        probe = coordinator['readinessProbe']['httpGet']
+        self.assertEqual(probe['scheme'], 'HTTP')
+        harness.wait_for(lambda: http_get(http_port, probe['path'])[0] == 200, harness.STARTUP_TIMEOUT_S,
+                         what='GET %s on the rendered HTTP port' % probe['path'])
+        status, body = http_get(http_port, '/v1/models')
+        self.assertEqual(status, 200, body)
+        self.assertIn(parse_args(coordinator['args'])['served_model_name'],
+                      [m['id'] for m in json.loads(body)['data']])
+        status, body = http_get(http_port, '/metrics')
+        self.assertEqual(status, 200, body[:200])
+        exported = {line.split('{')[0].split(' ')[0] for line in body.splitlines() if not line.startswith('#')}
+        for gauge in ('vllm:num_requests_waiting', 'vllm:num_requests_running', 'vllm:kv_cache_usage_perc',
+                      'vllm:cache_config_info'):
+            self.assertIn(gauge, exported)
         info = cluster.model_info()
         self.assertEqual(info.tensor_parallel_size, tp)
         self.assertEqual(info.chunk_size, 64)

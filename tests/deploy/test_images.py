@@ -119,7 +119,8 @@ class DockerfileTest(unittest.TestCase):
     def test_matches_the_chart(self):
         security = self.values['podSecurityContext']
         expected_ports = {
-            'coordinator': {self.values['coordinator'][k] for k in ('grpcPort', 'metricsPort', 'healthPort')},
+            'coordinator': {self.values['coordinator'][k] for k in ('grpcPort', 'metricsPort', 'healthPort')} |
+                           {self.values['http']['port']},
             'worker': {self.values['worker'][k] for k in ('port', 'healthPort')},
         }
         for component in DOCKERFILES:

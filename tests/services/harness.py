@@ -333,6 +333,7 @@ class Cluster:
         self.coordinator = None
         self.port = None
         self.metrics_port = None
+        self.http_port = None
         self.channel = None
         self.stub = None
         self._attempt = 0
@@ -354,6 +355,7 @@ class Cluster:
     def coordinator_argv(self):
         return [bin_path('chunkattn-coordinator'), '--listen', '127.0.0.1:%d' % self.port,
                 '--metrics_port', str(self.metrics_port), '--metrics_host', '127.0.0.1',
+                '--http_port', str(self.http_port), '--http_host', '127.0.0.1',
                 '--workers', ','.join('127.0.0.1:%d' % p for p in self.worker_ports),
                 '--model', self.model] + self.coordinator_args
 
@@ -366,7 +368,7 @@ class Cluster:
         for attempt in (0, 1):
             self._attempt = attempt
             self.worker_ports = [free_port() for _ in range(self.tp)]
-            self.port, self.metrics_port = free_port(), free_port()
+            self.port, self.metrics_port, self.http_port = free_port(), free_port(), free_port()
             try:
                 for i in range(self.tp):
                     self.start_worker(i)

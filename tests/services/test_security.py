@@ -540,7 +540,8 @@ class BadSecurityFlagsTest(unittest.TestCase):
 
     def start(self, *args):
         argv = [harness.bin_path('chunkattn-coordinator'), '--listen', '127.0.0.1:0',
-                '--metrics_port', '0', '--workers', '127.0.0.1:1', '--model', harness.model_dir()]
+                '--metrics_port', '0', '--http_port', '0', '--workers', '127.0.0.1:1',
+                '--model', harness.model_dir()]
         return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=60)
 
     def test_rejected(self):
@@ -551,16 +552,20 @@ class BadSecurityFlagsTest(unittest.TestCase):
         not_pem = os.path.join(tmp, 'not.pem')
         with open(not_pem, 'w') as f:
             f.write('hello\n')
-        spaced = os.path.join(tmp, 'spaced')
+        spaced = os.path.join(tmp, 'spaced')  # a token, its tenant, and one field too many
         with open(spaced, 'w') as f:
-            f.write('two words\n')
+            f.write('tok acme extra\n')
+        bad_tenant = os.path.join(tmp, 'bad-tenant')
+        with open(bad_tenant, 'w') as f:
+            f.write('tok acme/corp\n')
         cases = [
             (['--tls_cert_file', not_pem], 'go together'),
             (['--tls_client_ca_file', not_pem], 'needs --tls_cert_file'),
             (['--tls_cert_file', not_pem, '--tls_key_file', not_pem], 'no PEM block'),
             (['--tls_cert_file', os.path.join(tmp, 'missing'), '--tls_key_file', not_pem], 'cannot read'),
             (['--auth_token_file', empty], 'has no token'),
-            (['--auth_token_file', spaced], 'whitespace'),
+            (['--auth_token_file', spaced], "'TOKEN' or 'TOKEN TENANT'"),
+            (['--auth_token_file', bad_tenant], 'a tenant is 1 to 64'),
             (['--auth_token_file', os.path.join(tmp, 'missing')], 'cannot read'),
             (['--health_port', '70000'], '--health_port'),
             (['--priority_aging_s', '-1'], '--priority_aging_s'),

@@ -440,13 +440,35 @@ absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span
   std::stable_sort(order_.begin(), order_.end(),
                    [&](int32_t a, int32_t b) { return packed_.params[a].row < packed_.params[b].row; });
   std::vector<cuda::SampleRowParams> sorted(n);
-  for (size_t k = 0; k < n; ++k) sorted[k] = packed_.params[order_[k]];
+  std::vector<int32_t> sorted_top(n);
+  for (size_t k = 0; k < n; ++k) {
+    sorted[k] = packed_.params[order_[k]];
+    sorted_top[k] = packed_.top_logprobs[order_[k]];
+  }
   packed_.params.swap(sorted);
+  packed_.top_logprobs.swap(sorted_top);
+  // top_logprobs is a host fallback: the kernel returns only token and
+  // logprob, so Run copies the logits row of each sample asking for them
+  // here, and AddTopLogprobs ranks it with the Sampler's code.
+  const int vocab = config_.vocab_size;
+  top_slot_.assign(n, -1);
+  int64_t num_top = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (packed_.top_logprobs[k] > 0) top_slot_[k] = static_cast<int32_t>(num_top++);
+  }
+  top_logits_.resize(static_cast<size_t>(num_top) * vocab);
   RETURN_IF_ERROR(Run(batch, Output::kSample, nullptr));
   const int32_t* tokens = static_cast<const int32_t*>(impl_->sample_picks.host.get());
   const float* logprobs = reinterpret_cast<const float*>(tokens + n);
   out.resize(n);
-  for (size_t k = 0; k < n; ++k) out[order_[k]] = {tokens[k], logprobs[k]};
+  for (size_t k = 0; k < n; ++k) {
+    SampleResult& r = out[order_[k]];
+    r = {tokens[k], logprobs[k], {}};
+    if (top_slot_[k] >= 0 && r.token >= 0) {
+      AddTopLogprobs(top_logits_.data() + static_cast<size_t>(top_slot_[k]) * vocab, vocab,
+                     packed_.top_logprobs[k], &r);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -703,6 +725,11 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
     const int32_t* history = packed_.penalized ? static_cast<const int32_t*>(im.sample_history.dev.get()) : nullptr;
     int32_t* tokens = static_cast<int32_t*>(im.sample_picks.dev.get());
     float* logprobs = reinterpret_cast<float*>(tokens + num_samples);
+    // The top_logprobs rows are copied into pageable memory, which blocks
+    // the host until the stream reaches them: wait for the collectives first.
+    if (!top_logits_.empty() && comm_ != nullptr && comm_->world_size() > 1) {
+      RETURN_IF_ERROR(comm_->Wait(im.stream));
+    }
     int64_t s0 = 0;  // the block's samples: [s0, s1), sorted by row
     for (int64_t first = 0; first < num_out && s0 < num_samples; first += im.logits_block) {
       const int64_t n = std::min(im.logits_block, num_out - first);
@@ -713,6 +740,13 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
       CUDA_RETURN_IF_ERROR(cuda::LaunchSample(static_cast<const float*>(im.logits.get()), n, config_.vocab_size,
                                               first, params + s0, s1 - s0, history, tokens + s0, logprobs + s0,
                                               im.stream));
+      for (int64_t k = s0; k < s1; ++k) {  // the host fallback's rows (ForwardSample)
+        if (top_slot_[k] < 0) continue;
+        const float* row =
+            static_cast<const float*>(im.logits.get()) + (packed_.params[k].row - first) * config_.vocab_size;
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(top_logits_.data() + int64_t{top_slot_[k]} * config_.vocab_size, row,
+                                             config_.vocab_size * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+      }
       s0 = s1;
     }
     if (num_samples > 0) {

@@ -9,7 +9,8 @@
 // SwiGLU, and with tensor parallelism an NCCL all-reduce (fp32) after o_proj
 // and after down_proj. Sampling runs on the GPU: the greedy pick and its
 // logprob inside the step, or the full Sampler semantics (LaunchSample) after
-// it; only the tokens and logprobs come back.
+// it; only the tokens and logprobs come back, and for samples that ask
+// top_logprobs their logits rows, ranked on the host (a fallback: rare).
 //
 // Decode-only steps run as one CUDA graph per batch-size bucket (1, 2, 4, 8,
 // 16, then multiples of 16): the rows past the batch are padding whose KV is
@@ -129,6 +130,10 @@ class CudaLlamaModel final : public Model {
   // index of packed sample k).
   PackedSamples packed_;
   std::vector<int32_t> order_;
+  // Per packed sample, its row in top_logits_ or -1: the top_logprobs host
+  // fallback's (samples asking for them, vocab) logits rows.
+  std::vector<int32_t> top_slot_;
+  std::vector<float> top_logits_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -15,6 +15,7 @@ absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const Sample
         absl::StrFormat("vocab must be in [1, %d] to sample on the device, got %d", cuda::kMaxSampleVocab, vocab));
   }
   out->params.resize(inputs.size());
+  out->top_logprobs.assign(inputs.size(), 0);
   out->history.clear();
   out->penalized = false;
   for (size_t s = 0; s < inputs.size(); ++s) {
@@ -37,6 +38,7 @@ absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const Sample
     d.min_p = p.min_p;
     d.penalty = p.repetition_penalty;
     d.u = UniformForStep(p.seed, in.step);
+    out->top_logprobs[s] = p.top_logprobs;
     if (p.repetition_penalty == 1.0f) continue;
     out->penalized = true;
     if (out->history.size() + in.history.size() > static_cast<size_t>(INT32_MAX)) {
@@ -63,6 +65,18 @@ void SampleRowsOnHost(absl::Span<const float> logits, int vocab, const PackedSam
                                                           vocab, p, packed.history.data());
     out[s].token = r.token;
     out[s].logprob = r.logprob;
+    out[s].top.size = 0;
+    if (r.token >= 0) {
+      AddTopLogprobs(logits.data() + static_cast<size_t>(p.row) * vocab, vocab, packed.top_logprobs[s], &out[s]);
+    }
+  }
+}
+
+void AddTopLogprobs(const float* row, int vocab, int n, SampleResult* out) {
+  out->top.size = 0;
+  if (n <= 0 || !TopLogprobsOfRow(row, vocab, n, &out->top)) return;
+  for (int j = 0; j < out->top.size; ++j) {
+    if (out->top.ids[j] == out->token) out->logprob = out->top.logprobs[j];
   }
 }
 

@@ -22,6 +22,9 @@ struct PackedSamples {
   std::vector<cuda::SampleRowParams> params;  // one per sample, in order
   std::vector<int32_t> history;               // the penalized samples' histories, concatenated
   bool penalized = false;                     // whether any sample has a penalty (the device needs marks)
+  // Per sample, its params' top_logprobs: the device sampler computes none,
+  // so these rows' logits also go to the host (AddTopLogprobs).
+  std::vector<int32_t> top_logprobs;
 };
 
 // Sample s draws from logits row rows[s] of (num_rows, vocab) with inputs[s].
@@ -30,11 +33,18 @@ struct PackedSamples {
 absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const SampleInput> inputs, int vocab,
                          int64_t num_rows, PackedSamples* out);
 
-// The GPU's algorithm on the host. logits: (num_rows, vocab) with the rows
-// PackSamples checked; out: (params.size()), token -1 for a row with a +inf
-// logit or no finite logit.
+// The GPU's algorithm on the host, with AddTopLogprobs where asked.
+// logits: (num_rows, vocab) with the rows PackSamples checked; out:
+// (params.size()), token -1 for a row with a +inf logit or no finite logit.
 void SampleRowsOnHost(absl::Span<const float> logits, int vocab, const PackedSamples& packed,
                       absl::Span<SampleResult> out);
+
+// The host fallback for top_logprobs of a device sampler, which returns only
+// the token and its logprob: out->top from the sample's raw logits row (the
+// Sampler's own TopLogprobsOfRow), and out->logprob replaced by the token's
+// entry when it has one, so the two agree exactly as they do in the Sampler
+// (the device's log-sum-exp rounds differently). out->top is empty for n == 0.
+void AddTopLogprobs(const float* row, int vocab, int n, SampleResult* out);
 
 }  // namespace chunkattn
 

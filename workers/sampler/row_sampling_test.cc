@@ -6,6 +6,7 @@
 // device to this host version).
 #include "workers/sampler/row_sampling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -87,6 +88,16 @@ int ExpectSameAsSampler(const Case& c, const std::string& what) {
     }
     EXPECT_EQ(got[s].token, want.token) << name;
     EXPECT_NEAR(got[s].logprob, want.logprob, 1e-5 * (1 + std::abs(want.logprob))) << name;
+    // The top entries come from the Sampler's own code (AddTopLogprobs), and
+    // the token's logprob from its entry.
+    EXPECT_EQ(got[s].top.size, want.top.size) << name << " top_logprobs " << p.top_logprobs;
+    for (int j = 0; j < std::min(got[s].top.size, want.top.size); ++j) {
+      EXPECT_EQ(got[s].top.ids[j], want.top.ids[j]) << name << " entry " << j;
+      EXPECT_EQ(got[s].top.logprobs[j], want.top.logprobs[j]) << name << " entry " << j;
+      if (want.top.ids[j] == want.token) {
+        EXPECT_EQ(got[s].logprob, want.logprob) << name;
+      }
+    }
   }
   return static_cast<int>(c.inputs.size());
 }
@@ -100,6 +111,7 @@ SamplingParams RandomParams(std::mt19937& rng, int vocab) {
   p.min_p = pick(std::vector<float>{0.0f, 0.0f, 0.01f, 0.1f, 0.5f});
   p.repetition_penalty = pick(std::vector<float>{1.0f, 1.0f, 1.3f, 0.7f});
   p.seed = rng();
+  p.top_logprobs = std::vector<int>{0, 0, 1, 5, kMaxTopLogprobs}[p.seed % 5];  // no extra draw: keeps the stream
   return p;
 }
 

@@ -1,6 +1,7 @@
 #include "workers/sampler/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -215,7 +216,51 @@ struct RankOrder {
 };
 constexpr RankOrder RanksBefore;
 
+// The n best raw logits of row[0, vocab) into *out, ranked as the cuts rank
+// weights (larger first, ties to the lower id), NaN as -inf, with logprobs
+// from `lse` (the row's, finite). Ranking by logit equals ranking by logprob:
+// the logprob is the logit less one constant. REQUIRES: 0 < n.
+void TopOfRow(const float* row, int vocab, int n, const LogSumExp& lse, TopTokens* out) {
+  struct Entry {
+    float w;  // the logit, NaN as -inf
+    int32_t id;
+  };
+  std::array<Entry, kMaxTopLogprobs> heap;
+  const int k = std::min(n, vocab);
+  // A heap whose front is the worst entry so far. Later ids lose ties, so
+  // a token enters only if strictly larger than the front (never a NaN).
+  for (int i = 0; i < k; ++i) heap[i] = {SanitizeNaN(row[i]), i};
+  std::make_heap(heap.begin(), heap.begin() + k, RanksBefore);
+  for (int i = k; i < vocab; ++i) {
+    if (row[i] > heap[0].w) {
+      std::pop_heap(heap.begin(), heap.begin() + k, RanksBefore);
+      heap[k - 1] = {row[i], i};
+      std::push_heap(heap.begin(), heap.begin() + k, RanksBefore);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.begin() + k, RanksBefore);  // best first
+  out->size = k;
+  for (int i = 0; i < k; ++i) {
+    out->ids[i] = heap[i].id;
+    out->logprobs[i] = lse.LogProb(heap[i].w);  // -inf stays -inf
+  }
+}
+
 }  // namespace
+
+bool TopLogprobsOfRow(const float* row, int vocab, int n, TopTokens* out) {
+  out->size = 0;
+  // The log-sum-exp block by block as the Sampler's scans do it, so the
+  // logprobs are bit-equal to the Sampler's.
+  LogSumExp lse;
+  for (int b = 0; b < vocab; b += kBlock) {
+    const int m = std::min(kBlock, vocab - b);
+    lse.AddBlock(row + b, m, MaxOf(row + b, m));
+  }
+  if (!std::isfinite(lse.max)) return false;
+  if (n > 0) TopOfRow(row, vocab, n, lse, out);
+  return true;
+}
 
 double UniformForStep(uint64_t seed, uint64_t step) {
   // Mixing seed and step separately before combining keeps nearby pairs such
@@ -258,6 +303,7 @@ absl::Status Sampler::SampleOne(const float* row, int vocab, const SampleInput& 
   if (absl::Status status = ValidateSamplingParams(params); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat("sequence %d: %s", seq, status.message()));
   }
+  result->top.size = 0;
   const float penalty = params.repetition_penalty;
   const bool use_penalty = penalty != 1.0f;
   if (use_penalty) {
@@ -291,12 +337,14 @@ absl::Status Sampler::SampleOne(const float* row, int vocab, const SampleInput& 
     if (token < 0 || !std::isfinite(lse.max)) return bad_row(lse);
     result->token = token;
     result->logprob = lse.LogProb(row[token]);
+    if (params.top_logprobs > 0) TopOfRow(row, vocab, params.top_logprobs, lse, &result->top);
     return absl::OkStatus();
   }
 
   float* const w = weights_.data();
   SanitizeScan(row, vocab, &lse, w);
   if (!std::isfinite(lse.max)) return bad_row(lse);
+  if (params.top_logprobs > 0) TopOfRow(row, vocab, params.top_logprobs, lse, &result->top);
   float max_logit = lse.max;
   if (use_penalty) {
     // Recomputed from the row, so repeats are penalized once.

@@ -12,6 +12,7 @@
 #ifndef CHUNKATTN_WORKERS_SAMPLER_SAMPLER_H_
 #define CHUNKATTN_WORKERS_SAMPLER_SAMPLER_H_
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -32,12 +33,34 @@ struct SampleInput {
   uint64_t step = 0;
 };
 
+// The most likely tokens of a logits row, most likely first: a fixed array
+// so that results stay allocation-free.
+struct TopTokens {
+  int32_t size = 0;  // entries in use, <= kMaxTopLogprobs
+  std::array<int32_t, kMaxTopLogprobs> ids{};
+  std::array<float, kMaxTopLogprobs> logprobs{};  // as SampleResult::logprob
+};
+
 struct SampleResult {
   int32_t token = 0;
   // Log-softmax of the raw logits (before penalty, temperature and filters)
   // at `token`, in nats: what an OpenAI-style "logprobs" reports.
   float logprob = 0;
+  // The min(params->top_logprobs, vocab) tokens of largest raw logit (ties to
+  // the lower id; NaN as -inf), with logprobs computed as `logprob` is, so
+  // `token`'s entry, when it has one, equals `logprob`. Empty when
+  // top_logprobs is 0.
+  TopTokens top;
 };
+
+// TopTokens of `n` entries (min(n, vocab)) for the raw logits row
+// row[0, vocab), as Sampler fills SampleResult::top; the one implementation,
+// also the host fallback of the GPU samplers. Returns false, with
+// out->size == 0, for a row Sampler refuses (a +inf logit, or none finite).
+// REQUIRES: vocab > 0, 0 <= n <= kMaxTopLogprobs.
+// Cost: two streaming passes over the row (log-sum-exp, then an n-entry
+// heap), O(vocab log n).
+bool TopLogprobsOfRow(const float* row, int vocab, int n, TopTokens* out);
 
 // The uniform draw in [0, 1) (53 random bits) for step `step` of a sequence
 // seeded `seed`: a SplitMix64-style hash of both, so any step is reachable
@@ -73,10 +96,11 @@ class Sampler {
   //     (relative to the most likely token, which always survives), then one
   //     draw by inverse CDF with UniformForStep(seed, step) over the kept
   //     tokens in token-id order.
+  //  5. If params->top_logprobs > 0, SampleResult::top from the raw row.
   // Cost: one streaming pass over the row (vectorized exp) for greedy; for
   // sampling a few more passes, a one-scan heap for top-k <= 1024 and a radix
-  // select for top-p: O(vocab), never a full sort. No allocation once the
-  // scratch has grown to vocab.
+  // select for top-p: O(vocab), never a full sort; top_logprobs adds one
+  // pass. No allocation once the scratch has grown to vocab.
   // Errors (INVALID_ARGUMENT; per-sequence ones name the sequence): vocab <= 0,
   // logits.size() != inputs.size() * vocab, out.size() != inputs.size(), a
   // null or invalid params, a history token outside [0, vocab) while the

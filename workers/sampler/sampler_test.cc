@@ -111,6 +111,7 @@ TEST(ValidateSamplingParamsTest, AcceptsDefaultsAndEdges) {
   p.top_p = 1e-6f;
   p.min_p = 1;
   p.repetition_penalty = 0.01f;
+  p.top_logprobs = kMaxTopLogprobs;
   EXPECT_TRUE(ValidateSamplingParams(p).ok());
 }
 
@@ -134,6 +135,8 @@ TEST(ValidateSamplingParamsTest, RejectsEachBadFieldByName) {
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = -2; }},
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = kNaN; }},
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = kInf; }},
+      {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = -1; }},
+      {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = kMaxTopLogprobs + 1; }},
   };
   for (const Case& c : cases) {
     SamplingParams p;
@@ -596,6 +599,150 @@ TEST(SamplerTest, RejectsBadSizesAndHistory) {
   // History is not read without a penalty.
   SampleInput unread_history[2] = {In(&greedy, bad_history), In(&greedy)};
   EXPECT_TRUE(sampler.Sample(logits, 3, unread_history, out).ok());
+}
+
+// The min(n, vocab) largest raw logits (NaN as -inf), ties to the lower id,
+// with float64 log-softmax values.
+std::vector<std::pair<int32_t, double>> RefTop(const std::vector<float>& row, int n) {
+  const int vocab = static_cast<int>(row.size());
+  std::vector<double> y(vocab);
+  for (int i = 0; i < vocab; ++i) y[i] = std::isnan(row[i]) ? -INFINITY : row[i];
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return y[a] > y[b]; });
+  std::vector<std::pair<int32_t, double>> top;
+  for (int j = 0; j < std::min(n, vocab); ++j) {
+    const int32_t id = order[j];
+    top.emplace_back(id, std::isinf(y[id]) ? -INFINITY : RefLogProb(row, id));
+  }
+  return top;
+}
+
+// A row with ties (logits on a coarse grid), -inf and NaN entries, and at
+// least one finite logit.
+std::vector<float> RowWithTiesAndHoles(int vocab, std::mt19937& rng) {
+  std::vector<float> row(vocab);
+  const int grid = 1 + static_cast<int>(rng() % 40);  // few distinct values: many ties
+  for (float& x : row) {
+    const uint32_t kind = rng() % 20;
+    x = kind == 0 ? -kInf : kind == 1 ? kNaN : static_cast<float>(static_cast<int>(rng() % grid) - grid / 2) * 0.75f;
+  }
+  row[rng() % vocab] = 1.5f;  // one finite logit at least
+  return row;
+}
+
+TEST(SamplerTest, TopLogprobsMatchAFloat64Reference) {
+  std::mt19937 rng(20);
+  Sampler sampler;
+  const int vocabs[] = {1, 3, 19, 20, 21, 257, 1024, 3001};
+  int seen_short = 0, seen_holes = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    const int vocab = vocabs[iter % 8];
+    const std::vector<float> row = iter % 3 == 0 ? RandomLogits(vocab, 4, rng) : RowWithTiesAndHoles(vocab, rng);
+    SamplingParams p;
+    const int ns[] = {1, 20, 1 + static_cast<int>(rng() % kMaxTopLogprobs)};
+    p.top_logprobs = ns[iter % 3];
+    switch (iter % 4) {  // the filters and the penalty must not change the top entries
+      case 0:
+        p.temperature = 0;
+        break;
+      case 1:
+        p.temperature = 0.7f;
+        p.top_k = 5;
+        p.top_p = 0.9f;
+        break;
+      case 2:
+        p.temperature = 0;
+        p.repetition_penalty = 1.5f;
+        break;
+      default:
+        p.temperature = 1.3f;
+        p.min_p = 0.05f;
+        p.repetition_penalty = 0.8f;
+        break;
+    }
+    std::vector<int32_t> history;
+    for (int k = 0; k < 5; ++k) history.push_back(static_cast<int32_t>(rng() % vocab));
+    const SampleResult r = SampleSingle(sampler, row, p, iter, history);
+    const auto want = RefTop(row, p.top_logprobs);
+    const std::string where = absl::StrFormat("iter %d vocab %d n %d", iter, vocab, p.top_logprobs);
+    ASSERT_EQ(r.top.size, static_cast<int32_t>(want.size())) << where;
+    seen_short += vocab < p.top_logprobs;
+    for (int j = 0; j < r.top.size; ++j) {
+      EXPECT_EQ(r.top.ids[j], want[j].first) << where << " entry " << j;
+      if (std::isinf(want[j].second)) {
+        EXPECT_EQ(r.top.logprobs[j], -kInf) << where << " entry " << j;
+        ++seen_holes;
+      } else {
+        EXPECT_NEAR(r.top.logprobs[j], want[j].second, 2e-5 * std::max(1.0, std::abs(want[j].second)))
+            << where << " entry " << j;
+      }
+      if (j > 0) {
+        EXPECT_LE(r.top.logprobs[j], r.top.logprobs[j - 1]) << where;
+      }
+      if (r.top.ids[j] == r.token) {  // the sampled token's entry is its logprob, to the bit
+        EXPECT_EQ(r.top.logprobs[j], r.logprob) << where;
+      }
+    }
+    // The free function (the GPU models' host fallback) agrees to the bit.
+    TopTokens alone;
+    ASSERT_TRUE(TopLogprobsOfRow(row.data(), vocab, p.top_logprobs, &alone)) << where;
+    ASSERT_EQ(alone.size, r.top.size) << where;
+    for (int j = 0; j < alone.size; ++j) {
+      EXPECT_EQ(alone.ids[j], r.top.ids[j]) << where;
+      EXPECT_EQ(alone.logprobs[j], r.top.logprobs[j]) << where;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(seen_short, 0);
+  EXPECT_GT(seen_holes, 0);
+}
+
+TEST(SamplerTest, GreedyTokenLeadsItsTopLogprobs) {
+  std::mt19937 rng(21);
+  Sampler sampler;
+  SamplingParams p = Greedy();
+  p.top_logprobs = 5;
+  for (int iter = 0; iter < 50; ++iter) {
+    const std::vector<float> row = RowWithTiesAndHoles(500, rng);
+    const SampleResult r = SampleSingle(sampler, row, p, 0);
+    ASSERT_EQ(r.top.size, 5);
+    EXPECT_EQ(r.top.ids[0], r.token);
+    EXPECT_EQ(r.top.logprobs[0], r.logprob);
+  }
+}
+
+TEST(SamplerTest, NoTopLogprobsUnlessAsked) {
+  Sampler sampler;
+  const std::vector<float> logits = {0.0f, 2.0f, 1.0f, 2.0f, 3.0f, 1.0f};
+  SamplingParams with = Greedy(), without = Greedy();
+  with.top_logprobs = 2;
+  SampleInput inputs[2] = {In(&with), In(&without)};
+  SampleResult out[2];
+  out[1].top.size = 7;  // a reused result: the stale entries must go
+  ASSERT_TRUE(sampler.Sample(logits, 3, inputs, out).ok());
+  EXPECT_EQ(out[0].top.size, 2);
+  EXPECT_EQ(out[0].top.ids[0], 1);  // row 0 is {0, 2, 1}
+  EXPECT_EQ(out[0].top.ids[1], 2);
+  EXPECT_EQ(out[1].top.size, 0);
+}
+
+TEST(SamplerTest, TopLogprobsOfRowRefusesWhatTheSamplerRefuses) {
+  TopTokens top;
+  const std::vector<float> none = {-kInf, kNaN, -kInf};
+  EXPECT_FALSE(TopLogprobsOfRow(none.data(), 3, 2, &top));
+  EXPECT_EQ(top.size, 0);
+  const std::vector<float> plus_inf = {0.0f, kInf, 1.0f};
+  EXPECT_FALSE(TopLogprobsOfRow(plus_inf.data(), 3, 2, &top));
+  EXPECT_EQ(top.size, 0);
+  const std::vector<float> fine = {kNaN, -kInf, 1.0f};
+  ASSERT_TRUE(TopLogprobsOfRow(fine.data(), 3, 3, &top));
+  ASSERT_EQ(top.size, 3);
+  EXPECT_EQ(top.ids[0], 2);
+  EXPECT_EQ(top.logprobs[0], 0.0f);
+  EXPECT_EQ(top.ids[1], 0);  // NaN counts as -inf: ties go to the lower id
+  EXPECT_EQ(top.logprobs[1], -kInf);
+  EXPECT_EQ(top.ids[2], 1);
 }
 
 }  // namespace

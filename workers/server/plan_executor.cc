@@ -104,6 +104,8 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
   result->step = plan.step;
   result->tokens.clear();
   result->logprobs.clear();
+  result->top_token_ids.clear();
+  result->top_logprobs.clear();
   result->compute_seconds = 0;
   if (samples_) {
     for (const SamplerStart& s : plan.sampler_starts) {
@@ -148,7 +150,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
       if (samples_) {
         picks_.resize(sample_rows_.size());
         for (size_t k = 0; k < sample_rows_.size(); ++k) {
-          picks_[k] = {greedy_tokens_[sample_rows_[k]], greedy_logprobs_[sample_rows_[k]]};
+          picks_[k] = {greedy_tokens_[sample_rows_[k]], greedy_logprobs_[sample_rows_[k]], {}};
         }
       }
     } else if (!keep_logits_ && samples_ && model_->has_device_sampling()) {
@@ -182,7 +184,9 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     }
     SamplerState& state = it->second;
     const SamplingParams& p = state.params;
-    greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f;
+    // ForwardGreedy returns only the picks: top_logprobs takes the sampling
+    // path, whose models return them (a GPU model by its host fallback).
+    greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f && p.top_logprobs == 0;
     sample_states_[k] = &state;
     sample_rows_[k] = row.row;
     sample_inputs_[k].params = &state.params;
@@ -212,8 +216,16 @@ absl::Status PlanExecutor::Report(StepResult* result) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "logits row %d has a +inf logit or no finite logit", sample_rows_[k]));
     }
+    // The coordinator splits the top entries by each sample's top_logprobs.
+    const TopTokens& top = picks_[k].top;
+    const int want = std::min(sample_states_[k]->params.top_logprobs, model_->config().vocab_size);
+    if (top.size != want) {
+      return absl::InternalError(absl::StrFormat("sample %d has %d top logprobs, want %d", k, top.size, want));
+    }
     result->tokens.push_back(picks_[k].token);
     result->logprobs.push_back(picks_[k].logprob);
+    result->top_token_ids.insert(result->top_token_ids.end(), top.ids.begin(), top.ids.begin() + top.size);
+    result->top_logprobs.insert(result->top_logprobs.end(), top.logprobs.begin(), top.logprobs.begin() + top.size);
     if (sample_states_[k]->params.repetition_penalty != 1.0f) {
       sample_states_[k]->history.push_back(picks_[k].token);
     }

@@ -5,8 +5,9 @@
 // the plan names, keeping each sample stream's token history for the
 // repetition penalty. A model that samples on its device (GPU) sends back
 // only the picks: the greedy ones from inside the step when every sample is
-// greedy without a penalty, else the full Sampler semantics after it. Other
-// models' logits rows go through the CPU Sampler.
+// greedy without a penalty or top_logprobs, else the full Sampler semantics
+// after it. Other models' logits rows go through the CPU Sampler. Each
+// sample's top_logprobs entries follow its token in the StepResult.
 //
 // Every plan comes from the network, so every field is checked before the
 // model runs (INVALID_ARGUMENT): the model validates the batch, and this

@@ -247,6 +247,7 @@ void RunScenario(const ModelConfig& config, DType t, DecodeImpl impl, bool graph
       p.min_p = k % 7 == 3 ? 0.05f : 0.0f;
       p.repetition_penalty = k % 2 == 1 ? 1.3f : 1.0f;
       p.seed = 1000 + k;
+      p.top_logprobs = k % 3 == 1 ? 5 : k % 3 == 2 ? kMaxTopLogprobs : 0;  // the host fallback
       rows[k] = k / 2;
       inputs[k].params = &p;
       inputs[k].history = seqs[k / 2];
@@ -265,6 +266,15 @@ void RunScenario(const ModelConfig& config, DType t, DecodeImpl impl, bool graph
                       .ok());
       EXPECT_EQ(sampled[k].token, want.token) << "step " << step << " sample " << k;
       EXPECT_NEAR(sampled[k].logprob, want.logprob, 1e-4) << "step " << step << " sample " << k;
+      // The top entries are the Sampler's on the same logits row.
+      ASSERT_EQ(sampled[k].top.size, want.top.size) << "step " << step << " sample " << k;
+      for (int j = 0; j < want.top.size; ++j) {
+        EXPECT_EQ(sampled[k].top.ids[j], want.top.ids[j]) << "step " << step << " sample " << k << " entry " << j;
+        EXPECT_NEAR(sampled[k].top.logprobs[j], want.top.logprobs[j], 1e-6) << "step " << step << " sample " << k;
+        if (sampled[k].top.ids[j] == sampled[k].token) {
+          EXPECT_EQ(sampled[k].top.logprobs[j], sampled[k].logprob) << "step " << step << " sample " << k;
+        }
+      }
     }
     for (int s = 0; s < n; ++s) seqs[s].push_back(Argmax(cpu_logits.data() + s * vocab, vocab));
   }

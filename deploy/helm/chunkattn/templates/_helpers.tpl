@@ -68,6 +68,19 @@ app.kubernetes.io/component: worker
 {{- end -}}
 {{- end -}}
 
+{{/* The model id of the HTTP API (--served_model_name): the folder's name unless set. */}}
+{{- define "chunkattn.servedModelName" -}}
+{{- .Values.http.servedModelName | default (base (include "chunkattn.modelPath" .)) -}}
+{{- end -}}
+
+{{/* The HTTP API's readiness probe can work only where the kubelet can connect: it has no
+     client certificate, so not when tls.clientCASecretName makes the port require one. */}}
+{{- define "chunkattn.httpProbe" -}}
+{{- if and .Values.http.enabled (not (and .Values.tls.enabled .Values.tls.clientCASecretName)) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* The folder a worker may load models from (--model_root): the model's volume. */}}
 {{- define "chunkattn.modelRoot" -}}
 {{- if eq .Values.model.source "demo" -}}

@@ -1,0 +1,132 @@
+// OpenAI's Completions and Chat Completions wire format, and vLLM's extra
+// fields, translated to and from our API (chunkattn.v1): pure functions and
+// one response builder, no I/O, so every rule here is unit-tested.
+//
+// Errors are absl::Status: INVALID_ARGUMENT naming the OpenAI parameter
+// (carried as the status payload kParamPayload, so the HTTP edge can fill
+// OpenAI's `error.param`), NOT_FOUND for a model this server does not serve.
+// ToApiError turns any status into OpenAI's error body and HTTP status.
+#ifndef CHUNKATTN_SERVICES_OPENAI_OPENAI_PROTOCOL_H_
+#define CHUNKATTN_SERVICES_OPENAI_OPENAI_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "chunkattn/v1/generation.pb.h"
+#include "nlohmann/json.hpp"
+#include "text/tokenizer.h"
+
+namespace chunkattn::openai {
+
+// The status payload that names the offending OpenAI parameter.
+inline constexpr char kParamPayload[] = "chunkattn.openai.param";
+// Most nesting a request body may have (objects and arrays).
+inline constexpr int kMaxJsonDepth = 64;
+
+// INVALID_ARGUMENT with `param` attached.
+absl::Status InvalidParam(absl::string_view param, absl::string_view message);
+
+struct ApiError {
+  int http_status = 500;
+  std::string body;  // {"error": {"message", "type", "param", "code"}}
+};
+// 400 INVALID_ARGUMENT / OUT_OF_RANGE / FAILED_PRECONDITION (and a request
+// that can never fit the KV pool), 401 UNAUTHENTICATED, 403
+// PERMISSION_DENIED, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED (a full queue),
+// 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED, else 500.
+ApiError ToApiError(const absl::Status& status);
+
+// The body as JSON: INVALID_ARGUMENT for malformed JSON, nesting deeper than
+// kMaxJsonDepth, or a top level that is not an object.
+absl::StatusOr<nlohmann::json> ParseBody(absl::string_view body);
+
+// What the server serves, for checking and answering requests.
+struct ServedModel {
+  std::string name;  // the id clients send and /v1/models lists
+  int64_t max_context = 0;
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+// A parsed Completions or Chat Completions request.
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  // One per prompt (a completions request may carry several; chat has one).
+  // cache_namespace holds the client's cache_salt, if any; the server
+  // scopes it to the caller's tenant.
+  std::vector<v1::GenerateRequest> prompts;
+  uint32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+  bool echo = false;            // completions: the prompt text leads each choice
+  bool logprobs = false;        // report the chosen tokens' logprobs
+  uint32_t top_logprobs = 0;    // and the N most likely at each position
+  // max_tokens unset on chat: generate up to the end of the context (as
+  // vLLM); the server sets it once the prompt is tokenized.
+  bool fill_context = false;
+};
+
+// The body of POST /v1/completions or /v1/chat/completions.
+absl::StatusOr<ApiRequest> ParseCompletionRequest(const nlohmann::json& body, const ServedModel& model);
+absl::StatusOr<ApiRequest> ParseChatRequest(const nlohmann::json& body, const ServedModel& model);
+
+// The optional "model" of a body: NOT_FOUND unless it is absent or the
+// served name.
+absl::Status CheckModel(const nlohmann::json& body, const ServedModel& model);
+
+// Builds one request's reply from our API's responses: the streamed Server-
+// Sent Events, or the whole JSON body. Not thread-safe (the caller serializes).
+class ResponseBuilder {
+ public:
+  // `prompt_texts`: per prompt, what echo prepends. `tokenizer` (may be
+  // null) names tokens in logprobs.
+  ResponseBuilder(const ApiRequest& request, std::string id, std::string model, int64_t created,
+                  std::vector<std::string> prompt_texts, const Tokenizer* tokenizer);
+
+  // Streaming: the events that open the stream (chat: each choice's role).
+  std::string StreamStart();
+  // One response of prompt `prompt`: the events to stream, or "" when the
+  // reply is not streamed (the response is kept for Body()).
+  std::string Add(int prompt, const v1::GenerateResponse& response);
+  bool done() const { return finished_ == static_cast<int>(choices_.size()); }
+  // Streaming: the usage event (when asked for) and "data: [DONE]".
+  std::string StreamEnd();
+  // Not streaming: the whole reply.
+  std::string Body() const;
+  // An error in the middle of a stream, as OpenAI's SDKs expect it.
+  static std::string StreamError(const absl::Status& status);
+
+ private:
+  struct Choice {
+    std::string text;
+    std::string finish_reason;
+    nlohmann::json logprobs;  // accumulated (not streaming)
+    int64_t text_offset = 0;  // completions logprobs: characters so far
+  };
+  nlohmann::json Logprobs(const v1::GenerateResponse& response, Choice& choice) const;
+  nlohmann::json Usage() const;
+  std::string Event(nlohmann::json choices, bool with_usage_null) const;
+
+  const ApiRequest& request_;
+  const std::string id_;
+  const std::string model_;
+  const int64_t created_;
+  const std::vector<std::string> prompt_texts_;
+  const Tokenizer* tokenizer_;
+  std::vector<Choice> choices_;  // prompt * n + sample
+  int finished_ = 0;
+  // Per prompt: its usage as the last response of any of its samples says.
+  std::vector<int64_t> prompt_tokens_, cached_tokens_;
+  int64_t completion_tokens_ = 0;
+};
+
+// The finish_reason OpenAI names for ours ("stop", "length", "abort").
+const char* FinishReasonName(v1::FinishReason reason);
+
+}  // namespace chunkattn::openai
+
+#endif  // CHUNKATTN_SERVICES_OPENAI_OPENAI_PROTOCOL_H_

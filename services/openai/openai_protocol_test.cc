@@ -1,0 +1,334 @@
+#include "services/openai/openai_protocol.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace chunkattn::openai {
+namespace {
+
+using json = nlohmann::json;
+
+const ServedModel kModel{"demo", 2048};
+
+absl::StatusOr<ApiRequest> Completion(const std::string& body) {
+  absl::StatusOr<json> j = ParseBody(body);
+  if (!j.ok()) return j.status();
+  return ParseCompletionRequest(*j, kModel);
+}
+
+absl::StatusOr<ApiRequest> Chat(const std::string& body) {
+  absl::StatusOr<json> j = ParseBody(body);
+  if (!j.ok()) return j.status();
+  return ParseChatRequest(*j, kModel);
+}
+
+// The OpenAI error body and status a failed parse becomes.
+json ErrorOf(const absl::Status& status, int* http_status = nullptr) {
+  ApiError e = ToApiError(status);
+  if (http_status != nullptr) *http_status = e.http_status;
+  return json::parse(e.body)["error"];
+}
+
+TEST(ParseBodyTest, RefusesWhatIsNotOneJsonObject) {
+  for (const std::string bad : {"", "{", "[1, 2]", "\"text\"", "{\"a\": 1} x", "{\"a\": \"\xff\"}", "nul",
+                                "{\"max_tokens\": 1e400}"}) {
+    absl::StatusOr<json> j = ParseBody(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(j.status())) << bad;
+  }
+  EXPECT_TRUE(ParseBody("{\"a\": [1, {\"b\": null}]}").ok());
+}
+
+TEST(ParseBodyTest, BoundsNesting) {
+  auto nested = [](int depth) {
+    return absl::StrCat("{\"a\": ", std::string(depth - 1, '['), std::string(depth - 1, ']'), "}");
+  };
+  EXPECT_TRUE(ParseBody(nested(kMaxJsonDepth)).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseBody(nested(kMaxJsonDepth + 1)).status()));
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(ParseBody(absl::StrCat("{\"a\": \"", std::string(1000, '['), "\"}")).ok());
+  // A million levels fail fast, without recursion.
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseBody(std::string(1000000, '[')).status()));
+}
+
+TEST(CompletionRequestTest, PromptShapes) {
+  absl::StatusOr<ApiRequest> r = Completion(R"({"prompt": "hello"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->prompts.size(), 1u);
+  EXPECT_EQ(r->prompts[0].text(), "hello");
+  EXPECT_EQ(r->prompts[0].stopping().max_new_tokens(), 16u);  // OpenAI's default
+
+  r = Completion(R"({"prompt": ["a", "b", "c"], "n": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->prompts.size(), 3u);
+  EXPECT_EQ(r->prompts[2].text(), "c");
+  EXPECT_EQ(r->prompts[2].n(), 2u);
+
+  r = Completion(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->prompts.size(), 1u);
+  EXPECT_EQ(r->prompts[0].token_ids().ids_size(), 3);
+
+  r = Completion(R"({"prompt": [[1, 2], [3]], "model": "demo"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->prompts.size(), 2u);
+  EXPECT_EQ(r->prompts[1].token_ids().ids(0), 3);
+
+  for (const char* bad : {R"({"prompt": []})", R"({"prompt": [1, "a"]})", R"({"prompt": ["a", [1]]})",
+                          R"({"prompt": [[]]})", R"({"prompt": [-1]})", R"({"prompt": 7})", R"({})",
+                          R"({"prompt": [1.5]})", R"({"prompt": [99999999999]})"}) {
+    absl::StatusOr<ApiRequest> b = Completion(bad);
+    ASSERT_TRUE(absl::IsInvalidArgument(b.status())) << bad;
+    EXPECT_EQ(ErrorOf(b.status())["param"], "prompt") << bad;
+  }
+}
+
+TEST(CompletionRequestTest, FieldsMapToOurs) {
+  absl::StatusOr<ApiRequest> r = Completion(
+      R"({"prompt": "x", "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": -1, "min_p": 0.1,
+          "repetition_penalty": 1.2, "seed": -1, "stop": ["a", "b"], "stop_token_ids": [7], "ignore_eos": true,
+          "logprobs": 3, "stream": true, "stream_options": {"include_usage": true}, "cache_salt": "s",
+          "priority": -5, "user": "u", "presence_penalty": 0, "logit_bias": {}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::GenerateRequest& p = r->prompts[0];
+  EXPECT_EQ(p.stopping().max_new_tokens(), 5u);
+  EXPECT_EQ(p.sampling().temperature(), 0.0f);
+  EXPECT_EQ(p.sampling().top_p(), 0.5f);
+  EXPECT_EQ(p.sampling().top_k(), 0);  // vLLM's -1: off
+  EXPECT_FLOAT_EQ(p.sampling().min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(p.sampling().repetition_penalty(), 1.2f);
+  EXPECT_EQ(p.sampling().seed(), ~uint64_t{0});
+  EXPECT_EQ(p.stopping().stop_size(), 2);
+  EXPECT_EQ(p.stopping().stop_token_ids(0), 7);
+  EXPECT_TRUE(p.stopping().ignore_eos());
+  EXPECT_TRUE(p.return_logprobs());
+  EXPECT_EQ(p.top_logprobs(), 3u);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(p.cache_namespace(), "s");
+  EXPECT_EQ(p.priority(), -5);
+}
+
+TEST(CompletionRequestTest, BadValuesNameTheirParameter) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"prompt": "x", "max_tokens": "16"})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 123456789012345678901234567890})", "max_tokens"},
+      {R"({"prompt": "x", "temperature": -1})", "temperature"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "x", "top_p": 0})", "top_p"},
+      {R"({"prompt": "x", "n": 0})", "n"},
+      {R"({"prompt": "x", "n": 65})", "n"},
+      {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "x", "stop": 5})", "stop"},
+      {R"({"prompt": "x", "stop": ["a", 1]})", "stop"},
+      {R"({"prompt": "x", "stop_token_ids": [-1]})", "stop_token_ids"},
+      {R"({"prompt": "x", "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"prompt": "x", "logit_bias": {"5": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "best_of": 3})", "best_of"},
+      {R"({"prompt": "x", "suffix": "end"})", "suffix"},
+      {R"({"prompt": "x", "min_tokens": 4})", "min_tokens"},
+      {R"({"prompt": "x", "min_tokens": 40, "ignore_eos": true})", "min_tokens"},
+      {R"({"prompt": "x", "cache_salt": "a", "cache_namespace": "b"})", "cache_salt"},
+      {R"({"prompt": "x", "cache_salt": ""})", "cache_salt"},
+      {R"({"prompt": "x", "priority": 2000000})", "priority"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream"},
+  };
+  for (const auto& [body, param] : cases) {
+    absl::StatusOr<ApiRequest> r = Completion(body);
+    ASSERT_FALSE(r.ok()) << body;
+    int http = 0;
+    const json error = ErrorOf(r.status(), &http);
+    EXPECT_EQ(http, 400) << body;
+    EXPECT_EQ(error["param"], param) << body << ": " << r.status();
+    EXPECT_EQ(error["type"], "invalid_request_error");
+  }
+  EXPECT_TRUE(Completion(R"({"prompt": "x", "min_tokens": 4, "ignore_eos": true})").ok());
+}
+
+TEST(CompletionRequestTest, UnknownModelIs404) {
+  absl::StatusOr<ApiRequest> r = Completion(R"({"prompt": "x", "model": "gpt-4"})");
+  int http = 0;
+  const json error = ErrorOf(r.status(), &http);
+  EXPECT_EQ(http, 404);
+  EXPECT_EQ(error["code"], "model_not_found");
+  EXPECT_EQ(error["param"], "model");
+}
+
+TEST(ChatRequestTest, MessagesAndTools) {
+  absl::StatusOr<ApiRequest> r = Chat(
+      R"({"messages": [{"role": "system", "content": "be brief"},
+                       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                       {"role": "assistant", "content": null,
+                        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                       {"role": "tool", "content": "42", "tool_call_id": "c1"}],
+          "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto",
+          "chat_template_kwargs": {"enable_thinking": false}, "add_generation_prompt": true,
+          "logprobs": true, "top_logprobs": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->fill_context);  // no max_tokens: to the end of the context
+  const v1::ChatPrompt& chat = r->prompts[0].chat();
+  ASSERT_EQ(chat.messages_size(), 4);
+  EXPECT_EQ(chat.messages(1).content(), "a\nb");
+  EXPECT_FALSE(chat.messages(2).has_content());
+  EXPECT_EQ(json::parse(chat.messages(2).tool_calls_json())[0]["function"]["name"], "f");
+  EXPECT_EQ(chat.messages(3).tool_call_id(), "c1");
+  EXPECT_EQ(json::parse(chat.tools_json())[0]["function"]["name"], "f");
+  EXPECT_EQ(json::parse(chat.template_kwargs_json())["enable_thinking"], false);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->prompts[0].top_logprobs(), 2u);
+
+  r = Chat(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9, "max_completion_tokens": 7})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->fill_context);
+  EXPECT_EQ(r->prompts[0].stopping().max_new_tokens(), 7u);  // the newer name wins
+}
+
+TEST(ChatRequestTest, BadValuesNameTheirParameter) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": "hi"})", "messages"},
+      {R"({})", "messages"},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})", "messages"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", "chat_template_kwargs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})",
+       "continue_final_message"},
+  };
+  for (const auto& [body, param] : cases) {
+    absl::StatusOr<ApiRequest> r = Chat(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(ErrorOf(r.status())["param"], param) << body << ": " << r.status();
+  }
+  EXPECT_TRUE(Chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}})").ok());
+}
+
+TEST(ApiErrorTest, StatusCodes) {
+  const std::pair<absl::Status, int> cases[] = {
+      {absl::InvalidArgumentError("x"), 400},
+      {absl::UnauthenticatedError("x"), 401},
+      {absl::NotFoundError("x"), 404},
+      {absl::ResourceExhaustedError("the queue is full: 9 requests waiting"), 429},
+      {absl::ResourceExhaustedError("the request needs up to 90 KV chunks and the pool holds 8"), 400},
+      {absl::UnavailableError("x"), 503},
+      {absl::InternalError("x"), 500},
+  };
+  for (const auto& [status, http] : cases) {
+    int got = 0;
+    const json error = ErrorOf(status, &got);
+    EXPECT_EQ(got, http) << status;
+    EXPECT_EQ(error["message"], std::string(status.message()));
+    EXPECT_TRUE(error.contains("type") && error.contains("param") && error.contains("code"));
+  }
+}
+
+// The data lines of an SSE text, parsed ("[DONE]" kept as a string).
+std::vector<json> Events(const std::string& sse) {
+  std::vector<json> out;
+  for (absl::string_view block : absl::StrSplit(sse, "\n\n", absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(block, "data: ")) << block;
+    block.remove_prefix(6);
+    out.push_back(block == "[DONE]" ? json("[DONE]") : json::parse(block));
+  }
+  return out;
+}
+
+v1::GenerateResponse Response(int index, const std::string& text, int token, v1::FinishReason finish = {},
+                              int prompt_tokens = 0, int cached = 0, int completion = 0) {
+  v1::GenerateResponse r;
+  r.set_index(index);
+  r.set_text(text);
+  r.add_token_ids(token);
+  r.add_logprobs(-0.5f);
+  auto* top = r.add_top_logprobs();
+  top->add_token_ids(token);
+  top->add_logprobs(-0.5f);
+  top->add_token_ids(token + 1);
+  top->add_logprobs(-1.5f);
+  if (finish != v1::FINISH_REASON_UNSPECIFIED) {
+    r.set_finish_reason(finish);
+    r.mutable_usage()->set_prompt_tokens(prompt_tokens);
+    r.mutable_usage()->set_cached_prompt_tokens(cached);
+    r.mutable_usage()->set_completion_tokens(completion);
+  }
+  return r;
+}
+
+TEST(ResponseBuilderTest, CompletionsBodyOverPromptsAndSamples) {
+  absl::StatusOr<ApiRequest> r = Completion(R"({"prompt": ["p", "q"], "n": 2, "echo": true})");
+  ASSERT_TRUE(r.ok());
+  ResponseBuilder b(*r, "cmpl-1", "demo", 7, {"P:", "Q:"}, nullptr);
+  for (int p = 0; p < 2; ++p) {
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_EQ(b.Add(p, Response(s, absl::StrCat("t", p, s), 5)), "");
+      EXPECT_FALSE(b.done());
+      b.Add(p, Response(s, "!", 6, s == 0 ? v1::FINISH_REASON_LENGTH : v1::FINISH_REASON_STOP_STRING, 10, 4 * p, 2));
+    }
+  }
+  EXPECT_TRUE(b.done());
+  const json body = json::parse(b.Body());
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["id"], "cmpl-1");
+  ASSERT_EQ(body["choices"].size(), 4u);
+  EXPECT_EQ(body["choices"][3]["index"], 3);
+  EXPECT_EQ(body["choices"][3]["text"], "Q:t11!");  // prompt 1, sample 1, echoed
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_TRUE(body["choices"][0]["logprobs"].is_null());
+  // Each prompt once; every sample's completion.
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 20);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(body["usage"]["total_tokens"], 28);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+}
+
+TEST(ResponseBuilderTest, ChatStreamAsOpenAiSendsIt) {
+  absl::StatusOr<ApiRequest> r = Chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "stream": true, "stream_options": {"include_usage": true},
+          "logprobs": true, "top_logprobs": 2})");
+  ASSERT_TRUE(r.ok());
+  ResponseBuilder b(*r, "chatcmpl-1", "demo", 7, {""}, nullptr);
+  std::string sse = b.StreamStart();
+  sse += b.Add(0, Response(0, "Hel", 5));
+  sse += b.Add(0, Response(0, "lo", 6, v1::FINISH_REASON_STOP_TOKEN, 12, 8, 2));
+  ASSERT_TRUE(b.done());
+  sse += b.StreamEnd();
+  const std::vector<json> events = Events(sse);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(events[0]["usage"].is_null());
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_TRUE(events[1]["choices"][0]["finish_reason"].is_null());
+  const json& lp = events[1]["choices"][0]["logprobs"]["content"][0];
+  EXPECT_FLOAT_EQ(lp["logprob"].get<float>(), -0.5f);
+  ASSERT_EQ(lp["top_logprobs"].size(), 2u);
+  EXPECT_FLOAT_EQ(lp["top_logprobs"][1]["logprob"].get<float>(), -1.5f);
+  EXPECT_EQ(events[2]["choices"][0]["delta"]["content"], "lo");
+  EXPECT_EQ(events[2]["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(events[3]["choices"].empty());
+  EXPECT_EQ(events[3]["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(events[3]["usage"]["total_tokens"], 14);
+  EXPECT_EQ(events[4], "[DONE]");
+}
+
+TEST(ResponseBuilderTest, StreamErrorIsAnErrorEventThenDone) {
+  const std::vector<json> events = Events(ResponseBuilder::StreamError(absl::UnavailableError("workers lost")));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["error"]["message"], "workers lost");
+  EXPECT_EQ(events[1], "[DONE]");
+}
+
+}  // namespace
+}  // namespace chunkattn::openai
