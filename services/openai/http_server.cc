@@ -301,7 +301,12 @@ void HttpServer::OnConnectionClose(evhttp_connection* connection, void* arg) {
     reply->ops_.clear();
     on_close = std::move(reply->on_close_);
   }
-  reply->request_ = nullptr;  // libevent frees it with the connection
+  // A client that left mid-reply: libevent detached the request from its
+  // connection and leaves it to us; otherwise it frees it with the connection.
+  if (reply->request_ != nullptr && evhttp_request_get_connection(reply->request_) == nullptr) {
+    evhttp_request_free(reply->request_);
+  }
+  reply->request_ = nullptr;
   if (on_close) on_close();
 }
 
