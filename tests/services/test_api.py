@@ -402,7 +402,14 @@ class MetricsFormatTest(harness.ServiceTestCase):
         text = harness.scrape_text(self.cluster.metrics_port)
         r = subprocess.run([promtool, 'check', 'metrics'], input=text.encode(),
                            capture_output=True, timeout=60)
-        self.assertEqual(r.returncode, 0, 'promtool: %s%s' % (r.stdout.decode(), r.stderr.decode()))
+        out = r.stdout.decode() + r.stderr.decode()
+        # The vllm:* series keep vLLM's names, which routers read; promtool's
+        # naming lint (exit 3) flags their colon, and may flag nothing else.
+        problems = [line for line in out.splitlines() if line.strip()]
+        colons = [p for p in problems if re.fullmatch(r"vllm:\w+ metric names should not contain ':'", p)]
+        self.assertIn(r.returncode, (0, 3), 'promtool: ' + out)
+        self.assertEqual(problems, colons, 'promtool: ' + out)
+        self.assertEqual(r.returncode == 0, not problems, 'promtool: ' + out)
 
 
 if __name__ == '__main__':
