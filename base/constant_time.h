@@ -3,6 +3,7 @@
 #ifndef CHUNKATTN_BASE_CONSTANT_TIME_H_
 #define CHUNKATTN_BASE_CONSTANT_TIME_H_
 
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 
 namespace chunkattn {
@@ -13,6 +14,17 @@ inline bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+// The credential of an Authorization value "Bearer <token>" (the scheme in
+// any case); empty when the value is not of that form.
+inline absl::string_view BearerCredential(absl::string_view authorization) {
+  constexpr absl::string_view kScheme = "Bearer ";
+  if (authorization.size() <= kScheme.size() ||
+      !absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) {
+    return {};
+  }
+  return authorization.substr(kScheme.size());
 }
 
 }  // namespace chunkattn

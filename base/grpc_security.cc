@@ -150,13 +150,9 @@ absl::StatusOr<std::string> TokenAuth::Authenticate(const grpc::ServerContextBas
 
 absl::StatusOr<std::string> TokenAuth::Authenticate(absl::string_view authorization) const {
   if (!enabled()) return std::string();
-  constexpr absl::string_view kScheme = "Bearer ";
   if (authorization.empty()) return absl::UnauthenticatedError("missing 'Authorization: Bearer <token>'");
-  if (authorization.size() <= kScheme.size() ||
-      !absl::EqualsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme)) {
-    return absl::UnauthenticatedError("authorization must be 'Bearer <token>'");
-  }
-  const absl::string_view presented = authorization.substr(kScheme.size());
+  const absl::string_view presented = BearerCredential(authorization);
+  if (presented.empty()) return absl::UnauthenticatedError("authorization must be 'Bearer <token>'");
   // Every token is compared, whichever matches.
   const TokenEntry* match = nullptr;
   size_t index = 0;

@@ -55,6 +55,10 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   OutputMetrics om;
   om.prompt_tokens = m_prompt_tokens_;
   om.prompt_cached = m_prompt_cached_;
+  const metrics::Labels model = {{"model_name", options_.model_name}};
+  om.vllm_prefix_queries =
+      &m.GetCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", model);
+  om.vllm_prefix_hits = &m.GetCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", model);
   om.generation_tokens = m_generation_tokens_;
   const std::string fin_help = "Finished requests by reason.";
   for (const char* reason : kFinishLabels) {
@@ -68,7 +72,6 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   om.duration = &m.GetHistogram("chunkattn_request_duration_seconds", "Arrival to the last token.",
                                 LatencyBuckets());
   m_step_ = &m.GetHistogram("chunkattn_step_duration_seconds", "One iteration on the workers.", LatencyBuckets());
-  const metrics::Labels model = {{"model_name", options_.model_name}};
   m_vllm_running_ = &m.GetGauge("vllm:num_requests_running", "Requests running (vLLM's name).", model);
   m_vllm_waiting_ = &m.GetGauge("vllm:num_requests_waiting", "Requests waiting to start (vLLM's name).", model);
   m_vllm_kv_usage_ = &m.GetGauge("vllm:kv_cache_usage_perc",
@@ -76,10 +79,7 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
                                  "(1 = full; cached chunks are reusable, so not counted).",
                                  model);
   m_vllm_gpu_cache_usage_ = &m.GetGauge("vllm:gpu_cache_usage_perc", "As vllm:kv_cache_usage_perc (older name).", model);
-  m_vllm_prefix_queries_ = &m.GetCounter("vllm:prefix_cache_queries_total",
-                                         "Prompt tokens looked up in the prefix cache.", model);
-  m_vllm_prefix_hits_ = &m.GetCounter("vllm:prefix_cache_hits_total",
-                                      "Prompt tokens found in the prefix cache.", model);
+
   if (pool_ == nullptr) pool_ = std::make_unique<WorkerPool>(options_.workers);
   // A stop string found on the output thread ends the sample through the
   // inbox, like a cancel.
@@ -392,12 +392,6 @@ void Engine::UpdateGauges() {
   const double usage = total > 0 ? static_cast<double>(cs.used_chunks) / static_cast<double>(total) : 0.0;
   m_vllm_kv_usage_->Set(usage);
   m_vllm_gpu_cache_usage_->Set(usage);
-  // The output processor counts prompt tokens; vLLM's counters follow them.
-  const double prompt = m_prompt_tokens_->value(), cached = m_prompt_cached_->value();
-  if (prompt > prompt_tokens_seen_) m_vllm_prefix_queries_->Increment(prompt - prompt_tokens_seen_);
-  if (cached > cached_tokens_seen_) m_vllm_prefix_hits_->Increment(cached - cached_tokens_seen_);
-  prompt_tokens_seen_ = std::max(prompt_tokens_seen_, prompt);
-  cached_tokens_seen_ = std::max(cached_tokens_seen_, cached);
   absl::MutexLock lock(&snapshot_mu_);
   snapshot_.num_chunks = scheduler_->options().num_chunks;
   snapshot_.chunk_bytes_total = pool_->chunk_bytes_total();

@@ -196,10 +196,7 @@ class Engine {
   metrics::Gauge* m_vllm_waiting_;
   metrics::Gauge* m_vllm_kv_usage_;
   metrics::Gauge* m_vllm_gpu_cache_usage_;  // vLLM's older name of kv_cache_usage_perc
-  metrics::Counter* m_vllm_prefix_queries_;
-  metrics::Counter* m_vllm_prefix_hits_;
   metrics::Gauge* m_vllm_cache_config_ = nullptr;  // this worker session's; 1 while current
-  double prompt_tokens_seen_ = 0, cached_tokens_seen_ = 0;
 };
 
 }  // namespace chunkattn

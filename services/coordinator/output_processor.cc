@@ -169,6 +169,8 @@ void OutputProcessor::HandleEvent(const SampleEvent& e, absl::Time now) {
     metrics_.ttft->Observe(absl::ToDoubleSeconds(now - live.request.arrival));
     metrics_.prompt_tokens->Increment(e.prompt_tokens);
     metrics_.prompt_cached->Increment(e.cached_prompt_tokens);
+    if (metrics_.vllm_prefix_queries != nullptr) metrics_.vllm_prefix_queries->Increment(e.prompt_tokens);
+    if (metrics_.vllm_prefix_hits != nullptr) metrics_.vllm_prefix_hits->Increment(e.cached_prompt_tokens);
   }
   if (sample.has_token) metrics_.itl->Observe(absl::ToDoubleSeconds(now - sample.last_token));
   sample.has_token = true;

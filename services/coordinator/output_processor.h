@@ -48,6 +48,9 @@ class ResponseSink {
 struct OutputMetrics {
   metrics::Counter* prompt_tokens = nullptr;
   metrics::Counter* prompt_cached = nullptr;
+  // Optional: vLLM's names for the same two counts (vllm:prefix_cache_*).
+  metrics::Counter* vllm_prefix_queries = nullptr;
+  metrics::Counter* vllm_prefix_hits = nullptr;
   metrics::Counter* generation_tokens = nullptr;
   metrics::Histogram* ttft = nullptr;
   metrics::Histogram* itl = nullptr;

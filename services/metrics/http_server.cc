@@ -127,9 +127,9 @@ std::string MetricsHttpServer::Respond(const std::string& head_text) const {
       if (colon == absl::string_view::npos || !absl::EqualsIgnoreCase(lines[i].substr(0, colon), "authorization")) {
         continue;
       }
-      const absl::string_view value = absl::StripAsciiWhitespace(lines[i].substr(colon + 1));
-      if (value.size() <= 7 || !absl::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) continue;
-      for (const std::string& token : bearer_tokens_) authorized |= ConstantTimeEquals(value.substr(7), token);
+      const absl::string_view presented = BearerCredential(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
+      if (presented.empty()) continue;
+      for (const std::string& token : bearer_tokens_) authorized |= ConstantTimeEquals(presented, token);
     }
     if (!authorized) {
       return Response(401, "Unauthorized", kTextContentType, "A bearer token is required\n", head,

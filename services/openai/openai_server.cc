@@ -1,7 +1,5 @@
 #include "services/openai/openai_server.h"
 
-#include <atomic>
-#include <random>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -21,10 +19,7 @@ using json = nlohmann::json;
 constexpr char kJson[] = "application/json";
 constexpr int kMaxDetokenizeIds = 1 << 20;
 
-std::string RandomId(absl::string_view prefix) {
-  static std::atomic<uint64_t> counter{std::random_device{}() * 0x9E3779B97F4A7C15ull};
-  return absl::StrFormat("%s-%016x", prefix, counter.fetch_add(0x9E3779B97F4A7C15ull));
-}
+std::string RandomId(absl::string_view prefix) { return absl::StrFormat("%s-%016x", prefix, NewRequestSeed()); }
 
 void SendError(http::Reply& reply, const absl::Status& status) {
   ApiError e = ToApiError(status);
@@ -219,9 +214,10 @@ void OpenAiServer::Handle(http::Request request, std::shared_ptr<http::Reply> re
   if (path == "/metrics") {
     if (!get) return wrong_method();
     if (!options_.metrics_tokens.empty()) {
+      const absl::string_view presented = BearerCredential(request.authorization);
       bool match = false;
       for (const std::string& token : options_.metrics_tokens) {
-        match |= ConstantTimeEquals(request.authorization, absl::StrCat("Bearer ", token));
+        match |= !presented.empty() && ConstantTimeEquals(presented, token);
       }
       if (!match) return SendError(*reply, absl::UnauthenticatedError("/metrics needs a metrics bearer token"));
     }
