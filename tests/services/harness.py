@@ -355,7 +355,9 @@ class Cluster:
     def coordinator_argv(self):
         return [bin_path('chunkattn-coordinator'), '--listen', '127.0.0.1:%d' % self.port,
                 '--metrics_port', str(self.metrics_port), '--metrics_host', '127.0.0.1',
-                '--http_port', str(self.http_port), '--http_host', '127.0.0.1',
+                # Tests that set the ports themselves leave http_port None: 0
+                # lets the kernel pick, so no two coordinators want 8000.
+                '--http_port', str(self.http_port or 0), '--http_host', '127.0.0.1',
                 '--workers', ','.join('127.0.0.1:%d' % p for p in self.worker_ports),
                 '--model', self.model] + self.coordinator_args
 
