@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from run_info import machine_info
+from run_info import machine_info, write_result
 
 
 def rss_kib(pid):
@@ -154,11 +154,7 @@ def main():
                        model='demo', max_tokens=args.max_tokens, repeats=args.repeats,
                        rss_idle_mib=idle['VmRSS'] / 1024, rss_after_mib=after['VmRSS'] / 1024,
                        rss_hwm_mib=after['VmHWM'] / 1024, levels=rows)
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            with open(args.json, 'w') as f:
-                json.dump(doc, f, indent=1)
-                f.write('\n')
-            print('wrote %s' % args.json)
+            write_result(args.json, doc)
         return 0 if ok else 1
     finally:
         cluster.stop()

@@ -2,6 +2,7 @@
 drivers write (bench/soak.py, bench/fuzz.sh): the machine, its CPU, the
 commit (with "-dirty" when tracked files differ) and the exact command, as
 bench_util.h does for the C++ benchmarks."""
+import json
 import os
 import socket
 import subprocess
@@ -34,3 +35,14 @@ def machine_info(source, command):
         commit += '-dirty'
     return dict(machine=socket.gethostname(), cpu=_cpu(), cores=os.cpu_count(), commit=commit, command=command,
                 time=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
+
+
+def write_result(path, doc):
+    """Writes a benchmark's JSON document atomically (a temporary file, then a
+    rename), creating the folder, and says so."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+        json.dump(doc, f, indent=1)
+        f.write('\n')
+    os.replace(path + '.tmp', path)
+    print('wrote %s' % path)

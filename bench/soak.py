@@ -66,7 +66,6 @@ The ctest services_soak runs the 60 s version (bench/README.md, "fault soak").
 import argparse
 import collections
 import concurrent.futures
-import json
 import os
 import random
 import re
@@ -80,7 +79,7 @@ import time
 
 import grpc
 
-from run_info import machine_info  # bench/, beside this script
+from run_info import machine_info, write_result  # bench/, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -1007,15 +1006,10 @@ def main():
         summary = summarize(soak, results)
         print_report(soak, summary)
         if args.json:
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
             doc = dict(machine_info(args.source, ' '.join([sys.executable] + sys.argv)), benchmark='fault_soak', duration_s=args.duration, rate=args.rate,
                        seed=args.seed, tensor_parallel=2, step_timeout_s=args.step_timeout_s, **summary)
             doc['requests'] = [r.to_json() for r in sorted(soak.records, key=lambda r: r.sent)]
-            with open(args.json + '.tmp', 'w') as f:
-                json.dump(doc, f, indent=1)
-                f.write('\n')
-            os.replace(args.json + '.tmp', args.json)
-            print('wrote %s' % args.json)
+            write_result(args.json, doc)
         ok = all(c['ok'] for c in results)
         if not ok:
             soak.cluster.dump_logs(40)

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 
-from run_info import machine_info  # bench/, beside this script
+from run_info import machine_info, write_result  # bench/, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZERS = ("llama2", "llama3", "llama3_1", "qwen3", "gemma3", "deepseek_v3")
@@ -222,11 +222,7 @@ def main():
                    statistic="median", goal_ratio_vs_js=GOAL_RATIO, engines=dict(ours=binary, **libraries),
                    corpora={k: dict(lines=c["lines"], bytes=c["bytes"]) for k, c in corpora.items()},
                    results=results)
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        os.replace(args.json + ".tmp", args.json)
-        print("wrote %s" % args.json)
+        write_result(args.json, doc)
     return 0
 
 

@@ -55,6 +55,10 @@ absl::StatusOr<std::vector<GenerationResult>> LocalEngine::Generate(
     spec.max_new_tokens = r.max_new_tokens;
     spec.stop_token_ids = r.stop_token_ids;
     spec.ignore_eos = r.ignore_eos;
+    if (r.min_tokens < 0 || r.min_tokens > r.max_new_tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat("request %d: min_tokens must be in [0, max_new_tokens]", i));
+    }
+    spec.min_tokens = r.min_tokens;
   }
   // All or nothing: a request the scheduler refuses withdraws the others.
   const RequestId first = next_id_;

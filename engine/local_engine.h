@@ -35,6 +35,7 @@ struct GenerationRequest {
   int max_new_tokens = 16;
   std::vector<int32_t> stop_token_ids;  // besides the model's EOS
   bool ignore_eos = false;
+  int min_tokens = 0;  // the first this many tokens are never EOS (unless ignore_eos) or a stop token
   std::string cache_namespace;  // requests share cache only within one
 };
 

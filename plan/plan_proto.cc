@@ -31,6 +31,8 @@ void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
     p->set_seed(s.params.seed);
     p->set_top_logprobs(s.params.top_logprobs);
     Append(s.history, start->mutable_history());
+    start->set_min_tokens(s.min_tokens);
+    Append(s.suppress_ids, start->mutable_suppress_ids());
   }
   Append(plan.sampler_ends, out->mutable_sampler_ends());
   for (const KvCopy& c : plan.copies) {
@@ -86,6 +88,8 @@ void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
     start.params.seed = s.params().seed();
     start.params.top_logprobs = s.params().top_logprobs();
     Assign(s.history(), &start.history);
+    start.min_tokens = s.min_tokens();
+    Assign(s.suppress_ids(), &start.suppress_ids);
   }
   Assign(plan.sampler_ends(), &out->sampler_ends);
   out->copies.resize(plan.copies_size());

@@ -31,6 +31,8 @@ StepPlan RandomPlan(std::mt19937_64& rng) {
     s.params.seed = rng();
     s.params.top_logprobs = static_cast<int32_t>(rng() % (kMaxTopLogprobs + 1));
     s.history = Ints(rng, 40, 0, 32000);
+    s.min_tokens = static_cast<int32_t>(rng() % 5);
+    s.suppress_ids = Ints(rng, 3, 0, 32000);
     p.sampler_starts.push_back(s);
   }
   for (int k = rng() % 4; k > 0; --k) p.sampler_ends.push_back(static_cast<int64_t>(rng() >> 1));
@@ -81,6 +83,8 @@ void ExpectSamePlan(const StepPlan& a, const StepPlan& b) {
     EXPECT_EQ(x.params.seed, y.params.seed);
     EXPECT_EQ(x.params.top_logprobs, y.params.top_logprobs);
     EXPECT_EQ(x.history, y.history);
+    EXPECT_EQ(x.min_tokens, y.min_tokens);
+    EXPECT_EQ(x.suppress_ids, y.suppress_ids);
   }
   EXPECT_EQ(a.sampler_ends, b.sampler_ends);
   EXPECT_EQ(a.copies, b.copies);

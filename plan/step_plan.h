@@ -24,6 +24,10 @@ struct SamplerStart {
   int64_t key = 0;
   SamplingParams params;  // return_logprobs is not carried: the front end's
   std::vector<int32_t> history;  // tokens so far (prompt, and any generated)
+  // Tokens never sampled while the sample's step (SampleRow::step) is below
+  // min_tokens: EOS and stop tokens, for the request's min_tokens.
+  int32_t min_tokens = 0;
+  std::vector<int32_t> suppress_ids;
 };
 
 struct SampleRow {

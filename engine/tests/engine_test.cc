@@ -137,14 +137,20 @@ TEST(LocalEngineTest, DeviceSamplingMatchesTheHostSampler) {
   }
 }
 
-TEST(LocalEngineTest, StopsOnStopTokensAndEos) {
-  const auto& ref = testing::References()[0];
-  auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
-  auto engine = MakeEngine(model.get());
+// Reference 0's prompt 2, greedy, for its 8 reference tokens.
+GenerationRequest GreedyPrompt2(const testing::Reference& ref) {
   GenerationRequest r;
   r.prompt = ref.prompts[2];
   r.sampling.temperature = 0;
   r.max_new_tokens = 8;
+  return r;
+}
+
+TEST(LocalEngineTest, StopsOnStopTokensAndEos) {
+  const auto& ref = testing::References()[0];
+  auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
+  auto engine = MakeEngine(model.get());
+  GenerationRequest r = GreedyPrompt2(ref);
   auto free_run = engine->Generate({r});
   ASSERT_TRUE(free_run.ok());
   EXPECT_EQ((*free_run)[0].tokens, ref.greedy[2]);
@@ -155,6 +161,61 @@ TEST(LocalEngineTest, StopsOnStopTokensAndEos) {
   const auto& g = ref.greedy[2];
   const size_t first = std::find(g.begin(), g.end(), g[3]) - g.begin();
   EXPECT_EQ((*stopped)[0].tokens, std::vector<int32_t>(g.begin(), g.begin() + first + 1));
+}
+
+// min_tokens: the worker masks the stop tokens (and EOS) until then, on the
+// host path even for a model that samples on its device; later a stop token
+// ends the request as usual.
+TEST(LocalEngineTest, MinTokensMasksStopTokensUntilThen) {
+  const auto& ref = testing::References()[0];
+  const auto& g = ref.greedy[2];
+  auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
+  auto engine = MakeEngine(model.get());
+  GenerationRequest r = GreedyPrompt2(ref);
+  r.stop_token_ids = {g[0]};
+  auto stopped = engine->Generate({r});
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ((*stopped)[0].tokens, std::vector<int32_t>{g[0]});
+  // Every token the free run produced is a stop token, held off for all 8.
+  r.stop_token_ids.assign(g.begin(), g.end());
+  r.min_tokens = 8;
+  r.ignore_eos = false;
+  auto held = engine->Generate({r});
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ((*held)[0].tokens.size(), 8u);
+  EXPECT_EQ((*held)[0].finish_reason, "length");
+  for (int32_t t : (*held)[0].tokens) {
+    EXPECT_EQ(std::count(g.begin(), g.end(), t), 0) << t;
+    EXPECT_FALSE(std::count(model->config().eos_token_ids.begin(), model->config().eos_token_ids.end(), t));
+  }
+  // Held for 2 only: the third token may stop, and the output ends at the
+  // first stop token from there on.
+  r.stop_token_ids = {g[0]};
+  r.min_tokens = 2;
+  auto two = engine->Generate({r});
+  ASSERT_TRUE(two.ok()) << two.status();
+  const auto& t = (*two)[0].tokens;
+  ASSERT_GE(t.size(), 2u);
+  EXPECT_NE(t[0], g[0]);
+  EXPECT_NE(t[1], g[0]);
+  for (size_t k = 2; k + 1 < t.size(); ++k) EXPECT_NE(t[k], g[0]);
+  EXPECT_EQ((*two)[0].finish_reason, t.size() < 8 ? "stop" : "length");
+  // A device-sampling model gives the same tokens, through its host path
+  // while masking and its device path after.
+  testing::DeviceSamplingModel device_model(testing::LoadModelOrDie(ref.dir, {}, nullptr, Options()));
+  auto device = MakeEngine(&device_model);
+  r.min_tokens = 8;
+  r.stop_token_ids.assign(g.begin(), g.end());
+  GenerationRequest after = r;
+  after.min_tokens = 0;
+  after.stop_token_ids.clear();
+  auto both = device->Generate({r, after});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ((*both)[0].tokens, (*held)[0].tokens);
+  EXPECT_EQ((*both)[1].tokens, g);
+  EXPECT_GT(device_model.host_calls, 0);
+  r.min_tokens = 9;  // over max_new_tokens
+  EXPECT_EQ(engine->Generate({r}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LocalEngineTest, RejectsBadRequests) {

@@ -44,6 +44,7 @@ ABSL_FLAG(std::optional<double>, min_p, std::nullopt, "in [0, 1]; 0 = off");
 ABSL_FLAG(std::optional<double>, repetition_penalty, std::nullopt, "> 0; 1 = off");
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "sampling seed (replay: request i uses seed + i; default 1)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past the end-of-sequence token");
+ABSL_FLAG(int, min_tokens, 0, "generate at least this many tokens before EOS or a stop may end it");
 ABSL_FLAG(std::string, stop, "", "a stop string; repeat the flag for several");
 ABSL_FLAG(int, n, 1, "parallel samples of the prompt, 1..64");
 ABSL_FLAG(std::string, namespace, "", "cache namespace (prefixes are shared only within one)");
@@ -70,7 +71,7 @@ subcommands:
                     stderr gets "finish=... prompt_tokens=... cached_prompt_tokens=...
                     completion_tokens=...". Flags: --max_new_tokens --temperature --top_p
                     --top_k --min_p --repetition_penalty --seed --n --namespace --stop
-                    (repeatable) --ignore_eos --logprobs --top_logprobs
+                    (repeatable) --ignore_eos --min_tokens --logprobs --top_logprobs
   chat              a conversation rendered with the model's chat template: each line of stdin
                     is a user message, the reply streams to stdout, and stderr shows each
                     turn's usage and how much of its prompt the cache already held (the
@@ -141,6 +142,9 @@ absl::Status FillParams(const v1::SamplingParams& defaults, v1::SamplingParams* 
     stopping->set_max_new_tokens(static_cast<uint32_t>(*max_new));
   }
   stopping->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  const int min_tokens = absl::GetFlag(FLAGS_min_tokens);
+  if (min_tokens < 0) return absl::InvalidArgumentError("--min_tokens must be >= 0");
+  stopping->set_min_tokens(static_cast<uint32_t>(min_tokens));
   return absl::OkStatus();
 }
 

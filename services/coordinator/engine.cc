@@ -284,6 +284,7 @@ void Engine::DrainInbox(bool serving) {
     out.id = c.id;
     out.request_id = std::move(c.request.request_id);
     out.stops = std::move(c.request.stop_strings);
+    out.min_tokens = c.request.spec.min_tokens;
     out.return_logprobs = c.request.spec.sampling.return_logprobs;
     out.n = c.request.spec.n;
     if (tokenizer_ != nullptr) out.prompt = c.request.spec.prompt;

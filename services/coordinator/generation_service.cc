@@ -252,7 +252,7 @@ absl::StatusOr<PromptTokens> TokenizeChatPrompt(const v1::ChatPrompt& chat, cons
 
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                       const ModelConfig& config, const PromptText& text,
-                                                      uint64_t seed) {
+                                                      uint64_t seed, bool fill_context) {
   const Tokenizer* tokenizer = text.tokenizer;
   EngineRequest out;
   if (request.request_id().size() > kMaxIdBytes) {
@@ -324,7 +324,11 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   }
 
   const v1::StoppingCriteria& stop = request.stopping();
-  const int64_t max_new = stop.has_max_new_tokens() ? stop.max_new_tokens() : kDefaultMaxNewTokens;
+  const int64_t max_new =
+      stop.has_max_new_tokens()
+          ? stop.max_new_tokens()
+          : (fill_context ? std::max<int64_t>(1, config.max_context - static_cast<int64_t>(spec.prompt.size()))
+                          : kDefaultMaxNewTokens);
   if (max_new < 1) return Invalid("stopping.max_new_tokens must be >= 1");
   if (static_cast<int64_t>(spec.prompt.size()) + max_new > config.max_context) {
     return Invalid(absl::StrFormat(
@@ -353,6 +357,21 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
     return Invalid("stopping.stop: the model has no tokenizer to produce text");
   }
   spec.ignore_eos = stop.ignore_eos();
+  if (stop.min_tokens() > static_cast<uint64_t>(spec.max_new_tokens)) {
+    return Invalid(absl::StrFormat("stopping.min_tokens = %d exceeds max_new_tokens = %d", stop.min_tokens(),
+                                   spec.max_new_tokens));
+  }
+  spec.min_tokens = static_cast<int32_t>(stop.min_tokens());
+  if (spec.min_tokens > 0) {
+    // The worker masks these until min_tokens: some token must remain.
+    std::vector<int32_t> suppressed = spec.stop_token_ids;
+    if (!spec.ignore_eos) suppressed.insert(suppressed.end(), config.eos_token_ids.begin(), config.eos_token_ids.end());
+    std::sort(suppressed.begin(), suppressed.end());
+    suppressed.erase(std::unique(suppressed.begin(), suppressed.end()), suppressed.end());
+    if (static_cast<int64_t>(suppressed.size()) >= vocab) {
+      return Invalid("stopping.min_tokens: the stop and EOS tokens cover the whole vocabulary");
+    }
+  }
   if (request.n() > static_cast<uint32_t>(kMaxSamples)) {
     return Invalid(absl::StrFormat("n must be in [1, %d], got %d", kMaxSamples, request.n()));
   }

@@ -69,11 +69,13 @@ absl::StatusOr<PromptTokens> TokenizeChatPrompt(const v1::ChatPrompt& chat, cons
                                               const ModelConfig& config, absl::string_view field);
 
 // The checked, tokenized form of a GenerateRequest. `seed` fills an unset
-// sampling seed. Text and chat prompts cost time in their length: callers run
+// sampling seed. With `fill_context` an unset max_new_tokens means up to the
+// end of the context (OpenAI chat without max_tokens, as vLLM) rather than
+// the default. Text and chat prompts cost time in their length: callers run
 // this on the text pool for them.
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                       const ModelConfig& config, const PromptText& text,
-                                                      uint64_t seed);
+                                                      uint64_t seed, bool fill_context = false);
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:

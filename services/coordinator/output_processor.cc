@@ -181,7 +181,9 @@ void OutputProcessor::HandleEvent(const SampleEvent& e, absl::Time now) {
     absl::StatusOr<std::string> delta = sample.detok->Append(e.token);
     if (delta.ok()) sample.text += *delta;
   }
-  const std::vector<std::string>& stops = live.request.stops;
+  static const std::vector<std::string> kNoStops;
+  const std::vector<std::string>& stops =
+      e.completion_tokens >= live.request.min_tokens ? live.request.stops : kNoStops;
   FinishReason finish = e.finish;
   // Stop strings: the earliest match ends the text before it. Text that
   // could still become a match is held back until it cannot.

@@ -80,6 +80,7 @@ class OutputProcessor {
     int64_t id = 0;
     std::string request_id;  // the client's, echoed
     std::vector<std::string> stops;
+    int32_t min_tokens = 0;  // stop strings are matched from this many completion tokens on (as vLLM)
     // Each response then carries its token's logprob and, if the events have
     // them (sampling.top_logprobs), its top entries.
     bool return_logprobs = false;

@@ -93,7 +93,7 @@ class Fields {
 struct Common {
   std::optional<int64_t> n, seed_signed, top_k, min_tokens, priority;
   std::optional<double> temperature, top_p, min_p, repetition_penalty;
-  std::optional<bool> stream, ignore_eos, include_usage;
+  std::optional<bool> stream, ignore_eos, include_usage, return_token_ids;
   std::optional<std::string> cache_salt;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
@@ -139,6 +139,7 @@ absl::Status ParseCommon(const json& body, Common* c) {
     RETURN_IF_ERROR(Fields(*options).Bool("include_usage", &c->include_usage));
   }
   RETURN_IF_ERROR(f.Bool("ignore_eos", &c->ignore_eos));
+  RETURN_IF_ERROR(f.Bool("return_token_ids", &c->return_token_ids));
   RETURN_IF_ERROR(f.Int("min_tokens", 0, std::numeric_limits<int32_t>::max(), &c->min_tokens));
   RETURN_IF_ERROR(f.Int("priority", -1000000, 1000000, &c->priority));
   if (const json* stop = f.Get("stop"); stop != nullptr) {
@@ -178,15 +179,9 @@ absl::Status Apply(const Common& c, std::optional<int64_t> max_tokens, ApiReques
   out->n = static_cast<uint32_t>(c.n.value_or(1));
   out->stream = c.stream.value_or(false);
   out->include_usage = c.include_usage.value_or(false);
-  if (c.min_tokens && *c.min_tokens > 0) {
-    // Held to the end of generation only by ignore_eos for now (the sampler
-    // does not mask EOS yet): anything else would stop early.
-    if (!c.ignore_eos.value_or(false) || !c.stop.empty() || !c.stop_token_ids.empty()) {
-      return Unsupported("min_tokens", "> 0 is supported only with ignore_eos and no stop or stop_token_ids");
-    }
-    if (max_tokens && *c.min_tokens > *max_tokens) {
-      return InvalidParam("min_tokens", "'min_tokens' must not exceed max_tokens");
-    }
+  out->return_token_ids = c.return_token_ids.value_or(false);
+  if (c.min_tokens && max_tokens && *c.min_tokens > *max_tokens) {
+    return InvalidParam("min_tokens", "'min_tokens' must not exceed max_tokens");
   }
   v1::GenerateRequest proto;
   v1::SamplingParams* s = proto.mutable_sampling();
@@ -201,6 +196,7 @@ absl::Status Apply(const Common& c, std::optional<int64_t> max_tokens, ApiReques
   for (const std::string& s : c.stop) stop->add_stop(s);
   for (int32_t id : c.stop_token_ids) stop->add_stop_token_ids(id);
   stop->set_ignore_eos(c.ignore_eos.value_or(false));
+  stop->set_min_tokens(static_cast<uint32_t>(c.min_tokens.value_or(0)));
   if (c.cache_salt) proto.set_cache_namespace(*c.cache_salt);
   proto.set_n(out->n);
   proto.set_priority(static_cast<int32_t>(c.priority.value_or(0)));
@@ -510,28 +506,29 @@ const char* FinishReasonName(v1::FinishReason reason) {
 }
 
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, std::string model, int64_t created,
-                                 std::vector<std::string> prompt_texts, const Tokenizer* tokenizer)
+                                 std::vector<PromptEcho> prompts, const Tokenizer* tokenizer)
     : request_(request),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
-      prompt_texts_(std::move(prompt_texts)),
+      prompts_(std::move(prompts)),
       tokenizer_(tokenizer),
       choices_(request.prompts.size() * request.n),
       prompt_tokens_(request.prompts.size(), 0),
       cached_tokens_(request.prompts.size(), 0) {
   if (request_.echo) {
-    for (size_t c = 0; c < choices_.size(); ++c) choices_[c].text = prompt_texts_[c / request_.n];
+    for (size_t c = 0; c < choices_.size(); ++c) choices_[c].text = prompts_[c / request_.n].text;
   }
 }
 
-std::string ResponseBuilder::Event(json choices, bool with_usage_null) const {
+std::string ResponseBuilder::Event(json choices, bool with_usage_null, json extra) const {
   const bool chat = request_.endpoint == Endpoint::kChat;
   json event = {{"id", id_},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
                 {"model", model_},
                 {"choices", std::move(choices)}};
+  if (extra.is_object()) event.update(extra);
   if (with_usage_null) event["usage"] = nullptr;
   return absl::StrCat("data: ", Dump(event), "\n\n");
 }
@@ -540,15 +537,23 @@ std::string ResponseBuilder::StreamStart() {
   std::string out;
   for (size_t c = 0; c < choices_.size(); ++c) {
     json choice = {{"index", c}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    json extra = nullptr;
     if (request_.endpoint == Endpoint::kChat) {
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+      // vLLM sends chat's prompt ids at the top of the first chunk.
+      if (request_.return_token_ids) extra = {{"prompt_token_ids", prompts_[c / request_.n].token_ids}};
     } else if (request_.echo) {
       choice["text"] = choices_[c].text;
       choices_[c].text_offset = CodePoints(choices_[c].text);
+      if (request_.return_token_ids) {
+        choice["prompt_token_ids"] = prompts_[c / request_.n].token_ids;
+        choice["token_ids"] = json::array();
+        choices_[c].prompt_ids_sent = true;
+      }
     } else {
       continue;
     }
-    out += Event(json::array({std::move(choice)}), request_.include_usage);
+    out += Event(json::array({std::move(choice)}), request_.include_usage, std::move(extra));
   }
   return out;
 }
@@ -628,6 +633,7 @@ std::string ResponseBuilder::Add(int prompt, const v1::GenerateResponse& r) {
   }
   if (!request_.stream) {
     choice.text += r.text();
+    if (request_.return_token_ids) choice.token_ids.insert(choice.token_ids.end(), r.token_ids().begin(), r.token_ids().end());
     if (request_.logprobs) {
       if (choice.logprobs.is_null()) {
         choice.logprobs = std::move(logprobs);
@@ -639,13 +645,19 @@ std::string ResponseBuilder::Add(int prompt, const v1::GenerateResponse& r) {
     }
     return "";
   }
-  if (r.text().empty() && finish.is_null() && !request_.logprobs) return "";
+  const bool ids = request_.return_token_ids && r.token_ids_size() > 0;
+  if (r.text().empty() && finish.is_null() && !request_.logprobs && !ids) return "";
   json c = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish)}};
   if (request_.endpoint == Endpoint::kChat) {
     c["delta"] = r.text().empty() ? json::object() : json{{"content", r.text()}};
   } else {
     c["text"] = r.text();
+    if (request_.return_token_ids && !choice.prompt_ids_sent) {
+      c["prompt_token_ids"] = prompts_[prompt].token_ids;
+      choice.prompt_ids_sent = true;
+    }
   }
+  if (request_.return_token_ids) c["token_ids"] = json(std::vector<int32_t>(r.token_ids().begin(), r.token_ids().end()));
   return Event(json::array({std::move(c)}), request_.include_usage);
 }
 
@@ -688,14 +700,21 @@ std::string ResponseBuilder::Body() const {
     }
     out["logprobs"] = choice.logprobs;
     out["finish_reason"] = choice.finish_reason.empty() ? json() : json(choice.finish_reason);
+    if (request_.return_token_ids) {
+      if (!chat) out["prompt_token_ids"] = prompts_[c / request_.n].token_ids;
+      out["token_ids"] = choice.token_ids;
+    }
     choices.push_back(std::move(out));
   }
-  return Dump({{"id", id_},
+  json body = {{"id", id_},
                {"object", chat ? "chat.completion" : "text_completion"},
                {"created", created_},
                {"model", model_},
                {"choices", std::move(choices)},
-               {"usage", Usage()}});
+               {"usage", Usage()}};
+  // Chat's prompt is one for every choice; vLLM reports it once, at the top.
+  if (chat && request_.return_token_ids) body["prompt_token_ids"] = prompts_.front().token_ids;
+  return Dump(body);
 }
 
 std::string ResponseBuilder::StreamError(const absl::Status& status) {

@@ -65,6 +65,9 @@ struct ApiRequest {
   bool echo = false;            // completions: the prompt text leads each choice
   bool logprobs = false;        // report the chosen tokens' logprobs
   uint32_t top_logprobs = 0;    // and the N most likely at each position
+  // vLLM's return_token_ids: the prompt's and each choice's token ids beside
+  // the text (exact token counts for load tools; token-in/token-out clients).
+  bool return_token_ids = false;
   // max_tokens unset on chat: generate up to the end of the context (as
   // vLLM); the server sets it once the prompt is tokenized.
   bool fill_context = false;
@@ -78,14 +81,20 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const nlohmann::json& body, const Se
 // served name.
 absl::Status CheckModel(const nlohmann::json& body, const ServedModel& model);
 
+// What the reply may repeat of one prompt.
+struct PromptEcho {
+  std::string text;                // what echo prepends
+  std::vector<int32_t> token_ids;  // what return_token_ids reports
+};
+
 // Builds one request's reply from our API's responses: the streamed Server-
 // Sent Events, or the whole JSON body. Not thread-safe (the caller serializes).
 class ResponseBuilder {
  public:
-  // `prompt_texts`: per prompt, what echo prepends. `tokenizer` (may be
-  // null) names tokens in logprobs.
+  // `prompts`: one per prompt of the request. `tokenizer` (may be null) names
+  // tokens in logprobs.
   ResponseBuilder(const ApiRequest& request, std::string id, std::string model, int64_t created,
-                  std::vector<std::string> prompt_texts, const Tokenizer* tokenizer);
+                  std::vector<PromptEcho> prompts, const Tokenizer* tokenizer);
 
   // Streaming: the events that open the stream (chat: each choice's role).
   std::string StreamStart();
@@ -104,18 +113,21 @@ class ResponseBuilder {
   struct Choice {
     std::string text;
     std::string finish_reason;
-    nlohmann::json logprobs;  // accumulated (not streaming)
-    int64_t text_offset = 0;  // completions logprobs: characters so far
+    nlohmann::json logprobs;         // accumulated (not streaming)
+    std::vector<int32_t> token_ids;  // accumulated (not streaming, return_token_ids)
+    int64_t text_offset = 0;         // completions logprobs: characters so far
+    bool prompt_ids_sent = false;    // streamed completions: prompt_token_ids go once
   };
   nlohmann::json Logprobs(const v1::GenerateResponse& response, Choice& choice) const;
   nlohmann::json Usage() const;
-  std::string Event(nlohmann::json choices, bool with_usage_null) const;
+  // `extra`: more top-level members (chat's prompt_token_ids), or null.
+  std::string Event(nlohmann::json choices, bool with_usage_null, nlohmann::json extra = nullptr) const;
 
   const ApiRequest& request_;
   const std::string id_;
   const std::string model_;
   const int64_t created_;
-  const std::vector<std::string> prompt_texts_;
+  const std::vector<PromptEcho> prompts_;
   const Tokenizer* tokenizer_;
   std::vector<Choice> choices_;  // prompt * n + sample
   int finished_ = 0;

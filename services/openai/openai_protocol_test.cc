@@ -131,8 +131,9 @@ TEST(CompletionRequestTest, BadValuesNameTheirParameter) {
       {R"({"prompt": "x", "logit_bias": {"5": 1}})", "logit_bias"},
       {R"({"prompt": "x", "best_of": 3})", "best_of"},
       {R"({"prompt": "x", "suffix": "end"})", "suffix"},
-      {R"({"prompt": "x", "min_tokens": 4})", "min_tokens"},
-      {R"({"prompt": "x", "min_tokens": 40, "ignore_eos": true})", "min_tokens"},
+      {R"({"prompt": "x", "min_tokens": -1})", "min_tokens"},
+      {R"({"prompt": "x", "min_tokens": 17})", "min_tokens"},  // over the default max_tokens
+      {R"({"prompt": "x", "min_tokens": 40, "max_tokens": 39, "ignore_eos": true})", "min_tokens"},
       {R"({"prompt": "x", "cache_salt": "a", "cache_namespace": "b"})", "cache_salt"},
       {R"({"prompt": "x", "cache_salt": ""})", "cache_salt"},
       {R"({"prompt": "x", "priority": 2000000})", "priority"},
@@ -147,7 +148,10 @@ TEST(CompletionRequestTest, BadValuesNameTheirParameter) {
     EXPECT_EQ(error["param"], param) << body << ": " << r.status();
     EXPECT_EQ(error["type"], "invalid_request_error");
   }
-  EXPECT_TRUE(Completion(R"({"prompt": "x", "min_tokens": 4, "ignore_eos": true})").ok());
+  absl::StatusOr<ApiRequest> min = Completion(R"({"prompt": "x", "min_tokens": 4, "stop_token_ids": [9]})");
+  ASSERT_TRUE(min.ok()) << min.status();
+  EXPECT_EQ(min->prompts[0].stopping().min_tokens(), 4u);
+  EXPECT_FALSE(min->prompts[0].stopping().ignore_eos());
 }
 
 TEST(CompletionRequestTest, UnknownModelIs404) {
@@ -268,7 +272,7 @@ v1::GenerateResponse Response(int index, const std::string& text, int token, v1:
 TEST(ResponseBuilderTest, CompletionsBodyOverPromptsAndSamples) {
   absl::StatusOr<ApiRequest> r = Completion(R"({"prompt": ["p", "q"], "n": 2, "echo": true})");
   ASSERT_TRUE(r.ok());
-  ResponseBuilder b(*r, "cmpl-1", "demo", 7, {"P:", "Q:"}, nullptr);
+  ResponseBuilder b(*r, "cmpl-1", "demo", 7, {{"P:", {}}, {"Q:", {}}}, nullptr);
   for (int p = 0; p < 2; ++p) {
     for (int s = 0; s < 2; ++s) {
       EXPECT_EQ(b.Add(p, Response(s, absl::StrCat("t", p, s), 5)), "");
@@ -298,7 +302,7 @@ TEST(ResponseBuilderTest, ChatStreamAsOpenAiSendsIt) {
       R"({"messages": [{"role": "user", "content": "x"}], "stream": true, "stream_options": {"include_usage": true},
           "logprobs": true, "top_logprobs": 2})");
   ASSERT_TRUE(r.ok());
-  ResponseBuilder b(*r, "chatcmpl-1", "demo", 7, {""}, nullptr);
+  ResponseBuilder b(*r, "chatcmpl-1", "demo", 7, {PromptEcho{}}, nullptr);
   std::string sse = b.StreamStart();
   sse += b.Add(0, Response(0, "Hel", 5));
   sse += b.Add(0, Response(0, "lo", 6, v1::FINISH_REASON_STOP_TOKEN, 12, 8, 2));
@@ -321,6 +325,68 @@ TEST(ResponseBuilderTest, ChatStreamAsOpenAiSendsIt) {
   EXPECT_EQ(events[3]["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
   EXPECT_EQ(events[3]["usage"]["total_tokens"], 14);
   EXPECT_EQ(events[4], "[DONE]");
+}
+
+// vLLM's return_token_ids: a streamed chunk per token even when the token
+// adds no text yet (a partial UTF-8 sequence), prompt ids once per choice.
+TEST(ResponseBuilderTest, ReturnTokenIdsInStreamsAndBodies) {
+  absl::StatusOr<ApiRequest> stream =
+      Completion(R"({"prompt": [[1, 2], [3]], "n": 2, "stream": true, "return_token_ids": true})");
+  ASSERT_TRUE(stream.ok());
+  EXPECT_TRUE(stream->return_token_ids);
+  {
+    ResponseBuilder b(*stream, "cmpl-2", "demo", 7, {{"", {1, 2}}, {"", {3}}}, nullptr);
+    std::string sse = b.StreamStart();
+    EXPECT_EQ(sse, "");
+    for (int p = 0; p < 2; ++p) {
+      for (int s = 0; s < 2; ++s) {
+        sse += b.Add(p, Response(s, "", 40 + s));
+        sse += b.Add(p, Response(s, "x", 50 + s, v1::FINISH_REASON_LENGTH, 2, 0, 2));
+      }
+    }
+    const std::vector<json> events = Events(sse);
+    ASSERT_EQ(events.size(), 8u);
+    for (int e = 0; e < 8; ++e) {
+      const json& c = events[e]["choices"][0];
+      const int prompt = e / 4, sample = (e / 2) % 2;
+      EXPECT_EQ(c["index"], prompt * 2 + sample);
+      EXPECT_EQ(c["token_ids"], json::array({(e % 2 == 0 ? 40 : 50) + sample}));
+      EXPECT_EQ(c.contains("prompt_token_ids"), e % 2 == 0) << e;
+      if (e % 2 == 0) {
+        EXPECT_EQ(c["prompt_token_ids"], prompt == 0 ? json::array({1, 2}) : json::array({3}));
+      }
+    }
+  }
+  absl::StatusOr<ApiRequest> body = Completion(R"({"prompt": [1, 2], "return_token_ids": true})");
+  ASSERT_TRUE(body.ok());
+  {
+    ResponseBuilder b(*body, "cmpl-3", "demo", 7, {{"", {1, 2}}}, nullptr);
+    b.Add(0, Response(0, "a", 7));
+    b.Add(0, Response(0, "", 8, v1::FINISH_REASON_STOP_TOKEN, 2, 0, 2));
+    const json out = json::parse(b.Body());
+    EXPECT_EQ(out["choices"][0]["token_ids"], json({7, 8}));
+    EXPECT_EQ(out["choices"][0]["prompt_token_ids"], json({1, 2}));
+  }
+  absl::StatusOr<ApiRequest> chat = Chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "stream": true, "return_token_ids": true})");
+  ASSERT_TRUE(chat.ok());
+  {
+    ResponseBuilder b(*chat, "chatcmpl-2", "demo", 7, {{"", {9, 9, 4}}}, nullptr);
+    std::string sse = b.StreamStart();
+    sse += b.Add(0, Response(0, "", 11, v1::FINISH_REASON_STOP_TOKEN, 3, 0, 1));
+    const std::vector<json> events = Events(sse + b.StreamEnd());
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[0]["prompt_token_ids"], json({9, 9, 4}));  // chat: at the top of the first chunk
+    EXPECT_EQ(events[1]["choices"][0]["token_ids"], json::array({11}));
+    EXPECT_FALSE(events[1].contains("prompt_token_ids"));
+  }
+  // Not asked: no ids anywhere, and an empty-text token is not streamed.
+  absl::StatusOr<ApiRequest> plain = Completion(R"({"prompt": [1], "stream": true})");
+  ASSERT_TRUE(plain.ok());
+  ResponseBuilder b(*plain, "cmpl-4", "demo", 7, {PromptEcho{}}, nullptr);
+  EXPECT_EQ(b.Add(0, Response(0, "", 7)), "");
+  EXPECT_FALSE(absl::StrContains(b.Add(0, Response(0, "z", 8)), "token_ids"));
+  EXPECT_FALSE(Completion(R"({"prompt": [1], "return_token_ids": 1})").ok());
 }
 
 TEST(ResponseBuilderTest, StreamErrorIsAnErrorEventThenDone) {

@@ -36,7 +36,8 @@ absl::Status ForClient(absl::Status status, Endpoint endpoint) {
   if (status.ok() || status.GetPayload(kParamPayload).has_value()) return status;
   static constexpr std::pair<const char*, const char*> kParams[] = {
       {"stopping.max_new_tokens", "max_tokens"}, {"stopping.stop_token_ids", "stop_token_ids"},
-      {"stopping.stop", "stop"},                   {"sampling.temperature", "temperature"},
+      {"stopping.stop", "stop"},                   {"stopping.min_tokens", "min_tokens"},
+      {"sampling.temperature", "temperature"},
       {"sampling.top_p", "top_p"},                 {"sampling.top_k", "top_k"},
       {"sampling.min_p", "min_p"},                 {"sampling.repetition_penalty", "repetition_penalty"},
       {"top_logprobs", "top_logprobs"},            {"cache_namespace", "cache_salt"},
@@ -57,12 +58,12 @@ absl::Status ForClient(absl::Status status, Endpoint endpoint) {
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
   Exchange(std::shared_ptr<http::Reply> reply, Engine* engine, ApiRequest request, std::string id,
-           std::string model, std::vector<std::string> prompt_texts, const Tokenizer* tokenizer)
+           std::string model, std::vector<PromptEcho> prompts, const Tokenizer* tokenizer)
       : reply_(std::move(reply)),
         engine_(engine),
         request_(std::move(request)),
         builder_(request_, std::move(id), std::move(model), absl::ToUnixSeconds(absl::Now()),
-                 std::move(prompt_texts), tokenizer),
+                 std::move(prompts), tokenizer),
         open_(static_cast<int>(request_.prompts.size())) {}
 
   void Submit(std::vector<EngineRequest> requests);
@@ -277,33 +278,29 @@ void OpenAiServer::Generate(Endpoint endpoint, const http::Request& http_request
                              ? RandomId(endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl")
                              : http_request.request_id;
   std::vector<EngineRequest> requests;
-  std::vector<std::string> prompt_texts;
+  std::vector<PromptEcho> echoes(parsed->prompts.size());
   for (size_t p = 0; p < parsed->prompts.size(); ++p) {
     v1::GenerateRequest& proto = parsed->prompts[p];
     proto.set_request_id(parsed->prompts.size() == 1 ? id : absl::StrCat(id, "-", p));
     // Checked as sent, then scoped to the tenant.
     const std::string requested = proto.cache_namespace();
-    if (parsed->fill_context) proto.mutable_stopping()->set_max_new_tokens(1);
-    absl::StatusOr<EngineRequest> request = ValidateGenerateRequest(proto, *config_, text_, NewRequestSeed());
+    absl::StatusOr<EngineRequest> request =
+        ValidateGenerateRequest(proto, *config_, text_, NewRequestSeed(), parsed->fill_context);
     if (!request.ok()) return SendError(*reply, ForClient(request.status(), endpoint));
     request->spec.cache_namespace = TokenAuth::CacheNamespace(tenant, requested);
-    if (parsed->fill_context) {
-      request->spec.max_new_tokens = static_cast<int32_t>(config_->max_context - request->spec.prompt.size());
-    }
     if (parsed->echo) {
       if (proto.has_token_ids() && text_.tokenizer != nullptr) {
         absl::StatusOr<std::string> decoded = text_.tokenizer->Decode(request->spec.prompt);
-        prompt_texts.push_back(decoded.ok() ? *decoded : std::string());
+        if (decoded.ok()) echoes[p].text = *std::move(decoded);
       } else {
-        prompt_texts.push_back(proto.text());
+        echoes[p].text = proto.text();
       }
-    } else {
-      prompt_texts.emplace_back();
     }
+    if (parsed->return_token_ids) echoes[p].token_ids = request->spec.prompt;
     requests.push_back(*std::move(request));
   }
   auto exchange = std::make_shared<Exchange>(reply, engine_, *std::move(parsed), id, options_.model.name,
-                                             std::move(prompt_texts), text_.tokenizer);
+                                             std::move(echoes), text_.tokenizer);
   exchange->Submit(std::move(requests));
 }
 

@@ -342,6 +342,14 @@ absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
       start.history = r->spec.prompt;
       start.history.insert(start.history.end(), s.generated.begin(), s.generated.end());
     }
+    if (static_cast<int32_t>(s.generated.size()) < r->spec.min_tokens) {
+      start.min_tokens = r->spec.min_tokens;
+      start.suppress_ids = r->spec.stop_token_ids;
+      if (!r->spec.ignore_eos) {
+        start.suppress_ids.insert(start.suppress_ids.end(), options_.eos_token_ids.begin(),
+                                  options_.eos_token_ids.end());
+      }
+    }
     pending_starts_.push_back(std::move(start));
   }
   r->running = true;
@@ -574,8 +582,10 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
     e.completion_tokens = static_cast<int32_t>(sample.generated.size());
     const auto& eos = options_.eos_token_ids;
     const auto& stops = r->spec.stop_token_ids;
-    if ((!r->spec.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
-        std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    // Before min_tokens the worker never samples these; a stop there is not one.
+    const bool may_stop = static_cast<int32_t>(sample.generated.size()) > r->spec.min_tokens;
+    if (may_stop && ((!r->spec.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+                     std::find(stops.begin(), stops.end(), token) != stops.end())) {
       e.finish = FinishReason::kStopToken;
     } else if (static_cast<int32_t>(sample.generated.size()) >= r->spec.max_new_tokens) {
       e.finish = FinishReason::kLength;

@@ -77,6 +77,9 @@ struct RequestSpec {
   int32_t max_new_tokens = 16;
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
+  // The first min_tokens tokens of each sample are never EOS (unless
+  // ignore_eos) nor a stop token: the worker masks them. <= max_new_tokens.
+  int32_t min_tokens = 0;
   int32_t n = 1;
   int32_t priority = 0;  // lower first, in [kMinPriority, kMaxPriority]
 };

@@ -467,7 +467,7 @@ class Cluster:
 def make_request(prompt_ids=None, text=None, namespace='', temperature=None, top_k=None,
                  top_p=None, min_p=None, repetition_penalty=None, seed=None,
                  max_new_tokens=None, stop=(), stop_token_ids=(), ignore_eos=False, n=0,
-                 logprobs=False, request_id='', priority=0):
+                 logprobs=False, request_id='', priority=0, min_tokens=0):
     sampling = pb.SamplingParams()
     for field, value in (('temperature', temperature), ('top_k', top_k), ('top_p', top_p),
                          ('min_p', min_p), ('repetition_penalty', repetition_penalty),
@@ -475,7 +475,7 @@ def make_request(prompt_ids=None, text=None, namespace='', temperature=None, top
         if value is not None:
             setattr(sampling, field, value)
     stopping = pb.StoppingCriteria(stop=list(stop), stop_token_ids=list(stop_token_ids),
-                                   ignore_eos=ignore_eos)
+                                   ignore_eos=ignore_eos, min_tokens=min_tokens)
     if max_new_tokens is not None:
         stopping.max_new_tokens = max_new_tokens
     req = pb.GenerateRequest(request_id=request_id, cache_namespace=namespace, sampling=sampling,

@@ -148,6 +148,19 @@ class OpenAiTest(OpenAiTestBase):
         self.assertEqual(again['choices'][0]['text'], first['choices'][0]['text'])
         self.assertGreaterEqual(again['usage']['prompt_tokens_details']['cached_tokens'], usage['prompt_tokens'] - 64)
         self.assertGreater(again['usage']['prompt_tokens_details']['cached_tokens'], 0)
+        # vLLM's return_token_ids, streamed: the prompt's ids as /tokenize gives
+        # them, once, and gRPC's completion ids chunk by chunk.
+        chunks = self.sdk_call('completions', dict(params, stream=True, return_token_ids=True,
+                                                   cache_salt=harness.fresh_namespace('ids')))['chunks']
+        self.assertEqual([c['choices'][0]['prompt_token_ids'] for c in chunks
+                          if 'prompt_token_ids' in c['choices'][0]],
+                         [self.http.json('POST', '/tokenize', {'prompt': prompt})[1]['tokens']])
+        self.assertEqual(sum((c['choices'][0]['token_ids'] for c in chunks), []), grpc_out.tokens)
+        self.assertTrue(all(len(c['choices'][0]['token_ids']) == 1 for c in chunks))
+        whole = self.sdk_call('chat', {'messages': [{'role': 'user', 'content': prompt}], 'max_tokens': 4,
+                                       'temperature': 0, 'return_token_ids': True})['result']
+        self.assertEqual(len(whole['choices'][0]['token_ids']), whole['usage']['completion_tokens'])
+        self.assertEqual(len(whole['prompt_token_ids']), whole['usage']['prompt_tokens'])
 
     def test_sdk_prompt_lists_n_stop_and_echo(self):
         out = self.sdk_call('completions', {'prompt': [self.prose(10, 20), self.prose(40, 20)], 'n': 2,
@@ -213,6 +226,41 @@ class OpenAiTest(OpenAiTestBase):
         self.assertEqual(len(lp['token_logprobs']), 4)
         self.assertEqual(len(lp['text_offset']), 4)
         self.assertTrue(all(1 <= len(t) <= 3 for t in lp['top_logprobs']))
+
+    def test_sdk_min_tokens(self):
+        """vLLM's min_tokens: stop tokens (and EOS) are masked and stop strings
+        not matched until then; after that a stop ends the request as usual."""
+        prompt = self.prose(300, 40)
+        base = {'prompt': prompt, 'max_tokens': 8, 'temperature': 0, 'return_token_ids': True}
+        free = self.sdk_call('completions', base)['result']['choices'][0]
+        g = free['token_ids']
+        self.assertEqual(len(g), 8)
+        stopped = self.sdk_call('completions', dict(base, stop_token_ids=[g[0]]))['result']
+        self.assertEqual(stopped['choices'][0]['token_ids'], [g[0]])
+        self.assertEqual(stopped['choices'][0]['finish_reason'], 'stop')
+        held = self.sdk_call('completions', dict(base, stop_token_ids=g, min_tokens=8))['result']
+        ids = held['choices'][0]['token_ids']
+        self.assertEqual(len(ids), 8)
+        self.assertFalse(set(ids) & set(g), (ids, g))
+        self.assertEqual(held['choices'][0]['finish_reason'], 'length')
+        # The same through gRPC: the same tokens.
+        grpc_out = self.cluster.generate(harness.make_request(
+            text=prompt, temperature=0.0, max_new_tokens=8, stop_token_ids=g, min_tokens=8))[0]
+        self.assertEqual(grpc_out.tokens, ids)
+        # A stop string is not matched before min_tokens.
+        text = free['text']
+        stop = text.strip()[:2]
+        if len(stop) == 2 and stop in text:
+            early = self.sdk_call('completions', dict(base, stop=[stop]))['result']
+            self.assertLess(early['usage']['completion_tokens'], 8)
+            late = self.sdk_call('completions', dict(base, stop=[stop], min_tokens=8))['result']
+            self.assertEqual(late['usage']['completion_tokens'], 8)
+        # Masking every token would leave nothing to sample: a 400, not a failed step.
+        vocab = self.cluster.model_info().vocab_size
+        err = self.sdk_call('completions', dict(base, stop_token_ids=list(range(vocab)), min_tokens=1))['error']
+        self.assertEqual((err['status'], err['param']), (400, 'min_tokens'), err)
+        err = self.sdk_call('completions', dict(base, min_tokens=9))['error']
+        self.assertEqual((err['status'], err['param']), (400, 'min_tokens'), err)
 
     def test_sdk_errors_are_typed(self):
         cases = [

@@ -1,6 +1,7 @@
 #include "workers/server/plan_executor.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -114,6 +115,15 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
       state.params.return_logprobs = false;
       RETURN_IF_ERROR(ValidateSamplingParams(state.params));
       state.history = s.history;
+      const int vocab = model_->config().vocab_size;
+      if (s.min_tokens < 0) return absl::InvalidArgumentError("a sampler's min_tokens is negative");
+      for (int32_t id : s.suppress_ids) {
+        if (id < 0 || id >= vocab) {
+          return absl::InvalidArgumentError(absl::StrFormat("suppressed token %d is outside [0, %d)", id, vocab));
+        }
+      }
+      state.min_tokens = s.min_tokens;
+      state.suppress_ids = s.suppress_ids;
       samplers_[s.key] = std::move(state);
     }
   }
@@ -145,7 +155,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
       return samplers.status();
     }
-    if (!keep_logits_ && greedy && model_->has_device_greedy()) {
+    if (!keep_logits_ && !masking_ && greedy && model_->has_device_greedy()) {
       RETURN_IF_ERROR(model_->ForwardGreedy(batch, greedy_tokens_, greedy_logprobs_));
       if (samples_) {
         picks_.resize(sample_rows_.size());
@@ -153,7 +163,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
           picks_[k] = {greedy_tokens_[sample_rows_[k]], greedy_logprobs_[sample_rows_[k]], {}};
         }
       }
-    } else if (!keep_logits_ && samples_ && model_->has_device_sampling()) {
+    } else if (!keep_logits_ && !masking_ && samples_ && model_->has_device_sampling()) {
       RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows_, sample_inputs_, picks_));
     } else {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
@@ -173,6 +183,7 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
   sample_rows_.resize(n);
   sample_inputs_.resize(n);
   bool greedy = true;
+  masking_ = false;
   for (int k = 0; k < n; ++k) {
     const SampleRow& row = plan.samples[k];
     if (row.row < 0 || row.row >= rows) {
@@ -192,6 +203,7 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     sample_inputs_[k].params = &state.params;
     sample_inputs_[k].history = state.history;
     sample_inputs_[k].step = row.step;
+    masking_ |= !state.suppress_ids.empty() && row.step < static_cast<uint64_t>(state.min_tokens);
   }
   return greedy;
 }
@@ -203,8 +215,12 @@ absl::Status PlanExecutor::SampleOnHost(const StepPlan& plan) {
   if (n == 0) return absl::OkStatus();
   sample_logits_.resize(static_cast<size_t>(n) * vocab);
   for (int k = 0; k < n; ++k) {
-    std::copy_n(logits_.begin() + static_cast<ptrdiff_t>(sample_rows_[k]) * vocab, vocab,
-                sample_logits_.begin() + static_cast<ptrdiff_t>(k) * vocab);
+    float* row = sample_logits_.data() + static_cast<ptrdiff_t>(k) * vocab;
+    std::copy_n(logits_.begin() + static_cast<ptrdiff_t>(sample_rows_[k]) * vocab, vocab, row);
+    const SamplerState& state = *sample_states_[k];
+    if (sample_inputs_[k].step < static_cast<uint64_t>(state.min_tokens)) {
+      for (int32_t id : state.suppress_ids) row[id] = -std::numeric_limits<float>::infinity();
+    }
   }
   return sampler_.Sample(sample_logits_, vocab, sample_inputs_, absl::MakeSpan(picks_));
 }

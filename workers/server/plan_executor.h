@@ -7,7 +7,10 @@
 // only the picks: the greedy ones from inside the step when every sample is
 // greedy without a penalty or top_logprobs, else the full Sampler semantics
 // after it. Other models' logits rows go through the CPU Sampler. Each
-// sample's top_logprobs entries follow its token in the StepResult.
+// sample's top_logprobs entries follow its token in the StepResult. A step
+// with a sample still under its min_tokens takes the host path, where that
+// sample's suppressed tokens are masked to -inf before the Sampler sees
+// them (so its logprobs are those of the masked row).
 //
 // Every plan comes from the network, so every field is checked before the
 // model runs (INVALID_ARGUMENT): the model validates the batch, and this
@@ -50,12 +53,14 @@ class PlanExecutor {
   struct SamplerState {
     SamplingParams params;
     std::vector<int32_t> history;
+    int32_t min_tokens = 0;
+    std::vector<int32_t> suppress_ids;  // checked against the vocabulary
   };
 
   absl::Status SetContext(const ChunkContext& context);
   absl::Status UpdateLengths(const StepPlan& plan);
   // The samplers and inputs of the plan's samples, checked; whether all
-  // are greedy.
+  // are greedy. Sets masking_ when a sample is under its min_tokens.
   absl::StatusOr<bool> LookupSamplers(const StepPlan& plan);
   // picks_ from the host logits_ through the CPU Sampler.
   absl::Status SampleOnHost(const StepPlan& plan);
@@ -75,6 +80,7 @@ class PlanExecutor {
   std::vector<int32_t> tail_entry_;
   absl::flat_hash_map<int64_t, SamplerState> samplers_;
   Sampler sampler_;
+  bool masking_ = false;  // this step: some sample has tokens to suppress
   // Per plan sample: its stream, logits row, Sampler input and pick.
   std::vector<SamplerState*> sample_states_;
   std::vector<int32_t> sample_rows_;
