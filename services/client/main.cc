@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,6 +28,7 @@
 #include "services/client/chat.h"
 #include "services/client/client.h"
 #include "services/client/replay.h"
+#include "services/client/stats_watch.h"
 
 ABSL_FLAG(std::string, server, "", "the coordinator, HOST:PORT");
 ABSL_FLAG(double, timeout_s, 600, "deadline of every RPC, seconds");
@@ -58,6 +60,9 @@ ABSL_FLAG(std::string, template_kwargs, "", "chat: template variables as a JSON 
 ABSL_FLAG(std::string, prompts_file, "", "replay: one prompt per line (blank lines skipped)");
 ABSL_FLAG(std::optional<int>, requests, std::nullopt, "replay: requests to send (default: one per prompt)");
 ABSL_FLAG(int, concurrency, 8, "replay: requests in flight at once");
+ABSL_FLAG(bool, watch, false, "stats: a live view, refreshed in place until Ctrl-C");
+ABSL_FLAG(std::optional<double>, interval_s, std::nullopt, "stats --watch: seconds between refreshes, 0.05..3600 (default 1)");
+ABSL_FLAG(std::optional<int>, count, std::nullopt, "stats --watch: refreshes before exiting (default: until Ctrl-C)");
 
 namespace chunkattn::client {
 namespace {
@@ -80,7 +85,10 @@ subcommands:
                     --max_new_tokens (default 256) and the sampling flags, --namespace
   info              the model and KV cache geometry (GetModelInfo)
   tokenize "TEXT"   the model's token ids and pieces for TEXT (--add_bos=false: no BOS)
-  stats             the prefix cache now and at its peak (GetCacheStats)
+  stats             the prefix cache now and at its peak (GetCacheStats); with --watch, a live
+                    view refreshed in place every --interval_s (default 1) until Ctrl-C or
+                    --count refreshes: chunks used / cached / free, shared, the prompt hit
+                    rate over the last interval, tokens/s, requests running and waiting
   health            grpc.health.v1 status: prints SERVING (exit 0) or NOT_SERVING (exit 1)
   replay            the quick start's workload: --system_prompt_file F --prompts_file F
                     [--requests N] [--concurrency 8] [--max_new_tokens 32] [--temperature 0.8]
@@ -363,6 +371,20 @@ int Tokenize(const std::vector<std::string>& args) {
 int Stats(const std::vector<std::string>& args) {
   if (absl::Status s = ValidateCommon(); !s.ok()) return UsageError(s);
   if (!args.empty()) return UsageError("stats takes no arguments");
+  const std::optional<double> interval = absl::GetFlag(FLAGS_interval_s);
+  const std::optional<int> count = absl::GetFlag(FLAGS_count);
+  if (absl::GetFlag(FLAGS_watch)) {
+    WatchOptions o;
+    o.channel = g_channel;
+    o.interval_s = interval.value_or(1.0);
+    o.count = count.value_or(0);
+    if (!(o.interval_s >= 0.05 && o.interval_s <= 3600)) return UsageError("--interval_s must be in [0.05, 3600]");
+    if (o.count < 0) return UsageError("--count must be >= 0");
+    const char* term = std::getenv("TERM");
+    o.redraw = isatty(STDOUT_FILENO) && term != nullptr && std::strcmp(term, "dumb") != 0;
+    return WatchStats(o);
+  }
+  if (interval || count) return UsageError("--interval_s and --count are for stats --watch");
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::GetFlag(FLAGS_timeout_s));
   v1::CacheStats st;

@@ -2,6 +2,7 @@
 import os
 import re
 import subprocess
+import time
 import unittest
 
 import harness
@@ -69,6 +70,9 @@ class CliTest(harness.ServiceTestCase):
                      ['replay', '--server', self.server, '--concurrency', 0] + files,
                      ['replay', '--server', self.server, '--prompts_file', '/nonexistent/prompts.txt',
                       '--system_prompt_file', files[1]],
+                     ['stats', '--server', self.server, '--watch', '--interval_s', 0],
+                     ['stats', '--server', self.server, '--watch', '--count', -1],
+                     ['stats', '--server', self.server, '--count', 2],
                      ['frobnicate', '--server', self.server]):
             with self.subTest(args=args):
                 r = run_cli(*args, timeout=30)
@@ -95,6 +99,74 @@ class CliTest(harness.ServiceTestCase):
         r = run_cli('health', '--server', self.server, '--timeout_s', 10)
         self.check(r)
         self.assertEqual(r.stdout, 'SERVING\n')
+
+    def test_stats_watch(self):
+        """A live view: one panel per refresh (blocks when not a terminal), the
+        hit rate over the last interval from real traffic, a clean end on
+        Ctrl-C, and a clear one when the server goes away."""
+        panel = re.compile(r'chunkattn cache at (\S+), every ([0-9.]+) s \(Ctrl-C to stop\)\n'
+                           r'chunks    \[[#+.]{40}\] used ([\d,]+)  cached ([\d,]+)  free ([\d,]+)  of ([\d,]+)\n'
+                           r'shared    [\d,]+ chunks held by 2\+ sequences; [\d,]+ tokens of KV stored as [\d,]+ '
+                           r'\([0-9.]+% saved\)\n'
+                           r'prompts   hit rate (.+) over the last interval, (\S+) since start\n'
+                           r'generate  (\S+) tokens/s, ([\d,]+) tokens since start\n'
+                           r'requests  ([\d,]+) running, ([\d,]+) waiting; .*\n')
+        num = lambda s: int(s.replace(',', ''))  # noqa: E731
+        r = run_cli('stats', '--server', self.server, '--watch', '--interval_s', 0.2, '--count', 3, timeout=60)
+        self.check(r)
+        self.assertNotIn('\x1b', r.stdout)  # not a terminal: no escape codes
+        panels = panel.findall(r.stdout)
+        self.assertEqual(len(panels), 3, r.stdout)
+        capacity = self.cluster.cache_stats().capacity_chunks
+        for p in panels:
+            self.assertEqual(p[0], self.server)
+            self.assertEqual(num(p[2]) + num(p[3]) + num(p[4]), capacity)
+            self.assertEqual(num(p[5]), capacity)
+        self.assertEqual((panels[0][6], panels[0][8]), ('-', '-'))  # no interval before the first refresh
+        self.assertEqual(panels[1][6], '- (no prompts)')
+        # Traffic while watching: the same long prompt twice, so the last
+        # interval's hit rate is from the second request.
+        watch = subprocess.Popen([harness.bin_path('chunkattn'), 'stats', '--server', self.server, '--watch',
+                                  '--interval_s', '0.3'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            ns = harness.fresh_namespace('watch')
+            ids = list(range(20, 20 + 300))
+            self.cluster.generate(harness.make_request(prompt_ids=ids, namespace=ns, max_new_tokens=2))
+            self.cluster.generate(harness.make_request(prompt_ids=ids, namespace=ns, max_new_tokens=2))
+            time.sleep(1.0)  # a few more refreshes see the traffic
+            watch.send_signal(2)  # SIGINT, as Ctrl-C
+            out, err = watch.communicate(timeout=30)
+        finally:
+            if watch.poll() is None:
+                watch.kill()
+                watch.communicate()
+        self.assertEqual(watch.returncode, 0, err)
+        self.assertNotIn('Traceback', err)
+        panels = panel.findall(out)
+        self.assertGreaterEqual(len(panels), 2, out)
+        rates = [p[6] for p in panels if not p[6].startswith('-')]
+        self.assertTrue(any(float(x.split('%')[0]) > 0 for x in rates), out)
+        self.assertTrue(any(p[8] != '-' and float(p[8]) > 0 for p in panels), out)
+        # The server goes away: exit 1 with the RPC error, no hang.
+        cluster = self.start_cluster('cli-gone', tp=1)
+        watch = subprocess.Popen([harness.bin_path('chunkattn'), 'stats', '--server', '127.0.0.1:%d' % cluster.port,
+                                  '--watch', '--interval_s', '0.2'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        try:
+            time.sleep(0.8)
+            cluster.stop()
+            out, err = watch.communicate(timeout=60)
+        finally:
+            if watch.poll() is None:
+                watch.kill()
+                watch.communicate()
+        self.assertEqual(watch.returncode, 1, err)
+        self.assertIn('went away', err)
+        self.assertRegex(err, r'(?m)^error: [A-Z_]+: ')
+        self.assertGreaterEqual(len(panel.findall(out)), 1, out)
+        r = run_cli('stats', '--server', '127.0.0.1:%d' % harness.free_port(), '--watch', '--count', 1, timeout=60)
+        self.check(r, 1)
+        self.assertIn('cannot be reached', r.stderr)
 
     def test_replay_demo_prompts(self):
         demo = os.path.join(harness.SOURCE, 'data', 'demo')
