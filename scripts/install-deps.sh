@@ -22,6 +22,7 @@ PACKAGES=(
 TEST_PACKAGES=(
   python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml
   python3-jinja2  # the chat-template reference (tests/text/chat_reference.py)
+  python3-matplotlib  # bench/plot.py's charts (tests/tools/test_plot.py)
   openssl unzip
   clang-14 libclang-rt-14-dev  # the sanitizer and fuzzer builds (scripts/sanitize.sh)
 )
