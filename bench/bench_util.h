@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/percentile.h"
 #include "nlohmann/json.hpp"
 
 namespace chunkattn::bench {
@@ -117,18 +118,9 @@ inline nlohmann::json Provenance(int argc, char** argv) {
   return p;
 }
 
-inline double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-inline double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5))];
-}
+// The one definition, shared with the client's summaries.
+using ::chunkattn::Median;
+using ::chunkattn::Percentile;
 
 }  // namespace chunkattn::bench
 

@@ -29,9 +29,12 @@ METRICS = [('normalized_latency_ms_per_token', 'normalized latency (ms/token)'),
 
 
 def run_loadgen(binary, cluster, front, args, json_path):
+    """One chunkattn-loadgen run of `args` (rate, requests, np, ns, nc, seed)
+    through `front` ('grpc' or 'http') in a fresh cache namespace: its JSON row.
+    bench/e2e_sweep.py runs its grid through this too."""
     cmd = [binary, '--server', '127.0.0.1:%d' % cluster.port, '--rate', str(args.rate),
            '--requests', str(args.requests), '--np', str(args.np), '--ns', str(args.ns), '--nc', str(args.nc),
-           '--seed', str(args.seed), '--cache_namespace', 'fronts-%s-%s' % (front, uuid.uuid4().hex[:12]),
+           '--seed', str(args.seed), '--cache_namespace', 'run-%s-%s' % (front, uuid.uuid4().hex[:12]),
            '--json', json_path]
     if front == 'http':
         cmd += ['--http', 'http://127.0.0.1:%d' % cluster.http_port]

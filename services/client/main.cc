@@ -60,6 +60,7 @@ ABSL_FLAG(std::string, template_kwargs, "", "chat: template variables as a JSON 
 ABSL_FLAG(std::string, prompts_file, "", "replay: one prompt per line (blank lines skipped)");
 ABSL_FLAG(std::optional<int>, requests, std::nullopt, "replay: requests to send (default: one per prompt)");
 ABSL_FLAG(int, concurrency, 8, "replay: requests in flight at once");
+ABSL_FLAG(std::string, json, "", "replay: also write the summary to this file as JSON");
 ABSL_FLAG(bool, watch, false, "stats: a live view, refreshed in place until Ctrl-C");
 ABSL_FLAG(std::optional<double>, interval_s, std::nullopt, "stats --watch: seconds between refreshes, 0.05..3600 (default 1)");
 ABSL_FLAG(std::optional<int>, count, std::nullopt, "stats --watch: refreshes before exiting (default: until Ctrl-C)");
@@ -464,6 +465,7 @@ int Replay(const std::vector<std::string>& args) {
   if (absl::Status s = FillParams(defaults, &o.sampling, &o.stopping, 32); !s.ok()) return UsageError(s);
   o.seed = absl::GetFlag(FLAGS_seed).value_or(1);
   o.cache_namespace = absl::GetFlag(FLAGS_namespace);
+  o.json_path = absl::GetFlag(FLAGS_json);
   return RunReplay(o);
 }
 

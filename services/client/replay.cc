@@ -7,9 +7,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
+#include "base/percentile.h"
+#include "nlohmann/json.hpp"
 #include "services/client/client.h"
 
 namespace chunkattn::client {
@@ -23,6 +26,7 @@ struct Totals {
   uint64_t prompt_tokens = 0;
   uint64_t cached_prompt_tokens = 0;
   uint64_t completion_tokens = 0;
+  std::vector<double> ttft_ms;  // per request that streamed a token
 };
 
 // Shared by the request threads; `mu` guards everything but the atomics.
@@ -61,11 +65,16 @@ void RunOne(v1::Generation::Stub* stub, const ReplayOptions& o, int i, ReplaySta
 
   grpc::ClientContext ctx;
   SetDeadline(&ctx, o.timeout_s);
+  const Clock::time_point sent = Clock::now();
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Generate(&ctx, request);
   v1::GenerateResponse response;
   v1::Usage usage;
   bool finished = false;
+  double ttft_ms = -1;
   while (reader->Read(&response)) {
+    if (ttft_ms < 0 && response.token_ids_size() > 0) {
+      ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
+    }
     state->streamed_tokens += response.token_ids_size();
     if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       usage = response.usage();
@@ -81,6 +90,7 @@ void RunOne(v1::Generation::Stub* stub, const ReplayOptions& o, int i, ReplaySta
     state->totals.prompt_tokens += usage.prompt_tokens();
     state->totals.cached_prompt_tokens += usage.cached_prompt_tokens();
     state->totals.completion_tokens += usage.completion_tokens();
+    if (ttft_ms >= 0) state->totals.ttft_ms.push_back(ttft_ms);
   } else {
     ++state->totals.failed;
     if (state->errors_printed++ < kMaxErrorsPrinted) {
@@ -130,18 +140,6 @@ int RunReplay(const ReplayOptions& o) {
   PrintProgress(state, o.requests, start, true);
 
   const Totals& t = state.totals;
-  std::printf("%-26s %d ok, %d failed\n", "requests", t.ok, t.failed);
-  std::printf("%-26s %.2f s\n", "wall time", wall_s);
-  std::printf("%-26s %llu\n", "prompt tokens", static_cast<unsigned long long>(t.prompt_tokens));
-  std::printf("%-26s %llu\n", "cached prompt tokens",
-              static_cast<unsigned long long>(t.cached_prompt_tokens));
-  std::printf("%-26s %.1f%%\n", "prefix hit rate",
-              100.0 * t.cached_prompt_tokens / std::max<uint64_t>(1, t.prompt_tokens));
-  std::printf("%-26s %llu\n", "completion tokens",
-              static_cast<unsigned long long>(t.completion_tokens));
-  std::printf("%-26s %.1f tokens/s\n", "generation throughput",
-              t.completion_tokens / std::max(wall_s, 1e-9));
-
   // The peak figures are the server's since it started: for a fresh server
   // they are this workload's.
   v1::ModelInfo info;
@@ -161,19 +159,55 @@ int RunReplay(const ReplayOptions& o) {
     PrintRpcError(status);
     return 1;
   }
-  const double shared_mib = stats.peak_used_chunks() * static_cast<double>(info.kv_chunk_bytes()) / kMiB;
-  const double unshared_mib =
-      stats.peak_unshared_chunks() * static_cast<double>(info.kv_chunk_bytes()) / kMiB;
-  std::printf("%-26s %.2f MiB (%llu chunks)\n", "peak KV memory, shared", shared_mib,
+  const double chunk_mib = static_cast<double>(info.kv_chunk_bytes()) / kMiB;
+  const double hit_rate = 100.0 * t.cached_prompt_tokens / std::max<uint64_t>(1, t.prompt_tokens);
+  const double saved = stats.peak_unshared_chunks() == 0
+                           ? 0.0
+                           : 100.0 * (1.0 - static_cast<double>(stats.peak_used_chunks()) /
+                                                stats.peak_unshared_chunks());
+  const double ttft_p50 = Percentile(t.ttft_ms, 50), ttft_p99 = Percentile(t.ttft_ms, 99);
+  const double tokens_per_s = t.completion_tokens / std::max(wall_s, 1e-9);
+  std::printf("%-26s %d ok, %d failed\n", "requests", t.ok, t.failed);
+  std::printf("%-26s %.2f s\n", "wall time", wall_s);
+  std::printf("%-26s %llu\n", "prompt tokens", static_cast<unsigned long long>(t.prompt_tokens));
+  std::printf("%-26s %llu\n", "cached prompt tokens", static_cast<unsigned long long>(t.cached_prompt_tokens));
+  std::printf("%-26s %.1f%%\n", "prefix hit rate", hit_rate);
+  std::printf("%-26s %.0f ms p50, %.0f ms p99\n", "time to first token", ttft_p50, ttft_p99);
+  std::printf("%-26s %llu\n", "completion tokens", static_cast<unsigned long long>(t.completion_tokens));
+  std::printf("%-26s %.1f tokens/s\n", "generation throughput", tokens_per_s);
+  std::printf("%-26s %.2f MiB (%llu chunks)\n", "peak KV memory, shared", stats.peak_used_chunks() * chunk_mib,
               static_cast<unsigned long long>(stats.peak_used_chunks()));
-  std::printf("%-26s %.2f MiB (%llu chunks)\n", "peak KV memory, unshared", unshared_mib,
-              static_cast<unsigned long long>(stats.peak_unshared_chunks()));
-  std::printf("%-26s %.1f%%\n", "KV memory saved",
-              stats.peak_unshared_chunks() == 0
-                  ? 0.0
-                  : 100.0 * (1.0 - static_cast<double>(stats.peak_used_chunks()) /
-                                       stats.peak_unshared_chunks()));
+  std::printf("%-26s %.2f MiB (%llu chunks)\n", "peak KV memory, unshared",
+              stats.peak_unshared_chunks() * chunk_mib, static_cast<unsigned long long>(stats.peak_unshared_chunks()));
+  std::printf("%-26s %.1f%%\n", "KV memory saved", saved);
   std::fflush(stdout);
+
+  if (!o.json_path.empty()) {
+    const nlohmann::json summary = {{"model", info.model()},
+                                    {"prefix_sharing", info.prefix_sharing()},
+                                    {"tensor_parallel_size", info.tensor_parallel_size()},
+                                    {"requests", o.requests},
+                                    {"concurrency", o.concurrency},
+                                    {"ok", t.ok},
+                                    {"failed", t.failed},
+                                    {"wall_s", wall_s},
+                                    {"prompt_tokens", t.prompt_tokens},
+                                    {"cached_prompt_tokens", t.cached_prompt_tokens},
+                                    {"computed_prompt_tokens", t.prompt_tokens - t.cached_prompt_tokens},
+                                    {"completion_tokens", t.completion_tokens},
+                                    {"tokens_per_s", tokens_per_s},
+                                    {"ttft_p50_ms", ttft_p50},
+                                    {"ttft_p99_ms", ttft_p99},
+                                    {"kv_chunk_bytes", info.kv_chunk_bytes()},
+                                    {"peak_used_chunks", stats.peak_used_chunks()},
+                                    {"peak_unshared_chunks", stats.peak_unshared_chunks()}};
+    std::ofstream f(o.json_path);
+    f << summary.dump(1) << "\n";
+    if (!f.flush()) {
+      std::fprintf(stderr, "error: cannot write %s\n", o.json_path.c_str());
+      return 1;
+    }
+  }
   return t.failed == 0 ? 0 : 1;
 }
 

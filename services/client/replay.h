@@ -2,8 +2,10 @@
 // coordinator. Request i's prompt is the system prompt + "\n\n" +
 // prompts[i % prompts.size()], sampled with seed + i; `concurrency` threads
 // each keep one streaming call open at a time. Prints a progress line while
-// it runs and a summary table (prefix hit rate, throughput, KV memory at the
-// peak with and without sharing) at the end.
+// it runs and a summary table (prefix hit rate, time to first token,
+// throughput, KV memory at the peak with and without sharing) at the end;
+// with json_path, the same as one JSON object (scripts/serve_demo.sh puts
+// two runs side by side).
 #ifndef CHUNKATTN_SERVICES_CLIENT_REPLAY_H_
 #define CHUNKATTN_SERVICES_CLIENT_REPLAY_H_
 
@@ -28,6 +30,7 @@ struct ReplayOptions {
   v1::SamplingParams sampling;
   uint64_t seed = 1;
   v1::StoppingCriteria stopping;
+  std::string json_path;  // empty: no JSON
 };
 
 // Runs the workload; returns the process exit code (0 when every request

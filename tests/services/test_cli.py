@@ -1,7 +1,10 @@
 """The `chunkattn` command-line client against a running coordinator."""
+import json
 import os
 import re
+import signal
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -11,6 +14,24 @@ import harness
 def run_cli(*args, timeout=240):
     return subprocess.run([harness.bin_path('chunkattn')] + [str(a) for a in args],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def watch_while(server, interval_s, action):
+    """Runs `chunkattn stats --watch` while action() runs; sends the signal
+    action returns, if any; (exit code, stdout, stderr), never hanging."""
+    watch = subprocess.Popen([harness.bin_path('chunkattn'), 'stats', '--server', server, '--watch',
+                              '--interval_s', str(interval_s)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        sig = action()
+        if sig is not None:
+            watch.send_signal(sig)
+        out, err = watch.communicate(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.communicate()
+    return watch.returncode, out, err
 
 
 USAGE_LINE = re.compile(r'^finish=(\w+) prompt_tokens=(\d+) cached_prompt_tokens=(\d+) '
@@ -126,21 +147,16 @@ class CliTest(harness.ServiceTestCase):
         self.assertEqual(panels[1][6], '- (no prompts)')
         # Traffic while watching: the same long prompt twice, so the last
         # interval's hit rate is from the second request.
-        watch = subprocess.Popen([harness.bin_path('chunkattn'), 'stats', '--server', self.server, '--watch',
-                                  '--interval_s', '0.3'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
+        def traffic():
             ns = harness.fresh_namespace('watch')
             ids = list(range(20, 20 + 300))
             self.cluster.generate(harness.make_request(prompt_ids=ids, namespace=ns, max_new_tokens=2))
             self.cluster.generate(harness.make_request(prompt_ids=ids, namespace=ns, max_new_tokens=2))
             time.sleep(1.0)  # a few more refreshes see the traffic
-            watch.send_signal(2)  # SIGINT, as Ctrl-C
-            out, err = watch.communicate(timeout=30)
-        finally:
-            if watch.poll() is None:
-                watch.kill()
-                watch.communicate()
-        self.assertEqual(watch.returncode, 0, err)
+            return signal.SIGINT  # as Ctrl-C
+
+        rc, out, err = watch_while(self.server, 0.3, traffic)
+        self.assertEqual(rc, 0, err)
         self.assertNotIn('Traceback', err)
         panels = panel.findall(out)
         self.assertGreaterEqual(len(panels), 2, out)
@@ -149,18 +165,12 @@ class CliTest(harness.ServiceTestCase):
         self.assertTrue(any(p[8] != '-' and float(p[8]) > 0 for p in panels), out)
         # The server goes away: exit 1 with the RPC error, no hang.
         cluster = self.start_cluster('cli-gone', tp=1)
-        watch = subprocess.Popen([harness.bin_path('chunkattn'), 'stats', '--server', '127.0.0.1:%d' % cluster.port,
-                                  '--watch', '--interval_s', '0.2'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True)
-        try:
+        def server_leaves():
             time.sleep(0.8)
             cluster.stop()
-            out, err = watch.communicate(timeout=60)
-        finally:
-            if watch.poll() is None:
-                watch.kill()
-                watch.communicate()
-        self.assertEqual(watch.returncode, 1, err)
+
+        rc, out, err = watch_while('127.0.0.1:%d' % cluster.port, 0.2, server_leaves)
+        self.assertEqual(rc, 1, err)
         self.assertIn('went away', err)
         self.assertRegex(err, r'(?m)^error: [A-Z_]+: ')
         self.assertGreaterEqual(len(panel.findall(out)), 1, out)
@@ -170,11 +180,32 @@ class CliTest(harness.ServiceTestCase):
 
     def test_replay_demo_prompts(self):
         demo = os.path.join(harness.SOURCE, 'data', 'demo')
-        r = run_cli('replay', '--server', self.server,
-                    '--system_prompt_file', os.path.join(demo, 'system_prompt.txt'),
-                    '--prompts_file', os.path.join(demo, 'prompts.txt'),
-                    '--requests', 8, '--max_new_tokens', 8)
-        self.check(r)
+        before = self.cluster.cache_stats()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, 'summary.json')
+            r = run_cli('replay', '--server', self.server,
+                        '--system_prompt_file', os.path.join(demo, 'system_prompt_fewshot.txt'),
+                        '--prompts_file', os.path.join(demo, 'prompts.txt'),
+                        '--requests', 8, '--max_new_tokens', 8, '--namespace', harness.fresh_namespace('replay'),
+                        '--json', path)
+            self.check(r)
+            with open(path) as f:
+                summary = json.load(f)
+        # The summary is the server's count of this run, and the long shared
+        # prompt is the demo's: well over 1,500 tokens, cached after the first.
+        after = self.cluster.cache_stats()
+        self.assertEqual((summary['ok'], summary['failed'], summary['requests']), (8, 0, 8))
+        self.assertEqual(summary['prompt_tokens'], after.prompt_tokens_total - before.prompt_tokens_total)
+        self.assertEqual(summary['cached_prompt_tokens'],
+                         after.cached_prompt_tokens_total - before.cached_prompt_tokens_total)
+        self.assertEqual(summary['computed_prompt_tokens'], summary['prompt_tokens'] - summary['cached_prompt_tokens'])
+        self.assertGreater(summary['prompt_tokens'] / 8, 1500)
+        self.assertGreater(summary['cached_prompt_tokens'], 6 * 1500)
+        self.assertLessEqual(summary['ttft_p50_ms'], summary['ttft_p99_ms'])
+        self.assertGreater(summary['ttft_p50_ms'], 0)
+        self.assertTrue(summary['prefix_sharing'])
+        self.assertEqual(summary['peak_used_chunks'], after.peak_used_chunks)
+        self.assertRegex(r.stdout, r'(?m)^time to first token\s+\d+ ms p50, \d+ ms p99$')
         self.assertRegex(r.stdout, r'(?m)^requests\s+8 ok, 0 failed$')
         m = re.search(r'(?m)^prefix hit rate\s+([0-9.]+)%$', r.stdout)
         self.assertIsNotNone(m, r.stdout)
