@@ -90,6 +90,7 @@ subcommands:
                     view refreshed in place every --interval_s (default 1) until Ctrl-C or
                     --count refreshes: chunks used / cached / free, shared, the prompt hit
                     rate over the last interval, tokens/s, requests running and waiting
+  abort ID...       ends your requests with these request ids (Abort): prints those found
   health            grpc.health.v1 status: prints SERVING (exit 0) or NOT_SERVING (exit 1)
   replay            the quick start's workload: --system_prompt_file F --prompts_file F
                     [--requests N] [--concurrency 8] [--max_new_tokens 32] [--temperature 0.8]
@@ -416,6 +417,23 @@ int Stats(const std::vector<std::string>& args) {
   return 0;
 }
 
+int Abort(const std::vector<std::string>& args) {
+  if (absl::Status s = ValidateCommon(); !s.ok()) return UsageError(s);
+  if (args.empty()) return UsageError("abort needs one or more request ids");
+  v1::AbortRequest request;
+  for (const std::string& id : args) request.add_request_ids(id);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::GetFlag(FLAGS_timeout_s));
+  v1::AbortResponse response;
+  const grpc::Status status = NewStub()->Abort(&ctx, request, &response);
+  if (!status.ok()) {
+    PrintRpcError(status);
+    return kRpcError;
+  }
+  for (const std::string& id : response.aborted_request_ids()) std::printf("aborted %s\n", id.c_str());
+  return 0;
+}
+
 int Health(const std::vector<std::string>& args) {
   if (absl::Status s = ValidateCommon(); !s.ok()) return UsageError(s);
   if (!args.empty()) return UsageError("health takes no arguments");
@@ -527,8 +545,9 @@ int Main(int argc, char** argv) {
   if (command == "stats") return Stats(args);
   if (command == "replay") return Replay(args);
   if (command == "health") return Health(args);
+  if (command == "abort") return Abort(args);
   return UsageError("unknown subcommand \"" + command +
-                    "\" (generate, chat, info, tokenize, stats, health, replay)");
+                    "\" (generate, chat, info, tokenize, stats, health, replay, abort)");
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   // A stop string found on the output thread ends the sample through the
   // inbox, like a cancel.
   output_ = std::make_unique<OutputProcessor>(tokenizer_, std::move(om), [this](int64_t id, int32_t index) {
-    Command c{Command::kFinishSample, id, index, {}, nullptr};
+    Command c{Command::kFinishSample, id, index, {}, nullptr, nullptr};
     Post(std::move(c));
   });
 }
@@ -119,7 +119,7 @@ int64_t Engine::Submit(EngineRequest request, std::shared_ptr<ResponseSink> sink
     const int64_t id = next_id_++;
     absl::MutexLock lock(&inbox_mu_);
     if (!closed_) {
-      inbox_.push_back(Command{Command::kSubmit, id, 0, std::move(request), std::move(sink)});
+      inbox_.push_back(Command{Command::kSubmit, id, 0, std::move(request), std::move(sink), nullptr});
       inbox_cv_.Signal();
       return id;
     }
@@ -141,9 +141,31 @@ bool Engine::Drain(absl::Duration timeout) {
   return true;
 }
 
-void Engine::Cancel(int64_t id) { Post(Command{Command::kCancel, id, 0, {}, nullptr}); }
+void Engine::Cancel(int64_t id) { Post(Command{Command::kCancel, id, 0, {}, nullptr, nullptr}); }
 
-void Engine::ResetPeaks() { Post(Command{Command::kResetPeaks, 0, 0, {}, nullptr}); }
+void Engine::Abort(std::string owner, std::vector<std::string> request_ids,
+                   std::function<void(std::vector<std::string>)> done) {
+  // Through the inbox: a request submitted before this call has been opened
+  // in the output processor by the time the lookup runs there.
+  auto lookup = [this, owner = std::move(owner), ids = std::move(request_ids), done]() mutable {
+    output_->FindOpen(std::move(owner), std::move(ids),
+                      [this, done](std::vector<int64_t> engine_ids, std::vector<std::string> found) {
+                        for (int64_t id : engine_ids) Post(Command{Command::kCancel, id, 1, {}, nullptr, nullptr});
+                        done(std::move(found));
+                      });
+  };
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    if (!closed_) {
+      inbox_.push_back(Command{Command::kAbort, 0, 0, {}, nullptr, std::move(lookup)});
+      inbox_cv_.Signal();
+      return;
+    }
+  }
+  done({});  // no loop would run it
+}
+
+void Engine::ResetPeaks() { Post(Command{Command::kResetPeaks, 0, 0, {}, nullptr, nullptr}); }
 
 Engine::Snapshot Engine::snapshot() const {
   Snapshot s;
@@ -266,7 +288,13 @@ void Engine::DrainInbox(bool serving) {
       if (scheduler_ != nullptr) scheduler_->Abort(c.id);
       held_.erase(std::remove_if(held_.begin(), held_.end(), [&](const auto& h) { return h.first == c.id; }),
                   held_.end());
-      output_->End(c.id, absl::CancelledError("cancelled by the client"), "cancelled");
+      output_->End(c.id,
+                   absl::CancelledError(c.index == 1 ? "aborted by an Abort call" : "cancelled by the client"),
+                   "cancelled");
+      continue;
+    }
+    if (c.kind == Command::kAbort) {
+      c.task();
       continue;
     }
     if (!serving) {
@@ -283,6 +311,7 @@ void Engine::DrainInbox(bool serving) {
     OutputProcessor::Request out;
     out.id = c.id;
     out.request_id = std::move(c.request.request_id);
+    out.owner = std::move(c.request.owner);
     out.stops = std::move(c.request.stop_strings);
     out.min_tokens = c.request.spec.min_tokens;
     out.return_logprobs = c.request.spec.sampling.return_logprobs;

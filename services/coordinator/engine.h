@@ -51,6 +51,7 @@ namespace chunkattn {
 // tokenized it).
 struct EngineRequest {
   std::string request_id;  // the client's, echoed
+  std::string owner;       // the caller's tenant (TokenAuth::Authenticate): whose Abort reaches it
   RequestSpec spec;
   std::vector<std::string> stop_strings;
 };
@@ -88,6 +89,12 @@ class Engine {
   // Stops a request (client cancel, deadline): its chunks are released and
   // its sink finishes with CANCELLED. Unknown ids are ignored.
   void Cancel(int64_t id);
+  // Cancels, as Cancel does, the open requests of `owner` whose client
+  // request_id is one of `request_ids`; `done` gets those request ids (each
+  // once), on another thread, or at once when the engine has stopped.
+  // Requests submitted before the call are found.
+  void Abort(std::string owner, std::vector<std::string> request_ids,
+             std::function<void(std::vector<std::string> aborted)> done);
   // Restarts the scheduler's peak KV use from now, in inbox order (so before
   // any request submitted after this call).
   void ResetPeaks();
@@ -119,11 +126,12 @@ class Engine {
 
  private:
   struct Command {
-    enum Kind { kSubmit, kCancel, kResetPeaks, kFinishSample } kind;
+    enum Kind { kSubmit, kCancel, kResetPeaks, kFinishSample, kAbort } kind;
     int64_t id = 0;
-    int32_t index = 0;  // kFinishSample
+    int32_t index = 0;  // kFinishSample; kCancel: 1 when an Abort call asked
     EngineRequest request;
     std::shared_ptr<ResponseSink> sink;
+    std::function<void()> task;  // kAbort: run on the loop thread, in inbox order
   };
 
   void Loop();

@@ -18,6 +18,7 @@ namespace {
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr size_t kMaxIdBytes = 256;
+constexpr int kMaxAbortIds = 1024;
 constexpr size_t kMaxTextBytes = 4 << 20;
 // Text beyond the context's worth of bytes cannot fit: refused before it is
 // tokenized (tokenizing costs memory and time in proportion). Prose runs at
@@ -422,6 +423,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc
       return;
     }
     validated->spec.cache_namespace = TokenAuth::CacheNamespace(tenant, request->cache_namespace());
+    validated->owner = tenant;
     reactor->Submit(std::move(*validated));
   };
   if (request->prompt_case() != v1::GenerateRequest::kText && request->prompt_case() != v1::GenerateRequest::kChat) {
@@ -512,6 +514,34 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   return reactor;
 }
 
+grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,
+                                                   const v1::AbortRequest* request, v1::AbortResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
+  if (!tenant.ok()) {
+    reactor->Finish(ToGrpcStatus(tenant.status()));
+    return reactor;
+  }
+  if (request->request_ids_size() < 1 || request->request_ids_size() > kMaxAbortIds) {
+    reactor->Finish(ToGrpcStatus(Invalid(absl::StrFormat("request_ids must hold 1 to %d ids", kMaxAbortIds))));
+    return reactor;
+  }
+  for (int i = 0; i < request->request_ids_size(); ++i) {
+    const std::string& id = request->request_ids(i);
+    if (id.empty() || id.size() > kMaxIdBytes) {
+      reactor->Finish(
+          ToGrpcStatus(Invalid(absl::StrFormat("request_ids[%d] must have 1 to %d bytes", i, kMaxIdBytes))));
+      return reactor;
+    }
+  }
+  engine_->Abort(*std::move(tenant), {request->request_ids().begin(), request->request_ids().end()},
+                 [reactor, response](std::vector<std::string> aborted) {
+                   for (std::string& id : aborted) response->add_aborted_request_ids(std::move(id));
+                   reactor->Finish(grpc::Status::OK);
+                 });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerContext* context,
                                                            const v1::GetCacheStatsRequest* request,
                                                            v1::CacheStats* out) {
@@ -536,6 +566,8 @@ grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerC
   out->set_running_requests(snap.scheduler.running_requests);
   out->set_waiting_requests(snap.scheduler.waiting_requests);
   out->set_preemptions_total(snap.scheduler.preemptions_total);
+  out->set_kv_cache_usage(c.capacity_chunks == 0 ? 0.0 : static_cast<double>(c.used_chunks) / c.capacity_chunks);
+  out->set_waiting_prompt_tokens(snap.scheduler.waiting_prompt_tokens);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -98,6 +98,8 @@ class GenerationService final : public v1::Generation::CallbackService {
   grpc::ServerUnaryReactor* GetCacheStats(grpc::CallbackServerContext* context,
                                           const v1::GetCacheStatsRequest* request,
                                           v1::CacheStats* response) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context, const v1::AbortRequest* request,
+                                  v1::AbortResponse* response) override;
 
  private:
   // Finishes `reactor` with UNAUTHENTICATED and returns true when the caller

@@ -1,6 +1,7 @@
 #include "services/coordinator/output_processor.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/synchronization/notification.h"
@@ -151,6 +152,24 @@ void OutputProcessor::Refuse(std::shared_ptr<ResponseSink> sink, absl::Status st
   // the sink gets, so it is still called by one thread at a time.
   auto finish = [sink, status] { sink->Finish(status); };
   if (!Post(finish)) finish();
+}
+
+void OutputProcessor::FindOpen(std::string owner, std::vector<std::string> request_ids, FoundFn found) {
+  auto find = [this, owner = std::move(owner), wanted = std::move(request_ids), found]() {
+    const std::set<std::string> want(wanted.begin(), wanted.end());
+    std::vector<int64_t> ids;
+    std::set<std::string> hit;
+    // A scan: Abort calls are rare next to the requests they look among.
+    for (const auto& [id, live] : live_) {
+      const Request& r = live->request;
+      if (r.owner == owner && !r.request_id.empty() && want.count(r.request_id) > 0) {
+        ids.push_back(id);
+        hit.insert(r.request_id);
+      }
+    }
+    found(std::move(ids), std::vector<std::string>(hit.begin(), hit.end()));
+  };
+  if (!Post(find)) found({}, {});
 }
 
 void OutputProcessor::Flush() {

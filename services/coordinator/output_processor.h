@@ -79,6 +79,7 @@ class OutputProcessor {
   struct Request {
     int64_t id = 0;
     std::string request_id;  // the client's, echoed
+    std::string owner;       // the caller's tenant: FindOpen matches it
     std::vector<std::string> stops;
     int32_t min_tokens = 0;  // stop strings are matched from this many completion tokens on (as vLLM)
     // Each response then carries its token's logprob and, if the events have
@@ -102,6 +103,11 @@ class OutputProcessor {
   void Refuse(std::shared_ptr<ResponseSink> sink, absl::Status status);
   // Returns once everything posted before the call has been processed.
   void Flush();
+  // Calls `found` on the processor's thread (at once, with nothing, when it
+  // has ended) with the ids of the open requests of `owner` whose client
+  // request_id is in `request_ids`, and those request ids, each once.
+  using FoundFn = std::function<void(std::vector<int64_t> ids, std::vector<std::string> request_ids)>;
+  void FindOpen(std::string owner, std::vector<std::string> request_ids, FoundFn found);
 
  private:
   struct Live;

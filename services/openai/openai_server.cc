@@ -288,6 +288,7 @@ void OpenAiServer::Generate(Endpoint endpoint, const http::Request& http_request
         ValidateGenerateRequest(proto, *config_, text_, NewRequestSeed(), parsed->fill_context);
     if (!request.ok()) return SendError(*reply, ForClient(request.status(), endpoint));
     request->spec.cache_namespace = TokenAuth::CacheNamespace(tenant, requested);
+    request->owner = tenant;
     if (parsed->echo) {
       if (proto.has_token_ids() && text_.tokenizer != nullptr) {
         absl::StatusOr<std::string> decoded = text_.tokenizer->Decode(request->spec.prompt);

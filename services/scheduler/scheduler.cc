@@ -692,6 +692,7 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   for (const auto& [id, r] : requests_) s.running_requests += r->running ? 1 : 0;
   s.waiting_requests = static_cast<int64_t>(waiting_.size());
+  for (const Request* r : waiting_) s.waiting_prompt_tokens += static_cast<int64_t>(r->spec.prompt.size());
   s.preemptions_total = preemptions_;
   s.unshared_chunks = unshared_now_;
   s.peak_used_chunks = peak_used_;

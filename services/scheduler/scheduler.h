@@ -116,6 +116,7 @@ struct SampleEvent {
 struct SchedulerStats {
   int64_t running_requests = 0;
   int64_t waiting_requests = 0;
+  int64_t waiting_prompt_tokens = 0;  // the prompts of the waiting requests
   int64_t preemptions_total = 0;
   int64_t unshared_chunks = 0;       // chunks the live sequences would need without sharing
   int64_t peak_used_chunks = 0;

@@ -1,6 +1,7 @@
 """The public API's contract on one coordinator and one worker: cancelling,
 argument checks, parallel samples, stop strings, the metrics' format."""
 import collections
+import os
 import random
 import re
 import shutil
@@ -51,6 +52,103 @@ class CancelTest(harness.ServiceTestCase):
         stats = self.cluster.cache_stats()
         self.assertEqual(stats.used_chunks, 0)
         self.assertEqual(stats.running_requests, 0)
+
+
+class AbortTest(harness.ServiceTestCase):
+    """Abort(request_ids): a caller ends its own running and waiting requests
+    by their request_id, never another tenant's; GetCacheStats' load figures."""
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        tmp = harness.temp_dir('chunkattn-abort-', cls.addClassCleanup)
+        tokens = os.path.join(tmp, 'tokens')
+        with open(tokens, 'w') as f:
+            f.write('a-1 acme\na-2 acme\nb-1 globex\n')
+        cls.cluster = cls.start_cluster('abort', tp=1, coordinator_args=[
+            '--auth_token_file', tokens, '--max_batch_size', '1'])
+
+    def md(self, token):
+        return [('authorization', 'Bearer ' + token)]
+
+    def abort(self, token, ids):
+        reply = self.cluster.stub.Abort(harness.pb.AbortRequest(request_ids=ids), metadata=self.md(token), timeout=30)
+        return sorted(reply.aborted_request_ids)
+
+    def stats(self):
+        return self.cluster.stub.GetCacheStats(harness.pb.GetCacheStatsRequest(), metadata=self.md('a-1'), timeout=30)
+
+    def test_abort_running_and_waiting_only_for_the_owner(self):
+        rng = random.Random(9)
+        ns = harness.fresh_namespace('abort')
+        long_call = self.cluster.stub.Generate(harness.make_request(
+            prompt_ids=harness.random_ids(rng, 200), namespace=ns, request_id='job-long', temperature=0.0,
+            max_new_tokens=3000, ignore_eos=True), metadata=self.md('a-1'), timeout=120)
+        first = next(long_call)
+        self.assertEqual(first.finish_reason, harness.pb.FINISH_REASON_UNSPECIFIED)
+        # Batch size 1: the second request waits behind the first.
+        wait_call = self.cluster.stub.Generate(harness.make_request(
+            prompt_ids=harness.random_ids(rng, 123), namespace=ns, request_id='job-wait', max_new_tokens=5),
+            metadata=self.md('a-2'), timeout=120)
+        stats = harness.wait_for(lambda: (lambda s: s if s.waiting_requests == 1 else None)(self.stats()),
+                                 timeout=30, interval=0.05, what='one waiting request')
+        self.assertEqual(stats.waiting_prompt_tokens, 123)
+        self.assertEqual(stats.running_requests, 1)
+        self.assertGreater(stats.kv_cache_usage, 0)
+        self.assertAlmostEqual(stats.kv_cache_usage, stats.used_chunks / stats.capacity_chunks, places=9)
+        # Another tenant finds neither; the owner's other token finds both.
+        self.assertEqual(self.abort('b-1', ['job-long', 'job-wait']), [])
+        self.assertEqual(self.abort('a-1', ['job-wait', 'never-sent', 'job-wait']), ['job-wait'])
+        with self.assertRaises(grpc.RpcError) as e:
+            for _ in wait_call:
+                pass
+        self.assertEqual(e.exception.code(), grpc.StatusCode.CANCELLED)
+        self.assertIn('aborted by an Abort call', e.exception.details())
+        self.assertEqual(self.abort('a-2', ['job-long']), ['job-long'])
+        got = len(first.token_ids)
+        with self.assertRaises(grpc.RpcError) as e:
+            for r in long_call:
+                got += len(r.token_ids)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.CANCELLED)
+        self.assertLess(got, 3000)
+        harness.wait_for(lambda: (lambda s: s.used_chunks == 0 and s.running_requests == 0 and
+                                  s.waiting_requests == 0 and s.waiting_prompt_tokens == 0)(self.stats()),
+                         timeout=30, interval=0.1, what='nothing running, waiting or held')
+        self.assertEqual(self.stats().kv_cache_usage, 0)
+        self.assertEqual(self.abort('a-1', ['job-long']), [])  # ended: not found again
+        # A request of the other tenant with the same id is its own.
+        done = self.cluster.stub.Generate(harness.make_request(
+            prompt_ids=harness.random_ids(rng, 50), namespace=ns, request_id='job-long', max_new_tokens=3),
+            metadata=self.md('b-1'), timeout=120)
+        self.assertEqual(self.abort('a-1', ['job-long']), [])
+        self.assertEqual(sum(len(r.token_ids) for r in done), 3)
+        # The command-line client, with the token from the environment.
+        cli = harness.bin_path('chunkattn')
+        env = dict(os.environ, CHUNKATTN_AUTH_TOKEN='a-1')
+        call = self.cluster.stub.Generate(harness.make_request(
+            prompt_ids=harness.random_ids(rng, 40), namespace=ns, request_id='cli-job', max_new_tokens=3000,
+            ignore_eos=True), metadata=self.md('a-1'), timeout=120)
+        next(call)
+        r = subprocess.run([cli, 'abort', '--server', '127.0.0.1:%d' % self.cluster.port, 'cli-job', 'other'],
+                           capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual((r.returncode, r.stdout), (0, 'aborted cli-job\n'), r.stderr)
+        with self.assertRaises(grpc.RpcError):
+            for _ in call:
+                pass
+        r = subprocess.run([cli, 'abort', '--server', '127.0.0.1:%d' % self.cluster.port], capture_output=True,
+                           text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+
+    def test_bad_abort_requests(self):
+        for ids in ([], ['x'] * 1025, [''], ['y' * 257]):
+            with self.assertRaises(grpc.RpcError) as e:
+                self.abort('a-1', ids)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, ids[:2])
+        with self.assertRaises(grpc.RpcError) as e:
+            self.cluster.stub.Abort(harness.pb.AbortRequest(request_ids=['x']), timeout=30)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.abort('wrong', ['x'])
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
 
 
 class BadInputTest(harness.ServiceTestCase):
