@@ -365,8 +365,7 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   spec.min_tokens = static_cast<int32_t>(stop.min_tokens());
   if (spec.min_tokens > 0) {
     // The worker masks these until min_tokens: some token must remain.
-    std::vector<int32_t> suppressed = spec.stop_token_ids;
-    if (!spec.ignore_eos) suppressed.insert(suppressed.end(), config.eos_token_ids.begin(), config.eos_token_ids.end());
+    std::vector<int32_t> suppressed = StopTokens(spec, config.eos_token_ids);
     std::sort(suppressed.begin(), suppressed.end());
     suppressed.erase(std::unique(suppressed.begin(), suppressed.end()), suppressed.end());
     if (static_cast<int64_t>(suppressed.size()) >= vocab) {

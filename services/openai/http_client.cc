@@ -40,7 +40,7 @@ struct CallState {
   std::optional<EventStreamParser> parser;  // a 200 event stream
   ClientReply reply;
   bool headers_seen = false, done = false, failed = false, too_big = false;
-  std::string error;  // what libevent reported, if anything
+  std::optional<evhttp_request_error> error;  // what libevent reported, if anything
 
   void Headers(evhttp_request* req) {
     if (headers_seen) return;
@@ -89,15 +89,17 @@ void OnDone(evhttp_request* req, void* arg) {
   event_base_loopbreak(s->base);
 }
 
-void OnError(evhttp_request_error error, void* arg) {
-  auto* s = static_cast<CallState*>(arg);
-  switch (error) {
-    case EVREQ_HTTP_TIMEOUT: s->error = "timed out"; break;
-    case EVREQ_HTTP_EOF: s->error = "the server closed the connection"; break;
-    case EVREQ_HTTP_INVALID_HEADER: s->error = "the reply's headers are malformed"; break;
-    case EVREQ_HTTP_BUFFER_ERROR: s->error = "reading or writing the socket failed"; break;
-    case EVREQ_HTTP_DATA_TOO_LONG: s->error = "the reply is too long"; break;
-    default: s->error = "the request was cancelled"; break;
+void OnError(evhttp_request_error error, void* arg) { static_cast<CallState*>(arg)->error = error; }
+
+const char* ErrorText(std::optional<evhttp_request_error> error) {
+  if (!error) return "the connection failed";
+  switch (*error) {
+    case EVREQ_HTTP_TIMEOUT: return "timed out";
+    case EVREQ_HTTP_EOF: return "the server closed the connection";
+    case EVREQ_HTTP_INVALID_HEADER: return "the reply's headers are malformed";
+    case EVREQ_HTTP_BUFFER_ERROR: return "reading or writing the socket failed";
+    case EVREQ_HTTP_DATA_TOO_LONG: return "the reply is too long";
+    default: return "the request was cancelled";
   }
 }
 
@@ -186,12 +188,11 @@ absl::StatusOr<ClientReply> Call(const BaseUrl& base, const ClientRequest& reque
   }
   if (!state.done) {
     const std::string where = absl::StrCat(request.method, " ", uri, " on ", base.host, ":", base.port);
-    if (!state.failed || state.error == "timed out") {
+    if (!state.failed || state.error == EVREQ_HTTP_TIMEOUT) {
       return absl::DeadlineExceededError(
           absl::StrCat(where, ": no reply within ", absl::FormatDuration(request.timeout)));
     }
-    return absl::UnavailableError(
-        absl::StrCat(where, ": ", state.error.empty() ? "the connection failed" : state.error));
+    return absl::UnavailableError(absl::StrCat(where, ": ", ErrorText(state.error)));
   }
   return std::move(state.reply);
 }

@@ -6,10 +6,10 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "services/scheduler/scheduler.h"
 #include "text/utf8.h"
 
 namespace chunkattn::openai {
@@ -248,7 +248,7 @@ ApiError ToApiError(const absl::Status& status) {
     case absl::StatusCode::kResourceExhausted:
       // A request that can never fit the KV pool is the client's to change;
       // a full queue is worth a retry.
-      if (absl::StrContains(status.message(), "KV chunks")) {
+      if (status.GetPayload(kNeverFitsPayload).has_value()) {
         e.http_status = 400;
         type = "invalid_request_error";
       } else {

@@ -2,9 +2,11 @@
 
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "services/scheduler/scheduler.h"
 
 namespace chunkattn::openai {
 namespace {
@@ -219,12 +221,17 @@ TEST(ChatRequestTest, BadValuesNameTheirParameter) {
 }
 
 TEST(ApiErrorTest, StatusCodes) {
+  // The scheduler marks a request that can never fit the pool; the text
+  // alone does not make a full queue's 429 a 400.
+  absl::Status never = absl::ResourceExhaustedError("the request needs up to 90 KV chunks and the pool holds 8");
+  never.SetPayload(kNeverFitsPayload, absl::Cord());
   const std::pair<absl::Status, int> cases[] = {
       {absl::InvalidArgumentError("x"), 400},
       {absl::UnauthenticatedError("x"), 401},
       {absl::NotFoundError("x"), 404},
       {absl::ResourceExhaustedError("the queue is full: 9 requests waiting"), 429},
-      {absl::ResourceExhaustedError("the request needs up to 90 KV chunks and the pool holds 8"), 400},
+      {never, 400},
+      {absl::ResourceExhaustedError("the request needs up to 90 KV chunks and the pool holds 8"), 429},
       {absl::UnavailableError("x"), 503},
       {absl::InternalError("x"), 500},
   };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/hash.h"
@@ -106,6 +107,12 @@ void SubsetContext(const ChunkContext& full, const std::vector<bool>& keep, uint
   }
 }
 
+std::vector<TokenId> StopTokens(const RequestSpec& spec, const std::vector<TokenId>& eos) {
+  std::vector<TokenId> out = spec.stop_token_ids;
+  if (!spec.ignore_eos) out.insert(out.end(), eos.begin(), eos.end());
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options) {
   if (options.max_batch_size < 1) {
     return absl::InvalidArgumentError(
@@ -168,10 +175,12 @@ absl::Status Scheduler::Add(RequestId id, RequestSpec spec) {
   const int64_t needed = CeilDiv(len + spec.max_new_tokens, c) +
                          int64_t{spec.n - 1} * (CeilDiv(spec.max_new_tokens, c) + 1);
   if (needed > options_.num_chunks) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
+    absl::Status never = absl::ResourceExhaustedError(absl::StrFormat(
         "the request needs up to %d KV chunks (%d prompt tokens, max_new_tokens %d, n %d) and the "
         "pool holds %d",
         needed, len, spec.max_new_tokens, spec.n, options_.num_chunks));
+    never.SetPayload(kNeverFitsPayload, absl::Cord());
+    return never;
   }
   auto r = std::make_unique<Request>();
   r->id = id;
@@ -344,11 +353,7 @@ absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
     }
     if (static_cast<int32_t>(s.generated.size()) < r->spec.min_tokens) {
       start.min_tokens = r->spec.min_tokens;
-      start.suppress_ids = r->spec.stop_token_ids;
-      if (!r->spec.ignore_eos) {
-        start.suppress_ids.insert(start.suppress_ids.end(), options_.eos_token_ids.begin(),
-                                  options_.eos_token_ids.end());
-      }
+      start.suppress_ids = StopTokens(r->spec, options_.eos_token_ids);
     }
     pending_starts_.push_back(std::move(start));
   }

@@ -84,6 +84,14 @@ struct RequestSpec {
   int32_t priority = 0;  // lower first, in [kMinPriority, kMaxPriority]
 };
 
+// Marks Add's RESOURCE_EXHAUSTED for a request that can never fit the pool
+// (the client's to change), as against a full queue (worth a retry).
+inline constexpr char kNeverFitsPayload[] = "chunkattn.scheduler.never_fits";
+
+// The tokens that end a sample of `spec`: its stop_token_ids, then the
+// model's `eos` unless ignore_eos (what min_tokens holds off).
+std::vector<TokenId> StopTokens(const RequestSpec& spec, const std::vector<TokenId>& eos);
+
 struct SchedulerOptions {
   int chunk_size = kDefaultChunkSize;
   int32_t num_chunks = 0;            // the KV pool, chunks

@@ -268,6 +268,8 @@ class OpenAiTest(OpenAiTestBase):
             ('completions', {'prompt': 'x', 'max_tokens': -1}, 'BadRequestError', 400, 'max_tokens'),
             ('completions', {'prompt': 'x', 'max_tokens': 10 ** 9}, 'BadRequestError', 400, 'max_tokens'),
             ('completions', {'prompt': [999999999]}, 'BadRequestError', 400, 'prompt'),
+            # More KV than the whole pool (64 samples of 4,000 tokens): the client's to change, not a 429.
+            ('completions', {'prompt': 'x', 'max_tokens': 4000, 'n': 64}, 'BadRequestError', 400, None),
             ('chat', {'messages': []}, 'BadRequestError', 400, 'messages'),
             ('chat', {'messages': [{'role': 'user', 'content': 'x'}], 'response_format': {'type': 'json_object'}},
              'BadRequestError', 400, 'response_format'),

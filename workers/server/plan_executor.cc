@@ -203,7 +203,7 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     sample_inputs_[k].params = &state.params;
     sample_inputs_[k].history = state.history;
     sample_inputs_[k].step = row.step;
-    masking_ |= !state.suppress_ids.empty() && row.step < static_cast<uint64_t>(state.min_tokens);
+    masking_ |= state.Suppressing(row.step);
   }
   return greedy;
 }
@@ -218,7 +218,7 @@ absl::Status PlanExecutor::SampleOnHost(const StepPlan& plan) {
     float* row = sample_logits_.data() + static_cast<ptrdiff_t>(k) * vocab;
     std::copy_n(logits_.begin() + static_cast<ptrdiff_t>(sample_rows_[k]) * vocab, vocab, row);
     const SamplerState& state = *sample_states_[k];
-    if (sample_inputs_[k].step < static_cast<uint64_t>(state.min_tokens)) {
+    if (state.Suppressing(sample_inputs_[k].step)) {
       for (int32_t id : state.suppress_ids) row[id] = -std::numeric_limits<float>::infinity();
     }
   }

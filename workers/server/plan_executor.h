@@ -55,6 +55,10 @@ class PlanExecutor {
     std::vector<int32_t> history;
     int32_t min_tokens = 0;
     std::vector<int32_t> suppress_ids;  // checked against the vocabulary
+    // Whether the token of sample step `step` must not be a suppressed one.
+    bool Suppressing(uint64_t step) const {
+      return !suppress_ids.empty() && step < static_cast<uint64_t>(min_tokens);
+    }
   };
 
   absl::Status SetContext(const ChunkContext& context);
