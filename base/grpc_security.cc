@@ -172,6 +172,11 @@ std::string TokenAuth::CacheNamespace(const std::string& tenant, const std::stri
   return absl::StrCat(tenant, "/", requested);
 }
 
+bool TokenAuth::TenantNamespace(const std::string& tenant, absl::string_view ns) {
+  if (tenant.empty() || ns == tenant) return true;
+  return ns.size() > tenant.size() && absl::StartsWith(ns, tenant) && ns[tenant.size()] == '/';
+}
+
 void TokenAuth::Attach(grpc::ClientContext* context) const {
   if (enabled()) context->AddMetadata("authorization", absl::StrCat("Bearer ", tokens_.front().token));
 }

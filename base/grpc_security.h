@@ -126,6 +126,8 @@ class TokenAuth {
   // without tokens; with them, always inside the tenant's own namespace, so
   // tenants share cached prefixes only within themselves whatever they send.
   static std::string CacheNamespace(const std::string& tenant, const std::string& requested);
+  // Whether `ns` is one CacheNamespace gives `tenant` ("" : every one).
+  static bool TenantNamespace(const std::string& tenant, absl::string_view ns);
 
   // The client side: sends the file's first token (every line is accepted,
   // so a new secret can be rolled in as line one and the old one dropped

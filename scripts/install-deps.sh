@@ -18,11 +18,13 @@ PACKAGES=(
   libpcre2-dev libutf8proc-dev  # tokenizer.json: Split regexes, NFC/NFKC
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libevent-dev libssl-dev  # the OpenAI-compatible HTTP front
+  libzmq3-dev libmsgpack-cxx-dev  # KV-cache events (services/kv_events)
 )
 TEST_PACKAGES=(
   python3-numpy prometheus python3-grpcio python3-grpc-tools python3-prometheus-client python3-yaml
   python3-jinja2  # the chat-template reference (tests/text/chat_reference.py)
   python3-matplotlib  # bench/plot.py's charts (tests/tools/test_plot.py)
+  python3-zmq python3-msgpack python3-cbor2  # the KV-event consumer (tests/services/kv_events_consumer.py)
   openssl unzip
   clang-14 libclang-rt-14-dev  # the sanitizer and fuzzer builds (scripts/sanitize.sh)
 )

@@ -207,6 +207,12 @@ absl::Status PrefixForest::CheckCapacity(int64_t chunks_needed, int64_t pinned_c
 
 absl::Status PrefixForest::FreeCachedLeaf(NodeId id) {
   Node& n = nodes_[id];
+  if (record_block_events_ && n.num_computed == chunk_size_) {
+    BlockEvent e;
+    e.kind = BlockEvent::Kind::kRemoved;
+    e.chunk = id;
+    block_events_.push_back(std::move(e));
+  }
   lru_.Uncached(id);
   --stats_.cached_chunks;
   stats_.cached_tokens -= n.num_tokens;
@@ -611,8 +617,19 @@ void PrefixForest::DropUncomputed(NodeId id) {
 void PrefixForest::MarkComputedUpTo(Sequence* s, int32_t upto) {
   const int c = chunk_size_;
   for (int32_t k = s->computed / c; k * c < upto; ++k) {
-    Node& n = nodes_[s->path[k]];
+    const NodeId id = s->path[k];
+    Node& n = nodes_[id];
+    const int32_t before = n.num_computed;
     n.num_computed = std::max(n.num_computed, std::min(c, upto - k * c));
+    if (record_block_events_ && before < c && n.num_computed == c) {
+      BlockEvent e;
+      e.chunk = id;
+      e.parent = IsRoot(n.parent) ? -1 : n.parent;
+      if (IsRoot(n.parent)) e.ns = root_names_[n.parent - capacity()];
+      const absl::Span<const TokenId> t = NodeTokens(id);
+      e.tokens.assign(t.begin(), t.end());
+      block_events_.push_back(std::move(e));
+    }
   }
   s->computed = std::max(s->computed, upto);
 }
@@ -781,6 +798,20 @@ absl::Span<const TokenId> PrefixForest::ChunkTokens(ChunkId chunk) const {
 
 int32_t PrefixForest::ChunkComputed(ChunkId chunk) const {
   return allocator_.IsAllocated(chunk) ? nodes_[chunk].num_computed : 0;
+}
+
+bool PrefixForest::IsBlock(ChunkId chunk) const { return ChunkComputed(chunk) == chunk_size_; }
+
+ChunkId PrefixForest::ChunkParent(ChunkId chunk) const {
+  if (!allocator_.IsAllocated(chunk) || IsRoot(nodes_[chunk].parent)) return -1;
+  return nodes_[chunk].parent;
+}
+
+std::string_view PrefixForest::ChunkNamespace(ChunkId chunk) const {
+  if (!allocator_.IsAllocated(chunk)) return {};
+  NodeId id = chunk;
+  while (!IsRoot(id)) id = nodes_[id].parent;
+  return root_names_[id - capacity()];
 }
 
 int32_t PrefixForest::RefCount(ChunkId chunk) const {

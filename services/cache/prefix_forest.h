@@ -55,6 +55,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -87,6 +88,21 @@ struct InsertResult {
   // write its KV (its slot already holds it, possibly read by other sequences).
   int32_t matched_tokens = 0;
   std::vector<KvCopy> copies;  // at most one
+};
+
+// A change to the set of *blocks*: full chunks whose every token is computed
+// (the KV-event stream's unit, services/kv_events). A chunk is reported
+// stored once, when it becomes a block, and removed once, when it is freed;
+// partial chunks never are. Stored blocks of one path come parent first, and
+// a block is removed only after its children.
+struct BlockEvent {
+  enum class Kind : uint8_t { kStored, kRemoved };
+  Kind kind = Kind::kStored;
+  ChunkId chunk = 0;
+  ChunkId parent = -1;          // kStored: the block before it; -1 at depth 0
+  std::string ns;               // kStored at depth 0: its namespace
+  std::vector<TokenId> tokens;  // kStored: its chunk_size tokens (copied: the chunk may be reused before the
+                                // events are taken)
 };
 
 struct AppendResult {
@@ -188,6 +204,17 @@ class PrefixForest {
   int32_t ChunkComputed(ChunkId chunk) const;
   int32_t RefCount(ChunkId chunk) const;
 
+  // Block events (see BlockEvent), recorded from now on while on; off by
+  // default, when recording costs nothing. TakeBlockEvents returns those
+  // recorded since the last call, in order.
+  void set_record_block_events(bool on) { record_block_events_ = on; }
+  std::vector<BlockEvent> TakeBlockEvents() { return std::exchange(block_events_, {}); }
+  // Whether `chunk` is a block now; its parent block (-1 at depth 0) and its
+  // tree's namespace. For a chunk that is not used or cached: false, -1, "".
+  bool IsBlock(ChunkId chunk) const;
+  ChunkId ChunkParent(ChunkId chunk) const;
+  std::string_view ChunkNamespace(ChunkId chunk) const;
+
   // Walks every internal structure (refcounts against sequence paths, the
   // cached list, sibling order, counters) and reports the first inconsistency
   // as INTERNAL. O(pool + sequences): for tests.
@@ -265,6 +292,9 @@ class PrefixForest {
   std::vector<Sequence*> grown_;    // sequences with new private chunks since Context()
 
   CacheStats stats_;
+
+  bool record_block_events_ = false;
+  std::vector<BlockEvent> block_events_;
 };
 
 }  // namespace chunkattn

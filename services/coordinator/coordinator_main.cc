@@ -10,6 +10,7 @@
 // --health_port serves the same statuses in plaintext, for Kubernetes' gRPC
 // probes, which cannot speak TLS.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -35,6 +36,7 @@
 #include "kernels/api/dtype.h"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/generation_service.h"
+#include "services/coordinator/vllm_engine_service.h"
 #include "base/grpc_security.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
@@ -91,17 +93,32 @@ ABSL_FLAG(std::string, worker_tls_ca_file, "",
 ABSL_FLAG(std::string, worker_tls_cert_file, "",
           "PEM client certificate for workers that require one (their --tls_client_ca_file signed it)");
 ABSL_FLAG(std::string, worker_tls_key_file, "", "PEM private key of --worker_tls_cert_file");
+ABSL_FLAG(bool, kv_events, false,
+          "keep KV-cache events (vLLM's format: the cache's full computed chunks as blocks) for "
+          "VllmEngine/SubscribeKvEvents; implied by --kv_events_endpoint");
+ABSL_FLAG(std::string, kv_events_endpoint, "",
+          "ZMQ PUB endpoint of the KV-cache events, as vLLM's kv-events-config endpoint: tcp://*:5556 binds "
+          "(so does ipc://, inproc://, or an address with '*' or '::'), any other is connected to; empty = none");
+ABSL_FLAG(std::string, kv_events_replay_endpoint, "",
+          "ZMQ ROUTER endpoint (bound) that resends kept event batches from a sequence number, e.g. tcp://*:5557");
+ABSL_FLAG(std::string, kv_events_topic, "",
+          "first frame of every event message; empty = kv@<hostname>@<served model name> (llm-d's form)");
+ABSL_FLAG(std::string, kv_events_format, "map", "event encoding: map (vLLM >= 0.26) | array (older vLLM)");
+ABSL_FLAG(int64_t, kv_events_buffer_steps, 10000, "event batches kept for replay, in [1, 1000000]");
+ABSL_FLAG(std::string, kv_events_hash_seed, "0",
+          "seed of the block hash chain (vLLM's sha256_cbor with PYTHONHASHSEED=<seed>); the same on every "
+          "replica");
 ABSL_FLAG(std::string, worker_tls_server_name, "chunkattn-worker",
           "the name every worker's certificate must carry, whatever its address in --workers; empty = that "
           "address's host");
 
 namespace {
 
-constexpr char kApiService[] = "chunkattn.v1.Generation";
+constexpr const char* kApiServices[] = {"chunkattn.v1.Generation", "vllm.grpc.engine.VllmEngine"};
 
 void SetReady(grpc::HealthCheckServiceInterface* health, bool ready) {
   health->SetServingStatus("", ready);
-  health->SetServingStatus(kApiService, ready);
+  for (const char* service : kApiServices) health->SetServingStatus(service, ready);
 }
 
 // Up to the hard limit: each HTTP stream holds a descriptor.
@@ -194,6 +211,31 @@ int main(int argc, char** argv) {
     return Fail("--worker_tls_cert_file and --worker_tls_key_file need --worker_tls_ca_file");
   }
 
+  std::unique_ptr<KvEventPublisher> kv_events;
+  if (absl::GetFlag(FLAGS_kv_events) || !absl::GetFlag(FLAGS_kv_events_endpoint).empty()) {
+    KvEventPublisherOptions ko;
+    ko.endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
+    ko.replay_endpoint = absl::GetFlag(FLAGS_kv_events_replay_endpoint);
+    ko.topic = absl::GetFlag(FLAGS_kv_events_topic);
+    if (ko.topic.empty()) {
+      char host[256] = {};
+      if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "localhost");
+      ko.topic = absl::StrCat("kv@", host, "@", served_name);
+    }
+    absl::StatusOr<KvEventFormat> kv_format = ParseKvEventFormat(absl::GetFlag(FLAGS_kv_events_format));
+    if (!kv_format.ok()) return Fail("--kv_events_format: " + std::string(kv_format.status().message()));
+    ko.format = *kv_format;
+    ko.buffer_steps = absl::GetFlag(FLAGS_kv_events_buffer_steps);
+    if (ko.buffer_steps < 1 || ko.buffer_steps > 1000000) {
+      return Fail("--kv_events_buffer_steps must be in [1, 1000000]");
+    }
+    absl::StatusOr<std::unique_ptr<KvEventPublisher>> p = KvEventPublisher::Create(std::move(ko));
+    if (!p.ok()) return Fail("--kv_events_endpoint: " + std::string(p.status().message()));
+    kv_events = *std::move(p);
+  } else if (!absl::GetFlag(FLAGS_kv_events_replay_endpoint).empty()) {
+    return Fail("--kv_events_replay_endpoint needs --kv_events_endpoint");
+  }
+
   absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
   if (!config.ok()) return Fail("--model: " + config.status().ToString());
   std::unique_ptr<Tokenizer> tokenizer;
@@ -233,6 +275,8 @@ int main(int argc, char** argv) {
   options.scheduler.priority_aging = absl::Seconds(aging);
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   options.model_name = served_name;
+  options.kv_events = kv_events.get();
+  options.kv_events_hash_seed = absl::GetFlag(FLAGS_kv_events_hash_seed);
   if (options.max_waiting_requests < 0) return Fail("--max_waiting_requests must be >= 0 (0 = unbounded)");
   options.workers.addresses = workers;
   options.workers.max_kv_chunks = absl::GetFlag(FLAGS_max_kv_chunks);
@@ -270,6 +314,13 @@ int main(int argc, char** argv) {
   // Text prompts of both fronts are tokenized here, under one bound.
   auto text_pool = std::make_unique<TextPool>(info.text_threads, kMaxQueuedTexts);
   GenerationService service(&engine, &*config, prompt_text, info, &*auth, text_pool.get());
+  VllmServiceInfo vllm_info;
+  vllm_info.model_path = model;
+  vllm_info.served_model_name = served_name;
+  vllm_info.version = CHUNKATTN_VERSION;
+  vllm_info.chunk_size = chunk;
+  vllm_info.max_running_requests = options.scheduler.max_batch_size;
+  VllmEngineService vllm_service(&engine, &*config, prompt_text, vllm_info, &*auth, text_pool.get(), kv_events.get());
 
   std::unique_ptr<openai::OpenAiServer> openai_server;
   if (http_port > 0) {
@@ -307,6 +358,7 @@ int main(int argc, char** argv) {
   int bound = 0;
   builder.AddListeningPort(listen, *credentials, &bound);
   builder.RegisterService(&service);
+  builder.RegisterService(&vllm_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound == 0) return Fail("cannot listen on " + listen);
   std::vector<grpc::HealthCheckServiceInterface*> healths = {server->GetHealthCheckService()};
@@ -345,6 +397,12 @@ int main(int argc, char** argv) {
                                                     : " over mutual TLS",
                model.c_str());
 
+  if (kv_events != nullptr) {
+    std::string where = "in process only";
+    if (!kv_events->bound_endpoint().empty()) where = "on " + kv_events->bound_endpoint();
+    if (!kv_events->bound_replay_endpoint().empty()) where += ", replay on " + kv_events->bound_replay_endpoint();
+    std::fprintf(stderr, "coordinator: KV events %s, topic %s\n", where.c_str(), kv_events->options().topic.c_str());
+  }
   chunkattn::WaitForTerminationSignal();  // this thread, not a handler, shuts down
   // Drain: out of the load balancer's rotation at once (readiness), new
   // requests refused, running ones finished within the bound.
@@ -363,6 +421,7 @@ int main(int argc, char** argv) {
   // engine), before the fronts whose tasks it runs.
   text_pool.reset();
   openai_server.reset();
+  vllm_service.Shutdown();  // its event subscriptions, which the server would wait for
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (health_server) health_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

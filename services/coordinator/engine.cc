@@ -81,6 +81,9 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   m_vllm_gpu_cache_usage_ = &m.GetGauge("vllm:gpu_cache_usage_perc", "As vllm:kv_cache_usage_perc (older name).", model);
 
   if (pool_ == nullptr) pool_ = std::make_unique<WorkerPool>(options_.workers);
+  if (options_.kv_events != nullptr) {
+    kv_tracker_ = std::make_unique<KvEventTracker>(options_.scheduler.chunk_size, options_.kv_events_hash_seed);
+  }
   // A stop string found on the output thread ends the sample through the
   // inbox, like a cancel.
   output_ = std::make_unique<OutputProcessor>(tokenizer_, std::move(om), [this](int64_t id, int32_t index) {
@@ -154,15 +157,44 @@ void Engine::Abort(std::string owner, std::vector<std::string> request_ids,
                         done(std::move(found));
                       });
   };
-  {
-    absl::MutexLock lock(&inbox_mu_);
-    if (!closed_) {
-      inbox_.push_back(Command{Command::kAbort, 0, 0, {}, nullptr, std::move(lookup)});
-      inbox_cv_.Signal();
-      return;
-    }
+  if (!PostTask(std::move(lookup))) done({});  // no loop would run it
+}
+
+bool Engine::PostTask(std::function<void()> task) {
+  absl::MutexLock lock(&inbox_mu_);
+  if (closed_) return false;
+  inbox_.push_back(Command{Command::kTask, 0, 0, {}, nullptr, std::move(task)});
+  inbox_cv_.Signal();
+  return true;
+}
+
+void Engine::KvBlocks(std::function<void(absl::StatusOr<KvBlocksSnapshot>)> done) {
+  if (options_.kv_events == nullptr) {
+    done(absl::FailedPreconditionError("KV events are off (--kv_events)"));
+    return;
   }
-  done({});  // no loop would run it
+  auto take = [this, done] {
+    PublishKvEvents();  // what the loop changed since its last step is in the stream first
+    KvBlocksSnapshot snapshot;
+    snapshot.next_seq = options_.kv_events->next_seq();
+    if (scheduler_ != nullptr) snapshot.blocks = ListBlocks(scheduler_->forest(), options_.kv_events_hash_seed);
+    done(std::move(snapshot));
+  };
+  if (!PostTask(std::move(take))) done(absl::UnavailableError("the coordinator is shutting down"));
+}
+
+void Engine::PublishKvEvents() {
+  if (kv_tracker_ == nullptr || scheduler_ == nullptr) return;
+  std::vector<KvEvent> events;
+  kv_tracker_->Convert(scheduler_->TakeBlockEvents(), &events);
+  options_.kv_events->Publish(std::move(events));
+}
+
+void Engine::ClearKvEvents() {
+  if (kv_tracker_ == nullptr) return;
+  std::vector<KvEvent> events;
+  kv_tracker_->Clear(&events);
+  options_.kv_events->Publish(std::move(events));
 }
 
 void Engine::ResetPeaks() { Post(Command{Command::kResetPeaks, 0, 0, {}, nullptr, nullptr}); }
@@ -189,6 +221,7 @@ void Engine::Loop() {
       absl::Status s = pool_->Connect();
       if (s.ok()) {
         SchedulerOptions so = options_.scheduler;
+        so.record_block_events = options_.kv_events != nullptr;
         so.num_chunks = static_cast<int32_t>(std::min<int64_t>(pool_->num_chunks(), kMaxChunks));
         absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
         if (!scheduler.ok()) {
@@ -230,6 +263,7 @@ void Engine::Loop() {
       if (m_vllm_cache_config_ != nullptr && m_vllm_cache_config_ != config) m_vllm_cache_config_->Set(0);
       m_vllm_cache_config_ = config;
       config->Set(1);
+      ClearKvEvents();  // a new pool: whatever a router indexed for this replica is gone
       SetReady(true);
       UpdateGauges();
     }
@@ -288,12 +322,12 @@ void Engine::DrainInbox(bool serving) {
       if (scheduler_ != nullptr) scheduler_->Abort(c.id);
       held_.erase(std::remove_if(held_.begin(), held_.end(), [&](const auto& h) { return h.first == c.id; }),
                   held_.end());
-      output_->End(c.id,
-                   absl::CancelledError(c.index == 1 ? "aborted by an Abort call" : "cancelled by the client"),
-                   "cancelled");
+      absl::Status cancelled = absl::CancelledError(c.index == 1 ? "aborted by an Abort call" : "cancelled by the client");
+      if (c.index == 1) cancelled.SetPayload(kAbortedPayload, absl::Cord("1"));
+      output_->End(c.id, cancelled, "cancelled");
       continue;
     }
-    if (c.kind == Command::kAbort) {
+    if (c.kind == Command::kTask) {
       c.task();
       continue;
     }
@@ -325,7 +359,10 @@ void Engine::DrainInbox(bool serving) {
     }
     output_->Open(std::move(out), std::move(c.sink));
   }
-  if (serving) UpdateGauges();
+  if (serving) {
+    UpdateGauges();
+    PublishKvEvents();  // a cancelled prefill's chunks, an eviction by EvictCached
+  }
 }
 
 void Engine::Step() {
@@ -359,6 +396,7 @@ void Engine::Step() {
   }
   UpdateGauges();  // first: a client that has its last response sees the step's stats
   output_->Events(std::move(events), now);
+  PublishKvEvents();
 }
 
 void Engine::FailAll(const absl::Status& status) {
@@ -378,6 +416,10 @@ void Engine::ReleaseWorkers() {
 }
 
 void Engine::EndSession() {
+  if (scheduler_ != nullptr) {
+    PublishKvEvents();
+    ClearKvEvents();  // the workers' pools are gone with the session
+  }
   scheduler_.reset();
   evictions_seen_ = 0;
   preemptions_seen_ = 0;

@@ -41,6 +41,8 @@
 #include "services/coordinator/output_processor.h"
 #include "services/coordinator/worker_group.h"
 #include "services/coordinator/worker_pool.h"
+#include "services/kv_events/kv_events.h"
+#include "services/kv_events/publisher.h"
 #include "services/metrics/metrics.h"
 #include "services/scheduler/scheduler.h"
 #include "text/tokenizer.h"
@@ -56,6 +58,13 @@ struct EngineRequest {
   std::vector<std::string> stop_strings;
 };
 
+// Marks the CANCELLED status of a request ended by an Abort call (as
+// against a client that cancelled its own call).
+inline constexpr char kAbortedPayload[] = "chunkattn.engine.aborted";
+inline bool IsAbortedByCall(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kCancelled && status.GetPayload(kAbortedPayload).has_value();
+}
+
 struct EngineOptions {
   SchedulerOptions scheduler;  // num_chunks is taken from the workers
   WorkerPoolOptions workers;
@@ -65,6 +74,19 @@ struct EngineOptions {
   int64_t max_waiting_requests = 0;
   // The model_name label of the vllm:* series (the served model name).
   std::string model_name;
+  // KV-cache events (services/kv_events): after every step the forest's
+  // block changes are published here, AllBlocksCleared when a worker
+  // session starts or ends (its KV pools are new). Borrowed, outlives the
+  // engine; null = off (the forest then records nothing).
+  KvEventPublisher* kv_events = nullptr;
+  std::string kv_events_hash_seed = "0";  // block_hash.h's seed
+};
+
+// The cache's blocks at one point of the KV-event stream: every event with a
+// sequence number below next_seq has been published, none after.
+struct KvBlocksSnapshot {
+  uint64_t next_seq = 0;
+  std::vector<KvBlockInfo> blocks;  // ListBlocks; empty while no workers are joined
 };
 
 class Engine {
@@ -95,6 +117,10 @@ class Engine {
   // Requests submitted before the call are found.
   void Abort(std::string owner, std::vector<std::string> request_ids,
              std::function<void(std::vector<std::string> aborted)> done);
+  // The cache's blocks (for routers' and tests' checks of the KV-event
+  // stream), taken on the loop thread in inbox order; `done` gets them on it.
+  // FAILED_PRECONDITION when KV events are off, UNAVAILABLE once stopped.
+  void KvBlocks(std::function<void(absl::StatusOr<KvBlocksSnapshot>)> done);
   // Restarts the scheduler's peak KV use from now, in inbox order (so before
   // any request submitted after this call).
   void ResetPeaks();
@@ -126,12 +152,12 @@ class Engine {
 
  private:
   struct Command {
-    enum Kind { kSubmit, kCancel, kResetPeaks, kFinishSample, kAbort } kind;
+    enum Kind { kSubmit, kCancel, kResetPeaks, kFinishSample, kTask } kind;
     int64_t id = 0;
     int32_t index = 0;  // kFinishSample; kCancel: 1 when an Abort call asked
     EngineRequest request;
     std::shared_ptr<ResponseSink> sink;
-    std::function<void()> task;  // kAbort: run on the loop thread, in inbox order
+    std::function<void()> task;  // kTask: run on the loop thread, in inbox order
   };
 
   void Loop();
@@ -139,6 +165,12 @@ class Engine {
   void DrainInbox(bool serving);
   void Step();
   void Post(Command command);
+  // Runs `task` on the loop thread in inbox order; false once the loop has ended.
+  bool PostTask(std::function<void()> task);
+  // Publishes the forest's block changes since the last call (loop thread).
+  void PublishKvEvents();
+  // Every block is gone (a new or ended worker session): AllBlocksCleared.
+  void ClearKvEvents();
   void FailAll(const absl::Status& status);
   // A worker is shutting down and nothing runs: disconnect, keeping the queue.
   void ReleaseWorkers();
@@ -179,6 +211,7 @@ class Engine {
   // Queued requests kept for the next worker session (see ReleaseWorkers).
   std::vector<std::pair<int64_t, RequestSpec>> held_;
   absl::Time next_probe_ = absl::InfinitePast();
+  std::unique_ptr<KvEventTracker> kv_tracker_;  // with options_.kv_events
 
   // Metric series (owned by the registry).
   metrics::Counter* m_prompt_tokens_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
 #include <random>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "base/grpc_status.h"
+#include "services/coordinator/generate_stream.h"
 
 namespace chunkattn {
 
@@ -28,125 +30,6 @@ constexpr int kDefaultMaxNewTokens = 16;
 constexpr int kMaxChatMessages = 4096;
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-// The write side of one Generate call, shared by the reactor (gRPC threads)
-// and the engine's output thread (Send/Finish). One write in flight at a time; Finish
-// goes out after the queued writes.
-class GenerateReactor;
-
-class Stream : public ResponseSink {
- public:
-  explicit Stream(GenerateReactor* reactor) : reactor_(reactor) {}
-
-  void Send(v1::GenerateResponse response) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (reactor_ == nullptr || finish_pending_) return;
-      queue_.push_back(std::move(response));
-    }
-    Pump();
-  }
-
-  void Finish(absl::Status status) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (reactor_ == nullptr || finish_pending_) return;
-      finish_pending_ = true;
-      final_ = ToGrpcStatus(status);
-    }
-    Pump();
-  }
-
-  void OnWriteDone(bool ok) {
-    {
-      absl::MutexLock lock(&mu_);
-      queue_.pop_front();
-      writing_ = false;
-      if (!ok) queue_.clear();  // the call is broken; only Finish is left
-    }
-    Pump();
-  }
-
-  void Detach() {
-    absl::MutexLock lock(&mu_);
-    reactor_ = nullptr;
-  }
-
- private:
-  void Pump();
-
-  absl::Mutex mu_;
-  GenerateReactor* reactor_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);  // front is in flight while writing_
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status final_ ABSL_GUARDED_BY(mu_);
-};
-
-class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
- public:
-  explicit GenerateReactor(Engine* engine) : engine_(engine), stream_(std::make_shared<Stream>(this)) {}
-
-  void Reject(const absl::Status& status) { stream_->Finish(status); }
-  // From a gRPC thread or a text pool thread; OnCancel may race with it.
-  void Submit(EngineRequest request) {
-    absl::MutexLock lock(&mu_);
-    if (cancelled_) {
-      stream_->Finish(absl::CancelledError("cancelled by the client"));
-      return;
-    }
-    id_ = engine_->Submit(std::move(request), stream_);
-  }
-
-  void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
-  void OnCancel() override {
-    int64_t id;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-      id = id_;
-    }
-    if (id != 0) engine_->Cancel(id);
-  }
-  void OnDone() override {
-    stream_->Detach();
-    delete this;
-  }
-
- private:
-  Engine* engine_;
-  std::shared_ptr<Stream> stream_;
-  absl::Mutex mu_;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t id_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-void Stream::Pump() {
-  const v1::GenerateResponse* message = nullptr;
-  grpc::Status status;
-  GenerateReactor* reactor;
-  {
-    absl::MutexLock lock(&mu_);
-    reactor = reactor_;
-    if (reactor == nullptr || writing_ || finished_) return;
-    if (!queue_.empty()) {
-      writing_ = true;
-      message = &queue_.front();
-    } else if (finish_pending_) {
-      finished_ = true;
-      status = final_;
-    } else {
-      return;
-    }
-  }
-  // Outside the lock: a reaction may run on this thread.
-  if (message != nullptr) {
-    reactor->StartWrite(message);
-  } else {
-    reactor->Finish(status);
-  }
-}
 
 }  // namespace
 
@@ -402,7 +285,7 @@ GenerationService::~GenerationService() = default;
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                                             const v1::GenerateRequest* request) {
-  auto* reactor = new GenerateReactor(engine_);
+  auto* reactor = new GenerateStreamReactor<v1::GenerateResponse>(engine_, std::make_unique<IdentityTranslator>());
   absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
   if (!tenant.ok()) {
     reactor->Reject(tenant.status());
@@ -538,6 +421,36 @@ grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* 
                    for (std::string& id : aborted) response->add_aborted_request_ids(std::move(id));
                    reactor->Finish(grpc::Status::OK);
                  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetKvBlocks(grpc::CallbackServerContext* context,
+                                                         const v1::GetKvBlocksRequest* /*request*/,
+                                                         v1::KvBlocks* response) {
+  auto* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
+  if (!tenant.ok()) {
+    reactor->Finish(ToGrpcStatus(tenant.status()));
+    return reactor;
+  }
+  engine_->KvBlocks([reactor, response, tenant = *std::move(tenant)](absl::StatusOr<KvBlocksSnapshot> snapshot) {
+    if (!snapshot.ok()) {
+      reactor->Finish(ToGrpcStatus(snapshot.status()));
+      return;
+    }
+    response->set_next_sequence_number(snapshot->next_seq);
+    std::map<std::string, std::vector<uint64_t>> groups;
+    for (const KvBlockInfo& b : snapshot->blocks) {
+      if (TokenAuth::TenantNamespace(tenant, b.ns)) groups[b.ns].push_back(b.hash);
+    }
+    for (auto& [ns, hashes] : groups) {
+      std::sort(hashes.begin(), hashes.end());
+      v1::KvBlockGroup* g = response->add_namespaces();
+      g->set_cache_namespace(ns);
+      *g->mutable_block_hashes() = {hashes.begin(), hashes.end()};
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
   return reactor;
 }
 

@@ -100,6 +100,8 @@ class GenerationService final : public v1::Generation::CallbackService {
                                           v1::CacheStats* response) override;
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context, const v1::AbortRequest* request,
                                   v1::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* GetKvBlocks(grpc::CallbackServerContext* context, const v1::GetKvBlocksRequest* request,
+                                        v1::KvBlocks* response) override;
 
  private:
   // Finishes `reactor` with UNAUTHENTICATED and returns true when the caller

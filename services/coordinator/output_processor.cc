@@ -252,14 +252,16 @@ void OutputProcessor::HandleEvent(const SampleEvent& e, absl::Time now) {
       top->mutable_logprobs()->Add(e.top_logprobs.begin(), e.top_logprobs.end());
     }
   }
-  if (finish != FinishReason::kNone) {
-    sample.finished = true;
-    live.last_reason = finish;
-    response.set_finish_reason(ToProto(finish));
+  if (finish != FinishReason::kNone || live.sink->WantsRunningUsage()) {
     auto* usage = response.mutable_usage();
     usage->set_prompt_tokens(static_cast<uint32_t>(e.prompt_tokens));
     usage->set_cached_prompt_tokens(static_cast<uint32_t>(e.cached_prompt_tokens));
     usage->set_completion_tokens(static_cast<uint32_t>(e.completion_tokens));
+  }
+  if (finish != FinishReason::kNone) {
+    sample.finished = true;
+    live.last_reason = finish;
+    response.set_finish_reason(ToProto(finish));
     if (finish == FinishReason::kStopString && e.finish == FinishReason::kNone) finish_sample_(e.request, e.index);
   }
   live.sink->Send(std::move(response));

@@ -42,6 +42,9 @@ class ResponseSink {
   virtual ~ResponseSink() = default;
   virtual void Send(v1::GenerateResponse response) = 0;
   virtual void Finish(absl::Status status) = 0;
+  // Whether every response should carry the sample's usage so far (the
+  // vLLM engine API's chunks report it); otherwise only each sample's last.
+  virtual bool WantsRunningUsage() const { return false; }
 };
 
 // The per-request series the processor records (owned by a registry).

@@ -139,6 +139,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   fo.max_seq_len = options.max_context;
   fo.clock = options.clock;
   ASSIGN_OR_RETURN(std::unique_ptr<PrefixForest> forest, PrefixForest::Create(fo));
+  forest->set_record_block_events(options.record_block_events);
   return std::unique_ptr<Scheduler>(new Scheduler(options, std::move(forest)));
 }
 

@@ -102,6 +102,7 @@ struct SchedulerOptions {
   std::vector<TokenId> eos_token_ids;
   absl::Duration priority_aging = absl::ZeroDuration();  // see AdmissionPolicy
   const Clock* clock = nullptr;  // borrowed: arrivals, cache ages (null: the wall clock)
+  bool record_block_events = false;  // the forest records BlockEvents (KV events; TakeBlockEvents)
 };
 
 // One sampled token of one sample, in the order they were produced.
@@ -191,6 +192,8 @@ class Scheduler {
   void ResetPeaks();
   CacheStats cache_stats() const { return forest_->stats(); }
   const PrefixForest& forest() const { return *forest_; }
+  // The forest's block events since the last call (record_block_events).
+  std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }
   const SchedulerOptions& options() const { return options_; }
 
  private:

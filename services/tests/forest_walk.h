@@ -45,6 +45,7 @@ namespace testing {
 struct WalkParams {
   int chunk_size;
   int32_t pool_chunks;
+  bool record_block_events = false;  // for TakeBlockEvents (the KV-event tests)
 };
 
 // Every choice of the walk: an integer in [lo, hi]. A seeded generator in the
@@ -57,6 +58,7 @@ class RandomWalk {
       : p_(p), uniform_(std::move(uniform)), shadow_(static_cast<size_t>(p.pool_chunks) * p.chunk_size, -1),
         shadow_ns_(p.pool_chunks, -1) {
     forest_ = PrefixForest::Create({p.chunk_size, p.pool_chunks, 4096}).value();
+    forest_->set_record_block_events(p.record_block_events);
     // Base prompts reused across namespaces: the same tokens in two
     // namespaces must still never share a chunk.
     for (int i = 0; i < 6; ++i) bases_.push_back(RandomTokens(Uniform(0, 5 * p.chunk_size)));
@@ -101,6 +103,7 @@ class RandomWalk {
   };
   Visited visited() const { return {inserts_ok_, cancelled_, copies_, exhausted_}; }
   const PrefixForest& forest() const { return *forest_; }
+  std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }
 
  private:
   struct Seq {

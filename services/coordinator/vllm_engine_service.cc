@@ -1,0 +1,638 @@
+#include "services/coordinator/vllm_engine_service.h"
+
+#include <openssl/sha.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "base/file.h"
+#include "base/grpc_status.h"
+#include "services/coordinator/generate_stream.h"
+
+namespace chunkattn {
+
+namespace engine_api = vllm::grpc::engine;
+namespace common_api = smg::grpc::common;
+
+namespace {
+
+constexpr int kMaxAbortIds = 1024;
+constexpr size_t kMaxIdBytes = 256;
+constexpr size_t kTokenizerChunkBytes = 1 << 20;
+// The files a Hugging Face tokenizer is loaded from, as they lie in the
+// model folder (those that exist are sent).
+constexpr const char* kTokenizerFiles[] = {
+    "tokenizer.json",   "tokenizer_config.json", "tokenizer.model",  "special_tokens_map.json",
+    "added_tokens.json", "vocab.json",           "merges.txt",       "chat_template.jinja",
+    "chat_template.json", "generation_config.json", "config.json",
+};
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+double UnixSeconds(absl::Time t) { return static_cast<double>(absl::ToUnixMicros(t)) / 1e6; }
+
+// The reason strings of GenerateComplete.finish_reason.
+const char* FinishReasonName(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP_TOKEN:
+    case v1::FINISH_REASON_STOP_STRING:
+      return "stop";
+    default:
+      return "abort";
+  }
+}
+
+// The engine's responses as VllmEngine messages. Streaming: a chunk per
+// response with its new tokens, then a complete per sample when it ends.
+// Not streaming: one complete per sample with all its tokens. An Abort call
+// ends every unfinished sample with finish_reason "abort" and the call OK.
+class VllmTranslator final : public Translator<engine_api::GenerateResponse> {
+ public:
+  VllmTranslator(bool stream, int n, bool logprobs) : stream_(stream), logprobs_(logprobs), samples_(n) {}
+
+  void Translate(v1::GenerateResponse r, std::vector<engine_api::GenerateResponse>* out) override {
+    Sample& s = samples_.at(r.index());
+    const v1::Usage& u = r.usage();  // every response carries it (WantsRunningUsage)
+    prompt_tokens_ = u.prompt_tokens();
+    cached_tokens_ = u.cached_prompt_tokens();
+    s.completion_tokens = u.completion_tokens();
+    if (stream_) {
+      engine_api::GenerateStreamChunk* chunk = out->emplace_back().mutable_chunk();
+      chunk->mutable_token_ids()->Add(r.token_ids().begin(), r.token_ids().end());
+      chunk->set_prompt_tokens(prompt_tokens_);
+      chunk->set_completion_tokens(static_cast<uint32_t>(r.token_ids_size()));
+      chunk->set_cached_tokens(cached_tokens_);
+      chunk->set_index(r.index());
+      if (logprobs_) AddLogprobs(r, chunk->mutable_output_logprobs());
+    }
+    s.output_ids.insert(s.output_ids.end(), r.token_ids().begin(), r.token_ids().end());
+    if (logprobs_) AddLogprobs(r, &s.logprobs);
+    if (r.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) return;
+    s.finished = true;
+    engine_api::GenerateComplete* done = Complete(r.index(), FinishReasonName(r.finish_reason()), out);
+    if (r.finish_reason() == v1::FINISH_REASON_STOP_TOKEN && r.token_ids_size() > 0) {
+      done->set_matched_token_id(static_cast<uint32_t>(r.token_ids(r.token_ids_size() - 1)));
+    }
+  }
+
+  absl::Status Finish(absl::Status status, std::vector<engine_api::GenerateResponse>* out) override {
+    if (!IsAbortedByCall(status)) return status;
+    for (size_t i = 0; i < samples_.size(); ++i) {
+      if (!samples_[i].finished) Complete(static_cast<uint32_t>(i), "abort", out);
+    }
+    return absl::OkStatus();
+  }
+
+  bool WantsRunningUsage() const override { return true; }
+
+ private:
+  struct Sample {
+    std::vector<uint32_t> output_ids;
+    engine_api::OutputLogProbs logprobs;
+    uint32_t completion_tokens = 0;
+    bool finished = false;
+  };
+
+  static void AddLogprobs(const v1::GenerateResponse& r, engine_api::OutputLogProbs* out) {
+    out->mutable_token_logprobs()->Add(r.logprobs().begin(), r.logprobs().end());
+    out->mutable_token_ids()->Add(r.token_ids().begin(), r.token_ids().end());
+    for (const v1::TopLogprobs& top : r.top_logprobs()) {
+      engine_api::TopLogProbs* t = out->add_top_logprobs();
+      t->mutable_values()->Add(top.logprobs().begin(), top.logprobs().end());
+      t->mutable_token_ids()->Add(top.token_ids().begin(), top.token_ids().end());
+    }
+  }
+
+  // Streaming, a complete repeats nothing: the chunks carried every token.
+  engine_api::GenerateComplete* Complete(uint32_t index, const char* reason,
+                                         std::vector<engine_api::GenerateResponse>* out) {
+    Sample& s = samples_[index];
+    engine_api::GenerateComplete* done = out->emplace_back().mutable_complete();
+    if (!stream_) {
+      done->mutable_output_ids()->Add(s.output_ids.begin(), s.output_ids.end());
+      if (logprobs_) *done->mutable_output_logprobs() = s.logprobs;
+    }
+    done->set_finish_reason(reason);
+    done->set_prompt_tokens(prompt_tokens_);
+    done->set_completion_tokens(s.completion_tokens);
+    done->set_cached_tokens(cached_tokens_);
+    done->set_index(index);
+    return done;
+  }
+
+  const bool stream_;
+  const bool logprobs_;
+  std::vector<Sample> samples_;
+  uint32_t prompt_tokens_ = 0;
+  uint32_t cached_tokens_ = 0;
+};
+
+// Writes a prepared list of messages, then OK.
+template <typename Message>
+class ListWriter final : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit ListWriter(absl::Status error) { this->Finish(ToGrpcStatus(error)); }
+  explicit ListWriter(std::vector<Message> messages) : messages_(std::move(messages)) { Next(); }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      return;
+    }
+    ++next_;
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (next_ < messages_.size()) {
+      this->StartWrite(&messages_[next_]);
+    } else {
+      this->Finish(grpc::Status::OK);
+    }
+  }
+  std::vector<Message> messages_;
+  size_t next_ = 0;
+};
+
+void PutLe(std::string* out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(value >> (8 * i)));
+}
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
+  std::string hex;
+  for (unsigned char c : digest) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
+  return hex;
+}
+
+// A stored block's hash as the proto's int64: the same 64 bits.
+int64_t AsInt64(uint64_t hash) { return static_cast<int64_t>(hash); }
+
+common_api::KvEventBatch ToProto(const KvEventBatch& batch) {
+  common_api::KvEventBatch out;
+  out.set_sequence_number(batch.seq);
+  out.set_timestamp(batch.ts);
+  out.set_dp_rank(0);
+  uint64_t event_id = batch.seq << 20;  // unique while a batch has under 2^20 events
+  for (const KvEvent& e : batch.events) {
+    common_api::KvCacheEvent* ev = out.add_events();
+    ev->set_event_id(event_id++);
+    switch (e.kind) {
+      case KvEvent::Kind::kBlockStored: {
+        common_api::KvBlocksStored* stored = ev->mutable_stored();
+        if (e.parent_block_hash.has_value()) stored->set_parent_block_hash(AsInt64(*e.parent_block_hash));
+        for (size_t i = 0; i < e.block_hashes.size(); ++i) {
+          common_api::KvBlock* b = stored->add_blocks();
+          b->set_block_hash(AsInt64(e.block_hashes[i]));
+          b->set_block_size(e.block_size);
+          const auto first = e.token_ids.begin() + static_cast<ptrdiff_t>(i * e.block_size);
+          b->mutable_token_ids()->Add(first, first + e.block_size);
+        }
+        break;
+      }
+      case KvEvent::Kind::kBlockRemoved: {
+        common_api::KvBlocksRemoved* removed = ev->mutable_removed();
+        for (uint64_t h : e.block_hashes) removed->add_block_hashes(AsInt64(h));
+        break;
+      }
+      case KvEvent::Kind::kAllBlocksCleared:
+        ev->mutable_cleared();
+        break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TranslatedRequest> TranslateVllmRequest(const engine_api::GenerateRequest& request) {
+  TranslatedRequest out;
+  v1::GenerateRequest& r = out.request;
+  r.set_request_id(request.request_id());
+  switch (request.input_case()) {
+    case engine_api::GenerateRequest::kTokenized: {
+      const auto& ids = request.tokenized().input_ids();
+      if (ids.empty()) return Invalid("tokenized.input_ids is empty");
+      for (int i = 0; i < ids.size(); ++i) {
+        // Beyond int32, certainly outside the vocabulary: refused as such.
+        r.mutable_token_ids()->add_ids(static_cast<int32_t>(std::min<uint32_t>(ids[i], 0x7fffffff)));
+      }
+      break;
+    }
+    case engine_api::GenerateRequest::kText:
+      if (request.text().empty()) return Invalid("text is empty");
+      r.set_text(request.text());
+      break;
+    default:
+      return Invalid("input is empty: set tokenized.input_ids or text");
+  }
+  if (request.has_mm_inputs()) return Invalid("mm_inputs: multimodal inputs are not supported");
+  if (request.has_kv_transfer_params() || request.has_kv_transfer_params_json()) {
+    return Invalid("kv_transfer_params: KV transfer (disaggregated prefill) is not supported");
+  }
+  if (request.has_data_parallel_rank() && request.data_parallel_rank() != 0) {
+    return Invalid(absl::StrFormat("data_parallel_rank %d: this engine has one rank, 0", request.data_parallel_rank()));
+  }
+  const engine_api::SamplingParams& s = request.sampling_params();
+  if (s.constraint_case() != engine_api::SamplingParams::CONSTRAINT_NOT_SET) {
+    return Invalid("sampling_params: structured output (json_schema, regex, grammar, ...) is not supported");
+  }
+  if (s.frequency_penalty() != 0 || s.presence_penalty() != 0) {
+    return Invalid("sampling_params: frequency_penalty and presence_penalty are not supported (use repetition_penalty)");
+  }
+  if (!s.logit_bias().empty()) return Invalid("sampling_params.logit_bias is not supported");
+  if (s.has_prompt_logprobs()) return Invalid("sampling_params.prompt_logprobs is not supported");
+  if (s.has_truncate_prompt_tokens()) return Invalid("sampling_params.truncate_prompt_tokens is not supported");
+  v1::SamplingParams* p = r.mutable_sampling();
+  // proto3 zeros mean "unset" on the plain fields, as in vLLM's servicer.
+  if (s.has_temperature()) p->set_temperature(s.temperature());
+  if (s.top_p() != 0) p->set_top_p(s.top_p());
+  if (s.top_k() != 0) p->set_top_k(static_cast<int32_t>(std::min<uint32_t>(s.top_k(), 0x7fffffff)));
+  if (s.min_p() != 0) p->set_min_p(s.min_p());
+  if (s.repetition_penalty() != 0) p->set_repetition_penalty(s.repetition_penalty());
+  if (s.has_seed()) p->set_seed(static_cast<uint64_t>(static_cast<uint32_t>(s.seed())));
+  v1::StoppingCriteria* stop = r.mutable_stopping();
+  if (s.has_max_tokens()) {
+    if (s.max_tokens() == 0) return Invalid("sampling_params.max_tokens must be >= 1");
+    stop->set_max_new_tokens(s.max_tokens());
+  } else {
+    out.fill_context = true;
+  }
+  stop->set_min_tokens(s.min_tokens());
+  for (const std::string& str : s.stop()) stop->add_stop(str);
+  for (uint32_t t : s.stop_token_ids()) stop->add_stop_token_ids(static_cast<int32_t>(std::min<uint32_t>(t, 0x7fffffff)));
+  stop->set_ignore_eos(s.ignore_eos());
+  r.set_n(s.n());
+  if (s.has_logprobs()) {
+    if (s.logprobs() < 0) return Invalid("sampling_params.logprobs must be >= 0");
+    r.set_return_logprobs(true);
+    r.set_top_logprobs(static_cast<uint32_t>(s.logprobs()));
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> StoredZip(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::string zip, directory;
+  for (const auto& [name, data] : files) {
+    if (data.size() >= 0xffffffffull || zip.size() >= 0xffffffffull || name.size() > 0xffff) {
+      return Invalid("tokenizer files too large for a zip without Zip64");
+    }
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+    const uint64_t offset = zip.size();
+    // Local file header: version 2.0, no flags, stored, no time.
+    PutLe(&zip, 0x04034b50, 4);
+    PutLe(&zip, 20, 2);
+    PutLe(&zip, 0, 2);
+    PutLe(&zip, 0, 2);
+    PutLe(&zip, 0, 4);
+    PutLe(&zip, crc, 4);
+    PutLe(&zip, data.size(), 4);
+    PutLe(&zip, data.size(), 4);
+    PutLe(&zip, name.size(), 2);
+    PutLe(&zip, 0, 2);
+    zip += name;
+    zip += data;
+    // Its central directory entry.
+    PutLe(&directory, 0x02014b50, 4);
+    PutLe(&directory, 20, 2);
+    PutLe(&directory, 20, 2);
+    PutLe(&directory, 0, 2);
+    PutLe(&directory, 0, 2);
+    PutLe(&directory, 0, 4);
+    PutLe(&directory, crc, 4);
+    PutLe(&directory, data.size(), 4);
+    PutLe(&directory, data.size(), 4);
+    PutLe(&directory, name.size(), 2);
+    PutLe(&directory, 0, 2);  // extra
+    PutLe(&directory, 0, 2);  // comment
+    PutLe(&directory, 0, 2);  // disk
+    PutLe(&directory, 0, 2);  // internal attributes
+    PutLe(&directory, 0, 4);  // external attributes
+    PutLe(&directory, offset, 4);
+    directory += name;
+  }
+  if (zip.size() + directory.size() >= 0xffffffffull || files.size() > 0xffff) {
+    return Invalid("tokenizer files too large for a zip without Zip64");
+  }
+  const uint64_t directory_offset = zip.size();
+  zip += directory;
+  PutLe(&zip, 0x06054b50, 4);
+  PutLe(&zip, 0, 2);
+  PutLe(&zip, 0, 2);
+  PutLe(&zip, files.size(), 2);
+  PutLe(&zip, files.size(), 2);
+  PutLe(&zip, directory.size(), 4);
+  PutLe(&zip, directory_offset, 4);
+  PutLe(&zip, 0, 2);
+  return zip;
+}
+
+VllmEngineService::VllmEngineService(Engine* engine, const ModelConfig* config, PromptText text,
+                                     VllmServiceInfo info, const TokenAuth* auth, TextPool* text_pool,
+                                     KvEventPublisher* kv_events)
+    : engine_(engine),
+      config_(config),
+      text_(std::move(text)),
+      info_(std::move(info)),
+      auth_(auth),
+      text_pool_(text_pool),
+      kv_events_(kv_events),
+      started_(absl::Now()) {}
+
+VllmEngineService::~VllmEngineService() { Shutdown(); }
+
+void VllmEngineService::Shutdown() { stopping_ = true; }
+
+bool VllmEngineService::Denied(const grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor) const {
+  absl::Status s = auth_->Check(context);
+  if (s.ok()) return false;
+  reactor->Finish(ToGrpcStatus(s));
+  return true;
+}
+
+grpc::ServerWriteReactor<engine_api::GenerateResponse>* VllmEngineService::Generate(
+    grpc::CallbackServerContext* context, const engine_api::GenerateRequest* request) {
+  last_receive_ = UnixSeconds(absl::Now());
+  const engine_api::SamplingParams& s = request->sampling_params();
+  auto* reactor = new GenerateStreamReactor<engine_api::GenerateResponse>(
+      engine_, std::make_unique<VllmTranslator>(request->stream(),
+                                                std::max<int>(1, std::min<int>(s.n(), kMaxSamples)),
+                                                s.has_logprobs()));
+  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
+  if (!tenant.ok()) {
+    reactor->Reject(tenant.status());
+    return reactor;
+  }
+  if (!engine_->ready()) {
+    reactor->Reject(absl::UnavailableError("the workers are not ready; retry later"));
+    return reactor;
+  }
+  absl::StatusOr<TranslatedRequest> translated = TranslateVllmRequest(*request);
+  if (!translated.ok()) {
+    reactor->Reject(translated.status());
+    return reactor;
+  }
+  const uint64_t seed = NewRequestSeed();
+  auto validate_and_submit = [this, reactor, seed, tenant = *std::move(tenant),
+                              translated = std::make_shared<TranslatedRequest>(*std::move(translated))] {
+    absl::StatusOr<EngineRequest> validated =
+        ValidateGenerateRequest(translated->request, *config_, text_, seed, translated->fill_context);
+    if (!validated.ok()) {
+      reactor->Reject(validated.status());
+      return;
+    }
+    validated->spec.cache_namespace = TokenAuth::CacheNamespace(tenant, "");
+    validated->owner = tenant;
+    reactor->Submit(std::move(*validated));
+  };
+  if (request->input_case() != engine_api::GenerateRequest::kText) {
+    validate_and_submit();
+  } else if (!text_pool_->Post(validate_and_submit)) {
+    reactor->Reject(absl::ResourceExhaustedError(
+        absl::StrFormat("%d text prompts are waiting to be tokenized; retry later", kMaxQueuedTexts)));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::HealthCheck(grpc::CallbackServerContext* context,
+                                                         const engine_api::HealthCheckRequest* /*request*/,
+                                                         engine_api::HealthCheckResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (Denied(*context, reactor)) return reactor;
+  const bool ready = engine_->ready();
+  response->set_healthy(ready);
+  response->set_message(ready ? "serving" : "the workers are not ready");
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::Abort(grpc::CallbackServerContext* context,
+                                                   const engine_api::AbortRequest* request,
+                                                   engine_api::AbortResponse* /*response*/) {
+  auto* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
+  if (!tenant.ok()) {
+    reactor->Finish(ToGrpcStatus(tenant.status()));
+    return reactor;
+  }
+  if (request->request_ids_size() > kMaxAbortIds) {
+    reactor->Finish(ToGrpcStatus(Invalid(absl::StrFormat("request_ids holds over %d ids", kMaxAbortIds))));
+    return reactor;
+  }
+  std::vector<std::string> ids;
+  for (const std::string& id : request->request_ids()) {
+    if (!id.empty() && id.size() <= kMaxIdBytes) ids.push_back(id);  // others name no request
+  }
+  if (ids.empty()) {
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  engine_->Abort(*std::move(tenant), std::move(ids),
+                 [reactor](std::vector<std::string> /*aborted*/) { reactor->Finish(grpc::Status::OK); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                          const engine_api::GetModelInfoRequest* /*request*/,
+                                                          engine_api::GetModelInfoResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (Denied(*context, reactor)) return reactor;
+  response->set_model_path(info_.model_path);
+  response->set_is_generation(true);
+  response->set_max_context_length(static_cast<uint32_t>(config_->max_context));
+  response->set_vocab_size(static_cast<uint32_t>(config_->vocab_size));
+  response->set_supports_vision(false);
+  response->set_served_model_name(info_.served_model_name);
+  response->set_tokenizer_path(info_.model_path);
+  response->set_model_type(config_->model_type);
+  if (!config_->architecture.empty()) response->add_architectures(config_->architecture);
+  for (int32_t id : config_->eos_token_ids) response->add_eos_token_ids(id);
+  response->set_bos_token_id(config_->bos_token_id);
+  response->set_pad_token_id(-1);
+  response->set_max_req_input_len(static_cast<int32_t>(std::max<int64_t>(config_->max_context - 1, 0)));
+  response->set_default_sampling_params_json("{}");
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::GetServerInfo(grpc::CallbackServerContext* context,
+                                                           const engine_api::GetServerInfoRequest* /*request*/,
+                                                           engine_api::GetServerInfoResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (Denied(*context, reactor)) return reactor;
+  const Engine::Snapshot snap = engine_->snapshot();
+  response->set_active_requests(
+      static_cast<uint32_t>(snap.scheduler.running_requests + snap.scheduler.waiting_requests));
+  response->set_is_paused(false);
+  response->set_last_receive_timestamp(last_receive_.load());
+  response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  response->set_server_type("vllm-grpc");  // what routers check for this API (design note)
+  response->set_data_parallel_size(1);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::GetLoads(grpc::CallbackServerContext* context,
+                                                      const engine_api::GetLoadsRequest* request,
+                                                      engine_api::GetLoadsResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (Denied(*context, reactor)) return reactor;
+  if (request->has_dp_rank() && request->dp_rank() != 0) {
+    reactor->Finish(ToGrpcStatus(Invalid(absl::StrFormat("dp_rank %d: this engine has one rank, 0", request->dp_rank()))));
+    return reactor;
+  }
+  const Engine::Snapshot snap = engine_->snapshot();
+  response->set_timestamp(absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(), absl::UTCTimeZone()));
+  response->set_version(info_.version);
+  response->set_dp_rank_count(1);
+  engine_api::SchedulerLoad* load = response->add_loads();
+  const CacheStats& c = snap.cache;
+  load->set_dp_rank(0);
+  load->set_num_running_reqs(static_cast<int32_t>(snap.scheduler.running_requests));
+  load->set_num_waiting_reqs(static_cast<int32_t>(snap.scheduler.waiting_requests));
+  load->set_num_total_reqs(static_cast<int32_t>(snap.scheduler.running_requests + snap.scheduler.waiting_requests));
+  load->set_num_used_tokens(static_cast<int32_t>(std::min<int64_t>(c.physical_tokens, INT32_MAX)));
+  load->set_max_total_num_tokens(
+      static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(c.capacity_chunks) * info_.chunk_size, INT32_MAX)));
+  load->set_token_usage(c.capacity_chunks > 0 ? static_cast<double>(c.used_chunks) / c.capacity_chunks : 0.0);
+  load->set_cache_hit_rate(snap.prompt_tokens_total > 0 ? static_cast<double>(snap.cached_prompt_tokens_total) /
+                                                              static_cast<double>(snap.prompt_tokens_total)
+                                                        : 0.0);
+  load->set_utilization(load->token_usage());
+  load->set_max_running_requests(static_cast<int32_t>(info_.max_running_requests));
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<common_api::GetTokenizerChunk>* VllmEngineService::GetTokenizer(
+    grpc::CallbackServerContext* context, const common_api::GetTokenizerRequest* /*request*/) {
+  using Writer = ListWriter<common_api::GetTokenizerChunk>;
+  if (absl::Status s = auth_->Check(*context); !s.ok()) return new Writer(s);
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const char* name : kTokenizerFiles) {
+    const std::filesystem::path path = std::filesystem::path(info_.model_path) / name;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) continue;
+    absl::StatusOr<std::string> data = ReadFileToString(path.string());
+    if (!data.ok()) return new Writer(absl::InternalError(absl::StrCat("reading ", name, ": ", data.status().message())));
+    files.emplace_back(name, *std::move(data));
+  }
+  if (files.empty()) return new Writer(absl::FailedPreconditionError("the model folder has no tokenizer files"));
+  absl::StatusOr<std::string> zip = StoredZip(files);
+  if (!zip.ok()) return new Writer(zip.status());
+  std::vector<common_api::GetTokenizerChunk> chunks;
+  for (size_t at = 0; at < zip->size(); at += kTokenizerChunkBytes) {
+    chunks.emplace_back().set_data(zip->substr(at, kTokenizerChunkBytes));
+  }
+  chunks.back().set_sha256(Sha256Hex(*zip));
+  return new Writer(std::move(chunks));
+}
+
+// One SubscribeKvEvents call: its thread waits for the publisher's batches
+// and writes them one at a time, until the client leaves or the service
+// shuts down. Deleted in OnDone, after its thread has ended.
+class VllmEngineService::Subscription final : public grpc::ServerWriteReactor<common_api::KvEventBatch> {
+ public:
+  Subscription(VllmEngineService* service, uint64_t from) : service_(service), next_(from) {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) broken_ = true;
+  }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    broken_ = true;
+  }
+  void OnDone() override {
+    // Finish may run this on the subscription's own thread, which then
+    // touches nothing more of it.
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+    --service_->subscribers_;
+    delete this;
+  }
+
+ private:
+  void Run() {
+    KvEventPublisher* publisher = service_->kv_events_;
+    grpc::Status status = grpc::Status::OK;
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (broken_) {
+          status = grpc::Status(grpc::StatusCode::CANCELLED, "the subscriber left");
+          break;
+        }
+      }
+      if (service_->stopping_) {
+        status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+        break;
+      }
+      if (!publisher->WaitFor(next_, absl::Milliseconds(200))) continue;
+      for (const auto& batch : publisher->Since(next_)) {
+        message_ = ToProto(*batch);
+        next_ = batch->seq + 1;
+        {
+          absl::MutexLock lock(&mu_);
+          if (broken_) break;
+          writing_ = true;
+        }
+        StartWrite(&message_);  // outside the lock: OnWriteDone may run on this thread
+        // One write in flight: wait for it (or for the client to leave).
+        absl::MutexLock lock(&mu_);
+        auto written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_ || broken_; };
+        mu_.Await(absl::Condition(&written));
+        if (broken_) break;
+      }
+    }
+    Finish(status);
+  }
+
+  VllmEngineService* service_;
+  uint64_t next_;
+  common_api::KvEventBatch message_;  // the write in flight
+  std::thread thread_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::ServerWriteReactor<common_api::KvEventBatch>* VllmEngineService::SubscribeKvEvents(
+    grpc::CallbackServerContext* context, const common_api::SubscribeKvEventsRequest* request) {
+  using Refusal = ListWriter<common_api::KvEventBatch>;
+  if (absl::Status s = auth_->Check(*context); !s.ok()) return new Refusal(s);
+  if (kv_events_ == nullptr) {
+    return new Refusal(absl::FailedPreconditionError("KV events are off: start the coordinator with --kv_events"));
+  }
+  if (++subscribers_ > kMaxKvSubscribers) {
+    --subscribers_;
+    return new Refusal(absl::ResourceExhaustedError(
+        absl::StrFormat("%d KV-event subscribers already; retry later", kMaxKvSubscribers)));
+  }
+  // 0: from now on (the reference servicer's only mode); N: the kept batches
+  // from N on, then live.
+  const uint64_t from = request->start_sequence_number() == 0 ? kv_events_->next_seq() : request->start_sequence_number();
+  return new Subscription(this, from);
+}
+
+}  // namespace chunkattn
