@@ -136,7 +136,7 @@ absl::StatusOr<PromptTokens> TokenizeChatPrompt(const v1::ChatPrompt& chat, cons
 
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                       const ModelConfig& config, const PromptText& text,
-                                                      uint64_t seed, bool fill_context) {
+                                                      uint64_t seed, bool fill_context, bool cap_to_context) {
   const Tokenizer* tokenizer = text.tokenizer;
   EngineRequest out;
   if (request.request_id().size() > kMaxIdBytes) {
@@ -208,11 +208,11 @@ absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest&
   }
 
   const v1::StoppingCriteria& stop = request.stopping();
-  const int64_t max_new =
-      stop.has_max_new_tokens()
-          ? stop.max_new_tokens()
-          : (fill_context ? std::max<int64_t>(1, config.max_context - static_cast<int64_t>(spec.prompt.size()))
-                          : kDefaultMaxNewTokens);
+  const int64_t rest_of_context = std::max<int64_t>(1, config.max_context - static_cast<int64_t>(spec.prompt.size()));
+  int64_t max_new = stop.has_max_new_tokens() ? stop.max_new_tokens()
+                    : fill_context            ? rest_of_context
+                                              : kDefaultMaxNewTokens;
+  if (cap_to_context) max_new = std::min(max_new, rest_of_context);
   if (max_new < 1) return Invalid("stopping.max_new_tokens must be >= 1");
   if (static_cast<int64_t>(spec.prompt.size()) + max_new > config.max_context) {
     return Invalid(absl::StrFormat(

@@ -73,9 +73,12 @@ absl::StatusOr<PromptTokens> TokenizeChatPrompt(const v1::ChatPrompt& chat, cons
 // end of the context (OpenAI chat without max_tokens, as vLLM) rather than
 // the default. Text and chat prompts cost time in their length: callers run
 // this on the text pool for them.
+// With `cap_to_context` a max_new_tokens past the end of the context is cut
+// to it (vLLM's engine API) instead of refused.
 absl::StatusOr<EngineRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                       const ModelConfig& config, const PromptText& text,
-                                                      uint64_t seed, bool fill_context = false);
+                                                      uint64_t seed, bool fill_context = false,
+                                                      bool cap_to_context = false);
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:

@@ -208,10 +208,14 @@ void OutputProcessor::HandleEvent(const SampleEvent& e, absl::Time now) {
   // could still become a match is held back until it cannot.
   size_t end = sample.text.size();
   size_t earliest = std::string::npos;
+  const std::string* matched = nullptr;
   for (const std::string& stop : stops) {
     const size_t from = sample.sent >= stop.size() ? sample.sent - stop.size() + 1 : 0;
     const size_t pos = sample.text.find(stop, from);
-    if (pos != std::string::npos && pos < earliest) earliest = pos;
+    if (pos != std::string::npos && pos < earliest) {
+      earliest = pos;
+      matched = &stop;
+    }
   }
   if (earliest != std::string::npos) {
     finish = FinishReason::kStopString;
@@ -262,6 +266,7 @@ void OutputProcessor::HandleEvent(const SampleEvent& e, absl::Time now) {
     sample.finished = true;
     live.last_reason = finish;
     response.set_finish_reason(ToProto(finish));
+    if (finish == FinishReason::kStopString && matched != nullptr) response.set_stop_string(*matched);
     if (finish == FinishReason::kStopString && e.finish == FinishReason::kNone) finish_sample_(e.request, e.index);
   }
   live.sink->Send(std::move(response));

@@ -27,7 +27,7 @@ namespace {
 
 constexpr int kMaxAbortIds = 1024;
 constexpr size_t kMaxIdBytes = 256;
-constexpr size_t kTokenizerChunkBytes = 1 << 20;
+constexpr size_t kTokenizerChunkBytes = 64 << 10;  // as vLLM's servicer
 // The files a Hugging Face tokenizer is loaded from, as they lie in the
 // model folder (those that exist are sent).
 constexpr const char* kTokenizerFiles[] = {
@@ -59,14 +59,14 @@ const char* FinishReasonName(v1::FinishReason reason) {
 // ends every unfinished sample with finish_reason "abort" and the call OK.
 class VllmTranslator final : public Translator<engine_api::GenerateResponse> {
  public:
-  VllmTranslator(bool stream, int n, bool logprobs) : stream_(stream), logprobs_(logprobs), samples_(n) {}
+  VllmTranslator(bool stream, int n, bool logprobs, std::vector<int32_t> stop_token_ids)
+      : stream_(stream), logprobs_(logprobs), stop_token_ids_(std::move(stop_token_ids)), samples_(n) {}
 
   void Translate(v1::GenerateResponse r, std::vector<engine_api::GenerateResponse>* out) override {
     Sample& s = samples_.at(r.index());
     const v1::Usage& u = r.usage();  // every response carries it (WantsRunningUsage)
     prompt_tokens_ = u.prompt_tokens();
     cached_tokens_ = u.cached_prompt_tokens();
-    s.completion_tokens = u.completion_tokens();
     if (stream_) {
       engine_api::GenerateStreamChunk* chunk = out->emplace_back().mutable_chunk();
       chunk->mutable_token_ids()->Add(r.token_ids().begin(), r.token_ids().end());
@@ -75,21 +75,41 @@ class VllmTranslator final : public Translator<engine_api::GenerateResponse> {
       chunk->set_cached_tokens(cached_tokens_);
       chunk->set_index(r.index());
       if (logprobs_) AddLogprobs(r, chunk->mutable_output_logprobs());
+    } else {
+      s.output_ids.insert(s.output_ids.end(), r.token_ids().begin(), r.token_ids().end());
+      if (logprobs_) AddLogprobs(r, &s.logprobs);
     }
-    s.output_ids.insert(s.output_ids.end(), r.token_ids().begin(), r.token_ids().end());
-    if (logprobs_) AddLogprobs(r, &s.logprobs);
     if (r.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) return;
     s.finished = true;
+    // Streaming, the complete repeats the last chunk (as vLLM's servicer);
+    // otherwise it carries every token.
+    if (stream_) {
+      s.output_ids.assign(r.token_ids().begin(), r.token_ids().end());
+      if (logprobs_) AddLogprobs(r, &s.logprobs);
+    }
     engine_api::GenerateComplete* done = Complete(r.index(), FinishReasonName(r.finish_reason()), out);
     if (r.finish_reason() == v1::FINISH_REASON_STOP_TOKEN && r.token_ids_size() > 0) {
-      done->set_matched_token_id(static_cast<uint32_t>(r.token_ids(r.token_ids_size() - 1)));
+      // vLLM names the stop token only for stop_token_ids, not for EOS.
+      const int32_t last = r.token_ids(r.token_ids_size() - 1);
+      if (std::find(stop_token_ids_.begin(), stop_token_ids_.end(), last) != stop_token_ids_.end()) {
+        done->set_matched_token_id(static_cast<uint32_t>(last));
+      }
+    } else if (r.finish_reason() == v1::FINISH_REASON_STOP_STRING && !r.stop_string().empty()) {
+      done->set_matched_stop_str(r.stop_string());
     }
   }
 
+  // An Abort call: every unfinished sample ends "abort" (streaming, with no
+  // tokens: the chunks carried them) and the call OK, as vLLM's servicer.
   absl::Status Finish(absl::Status status, std::vector<engine_api::GenerateResponse>* out) override {
     if (!IsAbortedByCall(status)) return status;
     for (size_t i = 0; i < samples_.size(); ++i) {
-      if (!samples_[i].finished) Complete(static_cast<uint32_t>(i), "abort", out);
+      if (samples_[i].finished) continue;
+      if (stream_) {
+        samples_[i].output_ids.clear();
+        samples_[i].logprobs.Clear();
+      }
+      Complete(static_cast<uint32_t>(i), "abort", out);
     }
     return absl::OkStatus();
   }
@@ -98,9 +118,8 @@ class VllmTranslator final : public Translator<engine_api::GenerateResponse> {
 
  private:
   struct Sample {
-    std::vector<uint32_t> output_ids;
+    std::vector<uint32_t> output_ids;  // all (not streaming) or the last chunk's (streaming)
     engine_api::OutputLogProbs logprobs;
-    uint32_t completion_tokens = 0;
     bool finished = false;
   };
 
@@ -114,18 +133,15 @@ class VllmTranslator final : public Translator<engine_api::GenerateResponse> {
     }
   }
 
-  // Streaming, a complete repeats nothing: the chunks carried every token.
   engine_api::GenerateComplete* Complete(uint32_t index, const char* reason,
                                          std::vector<engine_api::GenerateResponse>* out) {
     Sample& s = samples_[index];
     engine_api::GenerateComplete* done = out->emplace_back().mutable_complete();
-    if (!stream_) {
-      done->mutable_output_ids()->Add(s.output_ids.begin(), s.output_ids.end());
-      if (logprobs_) *done->mutable_output_logprobs() = s.logprobs;
-    }
+    done->mutable_output_ids()->Add(s.output_ids.begin(), s.output_ids.end());
+    if (logprobs_ && !s.output_ids.empty()) *done->mutable_output_logprobs() = s.logprobs;
     done->set_finish_reason(reason);
     done->set_prompt_tokens(prompt_tokens_);
-    done->set_completion_tokens(s.completion_tokens);
+    done->set_completion_tokens(static_cast<uint32_t>(s.output_ids.size()));
     done->set_cached_tokens(cached_tokens_);
     done->set_index(index);
     return done;
@@ -133,6 +149,7 @@ class VllmTranslator final : public Translator<engine_api::GenerateResponse> {
 
   const bool stream_;
   const bool logprobs_;
+  const std::vector<int32_t> stop_token_ids_;
   std::vector<Sample> samples_;
   uint32_t prompt_tokens_ = 0;
   uint32_t cached_tokens_ = 0;
@@ -221,7 +238,9 @@ common_api::KvEventBatch ToProto(const KvEventBatch& batch) {
 absl::StatusOr<TranslatedRequest> TranslateVllmRequest(const engine_api::GenerateRequest& request) {
   TranslatedRequest out;
   v1::GenerateRequest& r = out.request;
-  r.set_request_id(request.request_id());
+  // Abort needs an id; SMG always sends one.
+  r.set_request_id(request.request_id().empty() ? absl::StrFormat("chunkattn-%016x", NewRequestSeed())
+                                                : request.request_id());
   switch (request.input_case()) {
     case engine_api::GenerateRequest::kTokenized: {
       const auto& ids = request.tokenized().input_ids();
@@ -369,9 +388,9 @@ grpc::ServerWriteReactor<engine_api::GenerateResponse>* VllmEngineService::Gener
   last_receive_ = UnixSeconds(absl::Now());
   const engine_api::SamplingParams& s = request->sampling_params();
   auto* reactor = new GenerateStreamReactor<engine_api::GenerateResponse>(
-      engine_, std::make_unique<VllmTranslator>(request->stream(),
-                                                std::max<int>(1, std::min<int>(s.n(), kMaxSamples)),
-                                                s.has_logprobs()));
+      engine_, std::make_unique<VllmTranslator>(
+                   request->stream(), std::max<int>(1, std::min<int>(s.n(), kMaxSamples)), s.has_logprobs(),
+                   std::vector<int32_t>(s.stop_token_ids().begin(), s.stop_token_ids().end())));
   absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
   if (!tenant.ok()) {
     reactor->Reject(tenant.status());
@@ -389,8 +408,8 @@ grpc::ServerWriteReactor<engine_api::GenerateResponse>* VllmEngineService::Gener
   const uint64_t seed = NewRequestSeed();
   auto validate_and_submit = [this, reactor, seed, tenant = *std::move(tenant),
                               translated = std::make_shared<TranslatedRequest>(*std::move(translated))] {
-    absl::StatusOr<EngineRequest> validated =
-        ValidateGenerateRequest(translated->request, *config_, text_, seed, translated->fill_context);
+    absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(
+        translated->request, *config_, text_, seed, translated->fill_context, /*cap_to_context=*/true);
     if (!validated.ok()) {
       reactor->Reject(validated.status());
       return;
@@ -463,7 +482,7 @@ grpc::ServerUnaryReactor* VllmEngineService::GetModelInfo(grpc::CallbackServerCo
   for (int32_t id : config_->eos_token_ids) response->add_eos_token_ids(id);
   response->set_bos_token_id(config_->bos_token_id);
   response->set_pad_token_id(-1);
-  response->set_max_req_input_len(static_cast<int32_t>(std::max<int64_t>(config_->max_context - 1, 0)));
+  response->set_max_req_input_len(static_cast<int32_t>(config_->max_context));
   response->set_default_sampling_params_json("{}");
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -548,6 +567,7 @@ grpc::ServerWriteReactor<common_api::GetTokenizerChunk>* VllmEngineService::GetT
 class VllmEngineService::Subscription final : public grpc::ServerWriteReactor<common_api::KvEventBatch> {
  public:
   Subscription(VllmEngineService* service, uint64_t from) : service_(service), next_(from) {
+    StartSendInitialMetadata();  // the subscriber knows it is registered before any batch
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -622,7 +642,8 @@ grpc::ServerWriteReactor<common_api::KvEventBatch>* VllmEngineService::Subscribe
   using Refusal = ListWriter<common_api::KvEventBatch>;
   if (absl::Status s = auth_->Check(*context); !s.ok()) return new Refusal(s);
   if (kv_events_ == nullptr) {
-    return new Refusal(absl::FailedPreconditionError("KV events are off: start the coordinator with --kv_events"));
+    // UNIMPLEMENTED, as a vLLM without events answers: SMG then stops asking.
+    return new Refusal(absl::UnimplementedError("KV events are off: start the coordinator with --kv_events"));
   }
   if (++subscribers_ > kMaxKvSubscribers) {
     --subscribers_;
