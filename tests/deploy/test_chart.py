@@ -4,7 +4,10 @@ gateway example; the rendered manifests checked for probes, resources, security
 contexts, ports and flags that the binaries really have, the worker count, the
 network policy, the HTTP API and the InferencePool (against the v1 CRD's
 fields); the schema rejecting wrong values; and the CPU demo's rendered command
-lines run for real on 127.0.0.1.
+lines run for real on 127.0.0.1. ManyReplicasTest: the LeaderWorkerSet layout,
+KV events and the endpoint picker's precise prefix configuration, with the
+LeaderWorkerSet and InferencePool checked against their CRDs' schemas
+(tests/deploy/crd/, crd_schema.py).
 
 Run: /usr/bin/python3 tests/deploy/test_chart.py --build build [TestClass]
 """
@@ -25,6 +28,7 @@ import yaml
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'services'))
 import harness  # noqa: E402
 from test_security import make_pki  # noqa: E402
+import crd_schema  # noqa: E402  (beside this file)
 
 RELEASE, NAMESPACE = 'rel', 'serving'
 GATEWAY_EXAMPLE = 'examples/openai-gateway.yaml'
@@ -741,6 +745,490 @@ class LintAndTemplateTest(unittest.TestCase):
         self.assertIn('InferencePool rel-chunkattn', gateway)
         self.assertIn('--pool-name=rel-chunkattn --pool-namespace=serving', gateway)
 
+
+
+# Many replicas: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), checked against LWS v0.10.0's
+# CRD (tests/deploy/crd/), whose names follow LWS's rules: the leader of group g is the pod
+# <lws>-g, its workers <lws>-g-1 ... <lws>-g-N, all in the headless Service <lws> (subdomain
+# policy Shared), and every container gets LWS_LEADER_ADDRESS=<lws>-g.<lws>.<namespace>
+# (kubernetes-sigs/lws v0.10.0, pkg/utils/pod/pod_utils.go, pkg/controllers/pod_controller.go).
+LWS_API = 'leaderworkerset.x-k8s.io/v1'
+LWS_GROUP_INDEX = 'leaderworkerset.sigs.k8s.io/group-index'
+LWS_SCHEMA = 'leaderworkerset-v0.10.0'
+POOL_SCHEMAS = ('inferencepool-v1.0.0', 'inferencepool-v1.6.0')
+# The InferencePool CRDs' CEL rules, which crd_schema cannot evaluate: check_pool_cel does.
+POOL_CEL_RULES = {"self.kind != 'Service' || has(self.port)",
+                  'self.all(p1, self.exists_one(p2, p1.number==p2.number))'}
+MANY_REPLICAS_EXAMPLE = 'examples/many-replicas.yaml'
+LWS_VALUES_FILES = {
+    'cpu-demo+openai-gateway+many-replicas': VALUES_FILES['cpu-demo+openai-gateway'] + [MANY_REPLICAS_EXAMPLE],
+    'gpu-tp4+openai-gateway+many-replicas': VALUES_FILES['gpu-tp4+openai-gateway'] + [MANY_REPLICAS_EXAMPLE],
+}
+KV_EVENTS_FLAGS = {'kv_events_endpoint', 'kv_events_replay_endpoint', 'kv_events_topic', 'kv_events_format',
+                   'kv_events_buffer_steps', 'kv_events_hash_seed'}
+RANDOM_SECRET_LINE = re.compile(r'^(  (ca\.crt|tls\.crt|tls\.key|token)): .*$', re.M)
+
+
+def render_text(*args):
+    """helm template's output, the chart's random secret material masked."""
+    r = helm('template', RELEASE, '.', '--namespace', NAMESPACE, *args)
+    if r.returncode != 0:
+        raise AssertionError('helm template failed:\n' + r.stderr)
+    return RANDOM_SECRET_LINE.sub(r'\1: <random>', r.stdout)
+
+
+def values_with(files, *sets):
+    """values.yaml under the files, then `key=value` overrides (dotted keys, YAML values)."""
+    with open(os.path.join(chart_dir(), 'values.yaml')) as f:
+        values = yaml.safe_load(f)
+    for path in files:
+        with open(os.path.join(chart_dir(), path)) as f:
+            values = merge_values(values, yaml.safe_load(f) or {})
+    for item in sets:
+        key, value = item.split('=', 1)
+        node = values
+        parts = key.split('.')
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    return values
+
+
+def set_args(sets):
+    return [a for item in sets for a in ('--set', item)]
+
+
+def pod_spec(template):
+    return template['spec']
+
+
+def env_of(c):
+    return {e['name']: e for e in c.get('env', [])}
+
+
+def expand(arg, env):
+    """The kubelet's $(VAR) expansion of a container argument, for the variables given."""
+    return re.sub(r'\$\(([A-Za-z_][A-Za-z0-9_]*)\)', lambda m: env.get(m.group(1), m.group(0)), arg)
+
+
+def lws_pod_labels(lws, template, group, worker):
+    """A pod's labels as LWS makes them: the template's plus LWS's own."""
+    labels = dict(template['metadata']['labels'])
+    labels.update({'leaderworkerset.sigs.k8s.io/name': lws['metadata']['name'],
+                   LWS_GROUP_INDEX: str(group), 'leaderworkerset.sigs.k8s.io/worker-index': str(worker)})
+    return labels
+
+
+def admitted(policies, target, peer, port):
+    """Whether NetworkPolicies admit `peer` (pod labels, same namespace) to the named `port`
+    of `target` (pod labels): open unless some policy selects the target, then any rule of
+    those policies may admit. Peers: podSelector.matchLabels only (what the chart renders for
+    pods of its own), or an empty `from` (anyone)."""
+    selecting = [p for p in policies if labels_match(p['spec']['podSelector'].get('matchLabels', {}), target)]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy['spec'].get('ingress', []):
+            if 'ports' in rule and port not in {x['port'] for x in rule['ports']}:
+                continue
+            peers = rule.get('from')
+            if not peers or any(set(x) == {'podSelector'} and
+                                labels_match(x['podSelector'].get('matchLabels', {}), peer) for x in peers):
+                return True
+    return False
+
+
+class ManyReplicasTest(unittest.TestCase):
+    """replicas > 1 or lws.enabled: a LeaderWorkerSet instead of the coordinator Deployment and
+    worker StatefulSet, valid against LWS's CRD, the coordinators' --workers naming their own
+    group's pods by LWS's rules; KV-cache events on the coordinators; the InferencePool and the
+    endpoint picker's precise prefix configuration. One replica keeps today's layout."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.coordinator_flags = binary_flags('chunkattn-coordinator')
+
+    def test_lint(self):
+        for name, files in LWS_VALUES_FILES.items():
+            values = [a for f in files for a in ('-f', f)]
+            r = helm('lint', '.', '--strict', *values)
+            self.assertEqual(r.returncode, 0, '%s:\n%s%s' % (name, r.stdout, r.stderr))
+        for extra in (['--set', 'lws.enabled=true'], ['--set', 'replicas=3'],
+                      ['-f', 'ci/gpu-tp4-values.yaml', '--set', 'replicas=2',
+                       '--set', 'lws.exclusiveTopology=kubernetes.io/hostname']):
+            r = helm('lint', '.', '--strict', *extra)
+            self.assertEqual(r.returncode, 0, '%s:\n%s%s' % (extra, r.stdout, r.stderr))
+
+    def test_one_replica_keeps_todays_layout(self):
+        """replicas 1 without lws.enabled renders exactly what the chart rendered before
+        (the same bytes as the defaults), kinds and all; KV events off add nothing."""
+        for files in (VALUES_FILES['default'], VALUES_FILES['gpu-tp4+openai-gateway']):
+            values = [a for f in files for a in ('-f', f)]
+            base = render_text(*values)
+            for extra in (['--set', 'replicas=1'], ['--set', 'replicas=1', '--set', 'lws.enabled=false'],
+                          ['--set', 'kvEvents.enabled=false']):
+                self.assertEqual(render_text(*values, *extra), base, (files, extra))
+        docs = render([])
+        self.assertEqual(sorted(d['kind'] for d in docs),
+                         ['ConfigMap', 'Deployment', 'NetworkPolicy', 'NetworkPolicy', 'PodDisruptionBudget',
+                          'PodDisruptionBudget', 'Secret', 'Secret', 'Service', 'Service', 'ServiceAccount',
+                          'StatefulSet'])
+        c = container(one(docs, 'Deployment'))
+        self.assertNotIn('env', c, 'no environment without LWS or KV events')
+        self.assertEqual({p['name'] for p in c['ports']}, {'grpc', 'metrics', 'health', 'http'})
+        self.assertEqual(set(parse_args(c['args'])) & KV_EVENTS_FLAGS, set())
+
+    def lws_docs(self, files, sets):
+        docs = render([a for f in files for a in ('-f', f)], *set_args(sets))
+        return docs, values_with(files, *sets)
+
+    def test_leader_worker_set(self):
+        cases = [(VALUES_FILES['default'], ['lws.enabled=true']),
+                 (VALUES_FILES['default'], ['replicas=3']),
+                 (VALUES_FILES['cpu-demo'], ['replicas=2', 'tensorParallelSize=3']),
+                 (VALUES_FILES['gpu-tp4+openai-gateway'], ['replicas=4', 'lws.exclusiveTopology=kubernetes.io/hostname',
+                                                           'lws.rollingUpdate.maxSurge=1']),
+                 (LWS_VALUES_FILES['cpu-demo+openai-gateway+many-replicas'], [])]
+        for files, sets in cases:
+            with self.subTest(files=files, sets=sets):
+                docs, values = self.lws_docs(files, sets)
+                # The same pods as the one-replica layout renders for the same values.
+                single = render([a for f in files for a in ('-f', f)],
+                                *set_args([x for x in sets if not x.startswith(('replicas=', 'lws.'))] +
+                                          ['replicas=1', 'lws.enabled=false']))
+                self.check_lws(docs, values, single)
+
+    def check_lws(self, docs, values, single):
+        replicas, tp = values['replicas'], values['tensorParallelSize']
+        kinds = {d['kind'] for d in docs}
+        self.assertNotIn('Deployment', kinds)
+        self.assertNotIn('StatefulSet', kinds)
+        lws = one(docs, 'LeaderWorkerSet')
+        self.assertEqual(lws['apiVersion'], LWS_API)
+        errors, cel = crd_schema.validate(lws, crd_schema.load(LWS_SCHEMA))
+        self.assertEqual(errors, [])
+        self.assertEqual(cel, [])
+        name = lws['metadata']['name']
+        self.assertEqual(name, 'rel-chunkattn-replica')
+        spec = lws['spec']
+        self.assertEqual(spec['replicas'], replicas)
+        self.assertEqual(spec['startupPolicy'], 'LeaderCreated')  # LeaderReady never comes: see the template
+        self.assertEqual(spec['networkConfig'], {'subdomainPolicy': 'Shared'})
+        self.assertEqual(spec['rolloutStrategy']['type'], 'RollingUpdate')
+        self.assertEqual(spec['rolloutStrategy']['rollingUpdateConfiguration'], values['lws']['rollingUpdate'])
+        topology = values['lws']['exclusiveTopology']
+        self.assertEqual(lws['metadata'].get('annotations', {}).get('leaderworkerset.sigs.k8s.io/exclusive-topology'),
+                         topology or None)
+        group = spec['leaderWorkerTemplate']
+        self.assertEqual(group['size'], 1 + tp)
+        self.assertEqual(group['restartPolicy'], 'RecreateGroupOnPodRestart')
+        leader, worker = group['leaderTemplate'], group['workerTemplate']
+        self.assertEqual(leader['metadata']['labels']['app.kubernetes.io/component'], 'coordinator')
+        self.assertEqual(worker['metadata']['labels']['app.kubernetes.io/component'], 'worker')
+
+        # The pods are the one-replica layout's: the workers' exactly, the coordinator's but for
+        # --workers and the group index it is built from.
+        deploy, sts = one(single, 'Deployment'), one(single, 'StatefulSet')
+        self.assertEqual(worker, sts['spec']['template'])
+        c, single_c = container({'spec': {'template': leader}}), container(deploy)
+        args, single_args = parse_args(c['args']), parse_args(single_c['args'])
+        self.assertEqual({k: v for k, v in args.items() if k != 'workers'},
+                         {k: v for k, v in single_args.items() if k != 'workers'})
+        self.assertLessEqual(set(args), self.coordinator_flags, 'flags the coordinator lacks')
+        stripped = json.loads(json.dumps(leader))
+        stripped_c = stripped['spec']['containers'][0]
+        stripped_c['args'] = single_c['args']
+        stripped_c['env'] = [e for e in stripped_c['env'] if e['name'] != 'CHUNKATTN_GROUP_INDEX']
+        if not stripped_c['env']:
+            del stripped_c['env']
+        self.assertEqual(stripped, deploy['spec']['template'])
+
+        # --workers: group g's ranks in order, by the names LWS gives them, on their port.
+        env = env_of(c)
+        self.assertEqual(env['CHUNKATTN_GROUP_INDEX']['valueFrom'],
+                         {'fieldRef': {'fieldPath': "metadata.labels['%s']" % LWS_GROUP_INDEX}})
+        worker_port = port_of(container({'spec': {'template': worker}}), 'grpc')
+        for g in range(replicas):
+            expanded = expand(args['workers'], {'CHUNKATTN_GROUP_INDEX': str(g)})
+            self.assertNotIn('$(', expanded)
+            pods = ['%s-%d-%d' % (name, g, i) for i in range(1, tp + 1)]  # LWS: <lws>-<group>-<index>
+            expected = ['%s.%s.%s.svc.cluster.local:%d' % (pod, name, NAMESPACE, worker_port) for pod in pods]
+            self.assertEqual(expanded.split(','), expected)
+            # The same names from LWS's LWS_LEADER_ADDRESS (<lws>-g.<subdomain>.<namespace>).
+            leader_address = '%s-%d.%s.%s' % (name, g, name, NAMESPACE)
+            host, domain = leader_address.split('.', 1)
+            self.assertEqual(expanded.split(','), ['%s-%d.%s.svc.cluster.local:%d' % (host, i, domain, worker_port)
+                                                   for i in range(1, tp + 1)])
+        # The names stay within Kubernetes' limits at the largest group index: the worker
+        # StatefulSet <lws>-<g> (52, its pods' controller-revision-hash label), the pods (63).
+        self.assertLessEqual(len('%s-%d' % (name, replicas - 1)), 52)
+
+        # The Service and the budgets: coordinators (leaders) and workers apart.
+        services = by_kind(docs, 'Service')
+        self.assertEqual(len(services), 1, 'LWS makes the workers\' headless Service')
+        self.assertNotEqual(services[0]['metadata']['name'], name, 'LWS would not make its headless Service')
+        for g in range(replicas):
+            leader_labels = lws_pod_labels(lws, leader, g, 0)
+            worker_labels = lws_pod_labels(lws, worker, g, 1)
+            self.assertTrue(labels_match(services[0]['spec']['selector'], leader_labels))
+            self.assertFalse(labels_match(services[0]['spec']['selector'], worker_labels))
+        pdbs = by_kind(docs, 'PodDisruptionBudget')
+        self.assertEqual(len(pdbs), 2)
+        for labels in (lws_pod_labels(lws, leader, 0, 0), lws_pod_labels(lws, worker, 0, 1)):
+            self.assertEqual(len([p for p in pdbs if labels_match(p['spec']['selector']['matchLabels'], labels)]), 1)
+
+        # NetworkPolicy: a group's workers admit their own coordinator (gRPC) and ranks (any
+        # port), no other group's, and a group past `replicas` admits no one.
+        policies = by_kind(docs, 'NetworkPolicy')
+        for g in range(replicas + 1):
+            target = lws_pod_labels(lws, worker, g, 1)
+            for h in range(replicas):
+                same = g == h
+                self.assertEqual(admitted(policies, target, lws_pod_labels(lws, leader, h, 0), 'grpc'), same, (g, h))
+                self.assertEqual(admitted(policies, target, lws_pod_labels(lws, worker, h, 2), 'grpc'), same, (g, h))
+                self.assertFalse(admitted(policies, target, lws_pod_labels(lws, leader, h, 0), 'health'))
+            self.assertFalse(admitted(policies, target, {'app': 'other'}, 'grpc'))
+        coordinator = lws_pod_labels(lws, leader, 0, 0)
+        self.assertEqual(admitted(policies, coordinator, {'app': 'other'}, 'grpc'),
+                         not values['networkPolicy']['apiFrom'])
+
+    def test_long_release_name_and_many_groups(self):
+        r = helm('template', 'r' * 53, '.', '--set', 'replicas=1000')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+        lws = one(docs, 'LeaderWorkerSet')
+        name = lws['metadata']['name']
+        self.assertLessEqual(len(name + '-999'), 52)
+        self.assertLessEqual(len(name + '-999-%d' % lws['spec']['leaderWorkerTemplate']['size']), 63)
+        for d in docs:
+            self.assertLessEqual(len(d['metadata']['name']), 63, d['metadata']['name'])
+        self.assertNotEqual(helm('template', RELEASE, '.', '--set', 'replicas=1001').returncode, 0)
+
+    def test_pod_templates_match_the_core_schema(self):
+        """Today's Deployment and StatefulSet pod templates, checked against the PodTemplateSpec
+        schema that LWS's CRD embeds (the core API's, as of LWS v0.10.0)."""
+        schema = crd_schema.load(LWS_SCHEMA)
+        template_schema = dict(schema['definitions']['leaderTemplate'], definitions=schema['definitions'])
+        for name, values in VALUES_SETS.items():
+            docs = render(values)
+            for workload in (one(docs, 'Deployment'), one(docs, 'StatefulSet')):
+                errors, _ = crd_schema.validate(workload['spec']['template'], template_schema)
+                self.assertEqual(errors, [], (name, workload['kind']))
+
+    def test_kv_events(self):
+        for sets in ([], ['replicas=2']):
+            with self.subTest(sets=sets):
+                docs, values = self.lws_docs([], sets + ['kvEvents.enabled=true'])
+                workload = one(docs, 'LeaderWorkerSet' if sets else 'Deployment')
+                template = (workload['spec']['leaderWorkerTemplate']['leaderTemplate'] if sets
+                            else workload['spec']['template'])
+                c = container({'spec': {'template': template}})
+                args = parse_args(c['args'])
+                self.assertLessEqual(KV_EVENTS_FLAGS, set(args))
+                self.assertLessEqual(set(args), self.coordinator_flags, 'flags the coordinator lacks')
+                self.assertEqual(args['kv_events_endpoint'], 'tcp://*:%d' % port_of(c, 'kv-events'))
+                self.assertEqual(args['kv_events_replay_endpoint'], 'tcp://*:%d' % port_of(c, 'kv-replay'))
+                self.assertEqual((port_of(c, 'kv-events'), port_of(c, 'kv-replay')), (5556, 5557))
+                # llm-d's topic: kv@<pod IP>@<the model id clients send>.
+                self.assertEqual(args['kv_events_topic'], 'kv@$(POD_IP)@%s' % args['served_model_name'])
+                self.assertEqual(env_of(c)['POD_IP']['valueFrom'], {'fieldRef': {'fieldPath': 'status.podIP'}})
+                self.assertEqual(expand(args['kv_events_topic'], {'POD_IP': '10.1.2.3'}), 'kv@10.1.2.3@demo')
+                self.assertEqual(
+                    (args['kv_events_format'], args['kv_events_buffer_steps'], args['kv_events_hash_seed']),
+                    ('map', '10000', '0'))
+                # The events are for routers: the Service does not carry them; the NetworkPolicy
+                # opens them to apiFrom's peers (anyone by default).
+                self.assertEqual({p['name'] for p in one(docs, 'Service', 'coordinator')['spec']['ports']},
+                                 {'grpc', 'metrics', 'http'})
+                policy = [p for p in by_kind(docs, 'NetworkPolicy')
+                          if labels_match(p['spec']['podSelector']['matchLabels'], template['metadata']['labels'])]
+                self.assertEqual(len(policy), 1)
+                rules = [r for r in policy[0]['spec']['ingress'] if 'kv-events' in {p['port'] for p in r['ports']}]
+                self.assertEqual(len(rules), 1)
+                self.assertEqual({p['port'] for p in rules[0]['ports']}, {'kv-events', 'kv-replay'})
+                self.assertNotIn('from', rules[0])
+        # Other values; numbers never in float notation; the peers.
+        gateway = {'namespaceSelector': {'matchLabels': {'kubernetes.io/metadata.name': 'gateway'}}}
+        epp = {'podSelector': {'matchLabels': {'app': 'epp'}}}
+        for seed_set, seed in ((['--set', 'kvEvents.hashSeed=4294967295'], '4294967295'),
+                               (['--set-string', 'kvEvents.hashSeed=0'], '0'),
+                               (['--set', 'kvEvents.hashSeed=abc-1'], 'abc-1')):
+            docs = render(['-f', 'ci/gpu-tp4-values.yaml'], '--set', 'kvEvents.enabled=true',
+                          '--set', 'kvEvents.port=6000', '--set', 'kvEvents.replayPort=6001',
+                          '--set', 'kvEvents.format=array', '--set', 'kvEvents.bufferSteps=1000000',
+                          '--set', 'http.servedModelName=meta-llama/Llama-3.1-8B', *seed_set)
+            c = container(one(docs, 'Deployment'))
+            args = parse_args(c['args'])
+            self.assertEqual((args['kv_events_endpoint'], args['kv_events_replay_endpoint']),
+                             ('tcp://*:6000', 'tcp://*:6001'))
+            self.assertEqual((port_of(c, 'kv-events'), port_of(c, 'kv-replay')), (6000, 6001))
+            self.assertEqual((args['kv_events_format'], args['kv_events_buffer_steps'], args['kv_events_hash_seed']),
+                             ('array', '1000000', seed))
+            self.assertEqual(args['kv_events_topic'], 'kv@$(POD_IP)@meta-llama/Llama-3.1-8B')
+            rule = [r for r in one(docs, 'NetworkPolicy', 'coordinator')['spec']['ingress']
+                    if 'kv-events' in {p['port'] for p in r['ports']}][0]
+            self.assertEqual(rule['from'], [gateway])  # apiFrom's
+        docs = render(['-f', 'ci/gpu-tp4-values.yaml'], '--set', 'kvEvents.enabled=true',
+                      '--set-json', 'networkPolicy.kvEventsFrom=[%s]' % json.dumps(epp))
+        rule = [r for r in one(docs, 'NetworkPolicy', 'coordinator')['spec']['ingress']
+                if 'kv-events' in {p['port'] for p in r['ports']}][0]
+        self.assertEqual(rule['from'], [epp])
+        # Ports the coordinator already listens on are refused.
+        for clash in (['kvEvents.port=8000'], ['kvEvents.replayPort=50051'], ['kvEvents.port=9400'],
+                      ['kvEvents.replayPort=5556']):
+            r = helm('template', RELEASE, '.', '--set', 'kvEvents.enabled=true', *set_args(clash))
+            self.assertNotEqual(r.returncode, 0, clash)
+            self.assertIn('kvEvents.port and kvEvents.replayPort must differ', r.stderr, clash)
+        r = helm('template', RELEASE, '.', '--set', 'kvEvents.enabled=true', '--set', 'http.enabled=false',
+                 '--set', 'kvEvents.port=8000')
+        self.assertEqual(r.returncode, 0, r.stderr)  # 8000 is free with the HTTP API off
+
+    def check_pool_cel(self, pool):
+        """The CRDs' CEL rules: a Service reference has a port; target ports are unique."""
+        ref = pool['spec']['endpointPickerRef']
+        self.assertTrue(ref.get('kind', 'Service') != 'Service' or 'port' in ref)
+        numbers = [p['number'] for p in pool['spec']['targetPorts']]
+        self.assertEqual(len(numbers), len(set(numbers)))
+
+    def test_inference_pool_selects_the_coordinators(self):
+        for files, sets in ((VALUES_FILES['gpu-tp4+openai-gateway'], ['replicas=3']),
+                            (VALUES_FILES['cpu-demo+openai-gateway'],
+                             ['lws.enabled=true', 'inferencePool.matchLabels.pool=llama',
+                              'coordinator.podLabels.pool=llama', 'worker.podLabels.pool=llama']),
+                            (LWS_VALUES_FILES['gpu-tp4+openai-gateway+many-replicas'], [])):
+            with self.subTest(files=files, sets=sets):
+                docs, values = self.lws_docs(files, sets)
+                pool, lws = one(docs, 'InferencePool'), one(docs, 'LeaderWorkerSet')
+                for name in POOL_SCHEMAS:  # valid in v1.0 and in the newest
+                    errors, cel = crd_schema.validate(pool, crd_schema.load(name))
+                    self.assertEqual(errors, [], name)
+                    self.assertLessEqual({rule for _, rule in cel}, POOL_CEL_RULES, name)
+                self.check_pool_cel(pool)
+                self.assertEqual(pool['metadata']['name'], 'rel-chunkattn')
+                match = pool['spec']['selector']['matchLabels']
+                group = lws['spec']['leaderWorkerTemplate']
+                for g in range(values['replicas']):
+                    self.assertTrue(labels_match(match, lws_pod_labels(lws, group['leaderTemplate'], g, 0)))
+                    for i in range(1, values['tensorParallelSize'] + 1):
+                        self.assertFalse(labels_match(match, lws_pod_labels(lws, group['workerTemplate'], g, i)))
+                leader = container({'spec': {'template': group['leaderTemplate']}})
+                self.assertEqual(pool['spec']['targetPorts'], [{'number': port_of(leader, 'http')}])
+
+    def epp_config(self, docs):
+        cm = [d for d in by_kind(docs, 'ConfigMap') if d['metadata']['name'] == 'rel-chunkattn-epp-config']
+        self.assertEqual(len(cm), 1)
+        self.assertEqual(set(cm[0]['data']), {'epp-config.yaml'})
+        return yaml.safe_load(cm[0]['data']['epp-config.yaml'])
+
+    def test_endpoint_picker_config(self):
+        """llm-d's EndpointPickerConfig (llm-d-router v0.10, deploy/config/
+        epp-precise-prefix-cache-config.yaml's shape): blocks of the coordinator's chunk size,
+        the KV-events ports the coordinators listen on, every referenced plugin declared."""
+        precise = ['inferencePool.endpointPicker.precisePrefix.enabled=true', 'kvEvents.enabled=true']
+        self.assertEqual([d for d in render(VALUES_SETS['cpu-demo+openai-gateway'], *set_args(precise[1:]))
+                          if d['metadata']['name'].endswith('-epp-config')], [])
+        for files, sets, chunk, scheme in (
+                (VALUES_FILES['cpu-demo+openai-gateway'], precise, 64, 'http'),
+                (VALUES_FILES['gpu-tp4+openai-gateway'], precise + ['replicas=2', 'cache.chunkSize=128',
+                                                                   'kvEvents.port=7000', 'kvEvents.replayPort=7001'],
+                 128, 'https'),
+                (LWS_VALUES_FILES['cpu-demo+openai-gateway+many-replicas'], [], 64, 'http')):
+            with self.subTest(files=files, sets=sets):
+                docs, values = self.lws_docs(files, sets)
+                config = self.epp_config(docs)
+                self.assertEqual((config['apiVersion'], config['kind']), ('llm-d.ai/v1alpha1', 'EndpointPickerConfig'))
+                plugins = {p.get('name', p['type']): p for p in config['plugins']}
+                self.assertEqual(len(plugins), len(config['plugins']), 'plugin names are unique')
+                refs = [r['pluginRef'] for profile in config['schedulingProfiles'] for r in profile['plugins']]
+                refs += [x for source in config['dataLayer']['sources']
+                         for x in [source['pluginRef']] + [e['pluginRef'] for e in source.get('extractors', [])]]
+                self.assertLessEqual(set(refs), set(plugins))
+                weighted = {r['pluginRef']: r.get('weight') for r in config['schedulingProfiles'][0]['plugins']}
+                self.assertEqual(set(weighted), {'prefix-cache-scorer', 'kv-cache-utilization-scorer', 'queue-scorer',
+                                                 'max-score-picker'})
+                self.assertGreater(weighted['prefix-cache-scorer'], weighted['queue-scorer'])
+                self.assertEqual(plugins['prefix-cache-scorer']['parameters'],
+                                 {'prefixMatchInfoProducerName': 'precise-prefix-cache-producer'})
+                workload = one(docs, 'LeaderWorkerSet' if 'LeaderWorkerSet' in {d['kind'] for d in docs}
+                               else 'Deployment')
+                template = (workload['spec']['leaderWorkerTemplate']['leaderTemplate']
+                            if workload['kind'] == 'LeaderWorkerSet' else workload['spec']['template'])
+                c = container({'spec': {'template': template}})
+                args = parse_args(c['args'])
+                producer = plugins['precise-prefix-cache-producer']['parameters']
+                self.assertEqual(producer['tokenProcessorConfig']['blockSizeTokens'], int(args['chunk_size']))
+                self.assertEqual(int(args['chunk_size']), chunk)
+                self.assertEqual(producer['tokenProcessorConfig']['hashSeed'], args['kv_events_hash_seed'])
+                events = producer['kvEventsConfig']
+                self.assertEqual((events['engineType'], events['topicFilter'], events['discoverPods']),
+                                 ('vllm', 'kv@', True))
+                self.assertTrue(args['kv_events_topic'].startswith(events['topicFilter']))
+                self.assertEqual(events['podDiscoveryConfig'], {'socketPort': port_of(c, 'kv-events'),
+                                                                'replaySocketPort': port_of(c, 'kv-replay')})
+                self.assertEqual(args['kv_events_endpoint'], 'tcp://*:%d' % events['podDiscoveryConfig']['socketPort'])
+                token = plugins['token-producer']['parameters']
+                self.assertEqual(token, {'modelName': args['served_model_name'],
+                                         'vllm': {'url': 'http://localhost:8000'}})
+                self.assertEqual(plugins['metrics-data-source']['parameters'], {'scheme': scheme, 'path': '/metrics'})
+                self.assertEqual(scheme == 'https', values['tls']['enabled'])
+        docs = render(VALUES_SETS['cpu-demo+openai-gateway'], *set_args(precise + [
+            'inferencePool.endpointPicker.precisePrefix.renderUrl=http://render.models.svc:8000',
+            'inferencePool.endpointPicker.precisePrefix.renderModelName=meta-llama/Meta-Llama-3-8B-Instruct']))
+        self.assertEqual(self.epp_config(docs)['plugins'][0]['parameters'],
+                         {'modelName': 'meta-llama/Meta-Llama-3-8B-Instruct',
+                          'vllm': {'url': 'http://render.models.svc:8000'}})
+        # What cannot work is refused, saying why.
+        for sets, message in ((precise[:1], 'needs kvEvents.enabled'),
+                              (precise + ['http.enabled=false'], 'needs http.enabled'),
+                              (precise + ['metrics.auth.existingSecret=mt'], 'metrics.auth.existingSecret')):
+            r = helm('template', RELEASE, '.', *set_args(sets))
+            self.assertNotEqual(r.returncode, 0, sets)
+            self.assertIn(message, r.stderr, sets)
+
+    def test_schema_rejects_wrong_values(self):
+        cases = [
+            ('--set', 'replicas=0', 'replicas'),
+            ('--set', 'replicas=1001', 'replicas'),
+            ('--set-string', 'replicas=two', 'replicas'),
+            ('--set-string', 'lws.enabled=yes', 'enabled'),
+            ('--set', 'lws.size=3', 'size'),  # a typo (or LWS's own field) is not taken
+            ('--set', 'lws.exclusiveTopology=not a key', 'exclusiveTopology'),
+            ('--set', 'lws.rollingUpdate.maxUnavailable=-1', 'maxUnavailable'),
+            ('--set', 'lws.rollingUpdate.maxSurge=150%', 'maxSurge'),
+            ('--set', 'replicas=2,lws.rollingUpdate.maxUnavailable=0', 'both be 0'),
+            ('--set-string', 'kvEvents.enabled=yes', 'enabled'),
+            ('--set', 'kvEvents.format=json', 'format'),
+            ('--set', 'kvEvents.port=0', 'port'),
+            ('--set', 'kvEvents.replayPort=65536', 'replayPort'),
+            ('--set', 'kvEvents.bufferSteps=0', 'bufferSteps'),
+            ('--set', 'kvEvents.bufferSteps=1000001', 'bufferSteps'),
+            ('--set', 'kvEvents.hashSeed=a b', 'hashSeed'),
+            ('--set', 'kvEvents.hashSeed=-1', 'hashSeed'),
+            ('--set', 'kvEvents.hashSeed=true', 'hashSeed'),
+            ('--set', 'kvEvents.topic=x', 'topic'),  # the chart makes the topic
+            ('--set-string', 'inferencePool.endpointPicker.precisePrefix.enabled=yes', 'enabled'),
+            ('--set', 'inferencePool.endpointPicker.precisePrefix.renderUrl=https://render:8000', 'renderUrl'),
+            ('--set', 'inferencePool.endpointPicker.precisePrefix.renderUrl=http://render:8000/', 'renderUrl'),
+            ('--set', 'inferencePool.endpointPicker.precisePrefix.renderModelName=a b', 'renderModelName'),
+            ('--set', 'inferencePool.endpointPicker.precisePrefix.blockSize=16', 'blockSize'),
+            ('--set', 'networkPolicy.kvEventsFrom=all', 'kvEventsFrom'),
+        ]
+        for flag, value, field in cases:
+            r = helm('template', RELEASE, '.', flag, value)
+            self.assertNotEqual(r.returncode, 0, value)
+            self.assertIn(field, r.stderr, value)
+
+    def test_notes(self):
+        helm('version')  # installs helm when needed
+        # LintAndTemplateTest's NOTES rendering (it needs only a TestCase).
+        notes = LintAndTemplateTest.render_notes(self, '--set', 'replicas=3', '--set', 'kvEvents.enabled=true')
+        self.assertIn('leaderworkerset/rel-chunkattn-replica, 3 group(s)', notes)
+        self.assertIn('wait --for=condition=Available leaderworkerset/rel-chunkattn-replica', notes)
+        self.assertIn('KV events :5556/:5557', notes)
+        self.assertNotIn('statefulset/', notes)
+        notes = LintAndTemplateTest.render_notes(self, *VALUES_SETS['cpu-demo+openai-gateway'],
+                                                 '-f', MANY_REPLICAS_EXAMPLE)
+        self.assertIn('ConfigMap rel-chunkattn-epp-config (key epp-config.yaml)', notes)
 
 class RenderedCommandLinesRunTest(harness.ServiceTestCase):
     """The CPU demo values' rendered command lines, started for real: only what

@@ -168,14 +168,78 @@ true
 {{- end }}
 {{- end -}}
 
-{{/* Rank order: worker-0 is rank 0 (it also serves the collectives' rendezvous). */}}
+{{/* LeaderWorkerSet mode: several replicas (each a coordinator with its own ranks), or asked
+     for. One replica without lws.enabled keeps the Deployment + StatefulSet layout. */}}
+{{- define "chunkattn.lws" -}}
+{{- if or .Values.lws.enabled (gt (int .Values.replicas) 1) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The LeaderWorkerSet's name, which LWS also gives its headless Service: so not the
+     coordinator Service's. Its worker StatefulSets are "<name>-<group>": the fullname is cut
+     to 40 so that "<name>-999" stays within a StatefulSet's 52 characters (see chunkattn.name). */}}
+{{- define "chunkattn.lws.fullname" -}}
+{{- printf "%s-replica" (include "chunkattn.fullname" . | trunc 40 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* Rank order: worker-0 is rank 0 (it also serves the collectives' rendezvous). In a
+     LeaderWorkerSet, group g's ranks are its pods <lws>-g-1 ... <lws>-g-N (rank i-1), named in
+     the headless Service <lws> that LWS makes (subdomain policy Shared). g is the leader's
+     group-index label, which the downward API puts in CHUNKATTN_GROUP_INDEX and the kubelet
+     substitutes for $(CHUNKATTN_GROUP_INDEX): no shell, and the names are LWS's own rule. */}}
 {{- define "chunkattn.workerAddresses" -}}
-{{- $worker := include "chunkattn.worker.fullname" . -}}
 {{- $addrs := list -}}
+{{- if include "chunkattn.lws" . -}}
+{{- $lws := include "chunkattn.lws.fullname" . -}}
+{{- range $i := until (int .Values.tensorParallelSize) -}}
+{{- $addrs = append $addrs (printf "%s-$(CHUNKATTN_GROUP_INDEX)-%d.%s.%s.svc.%s:%d" $lws (add1 $i) $lws $.Release.Namespace $.Values.clusterDomain (int $.Values.worker.port)) -}}
+{{- end -}}
+{{- else -}}
+{{- $worker := include "chunkattn.worker.fullname" . -}}
 {{- range $i := until (int .Values.tensorParallelSize) -}}
 {{- $addrs = append $addrs (printf "%s-%d.%s.%s.svc.%s:%d" $worker $i $worker $.Release.Namespace $.Values.clusterDomain (int $.Values.worker.port)) -}}
 {{- end -}}
+{{- end -}}
 {{- join "," $addrs -}}
+{{- end -}}
+
+{{/* The coordinator's environment: its LWS group (for --workers) and, with KV events, its
+     IP (the events' topic). Empty in the one-replica layout without KV events. */}}
+{{- define "chunkattn.coordinator.env" -}}
+{{- if include "chunkattn.lws" . }}
+- name: CHUNKATTN_GROUP_INDEX  # the group's index, which names its workers in --workers
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.labels['leaderworkerset.sigs.k8s.io/group-index']
+{{- end }}
+{{- if .Values.kvEvents.enabled }}
+- name: POD_IP  # names the pod in the KV events' topic
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
+{{- end -}}
+
+{{/* KV-cache events in vLLM's format (ZMQ PUB + ROUTER replay, bound on every address):
+     llm-d's topic kv@<pod IP>@<served model name>, the model segment being the `model` the
+     router sees in requests. */}}
+{{- define "chunkattn.kvEventsArgs" -}}
+{{- $k := .Values.kvEvents -}}
+{{- if $k.enabled -}}
+- {{ printf "--kv_events_endpoint=tcp://*:%d" (int $k.port) | quote }}
+- {{ printf "--kv_events_replay_endpoint=tcp://*:%d" (int $k.replayPort) | quote }}
+- {{ printf "--kv_events_topic=kv@$(POD_IP)@%s" (include "chunkattn.servedModelName" .) | quote }}
+- --kv_events_format={{ $k.format }}
+- --kv_events_buffer_steps={{ int64 $k.bufferSteps }}
+- {{ printf "--kv_events_hash_seed=%s" (include "chunkattn.kvEventsHashSeed" .) | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A string, or an integer (--set kvEvents.hashSeed=0 gives one): never float notation. */}}
+{{- define "chunkattn.kvEventsHashSeed" -}}
+{{- $seed := .Values.kvEvents.hashSeed -}}
+{{- if kindIs "string" $seed -}}{{ $seed }}{{- else -}}{{ int64 $seed }}{{- end -}}
 {{- end -}}
 
 {{/* The model volume (none for the built-in demo model). */}}
