@@ -16,7 +16,8 @@ The layers (README "Architecture"); each may include itself and those listed:
   bench        everything
   fuzz         everything (the libFuzzer harnesses, and services' test walk)
 
-Generated protobuf headers ("chunkattn/...pb.h") are the proto layer.
+Generated protobuf headers ("chunkattn/...pb.h", and the vLLM engine API's
+"vllm/..." and "smg/...") are the proto layer.
 
   scripts/check_layering.py [ROOT]   exit 0 when clean, 1 listing each bad edge
 """
@@ -54,7 +55,7 @@ ALLOWED = {
 
 def layer_of(path):
     """The layer a repository-relative path (or include path) belongs to, or None."""
-    if path.startswith('chunkattn/'):  # generated from proto/
+    if path.startswith(('chunkattn/', 'vllm/', 'smg/')):  # generated from proto/
         return 'proto'
     for layer in sorted(LAYERS, key=len, reverse=True):
         if path == layer or path.startswith(layer + '/'):

@@ -127,6 +127,13 @@ struct CacheStats {
   double oldest_cached_seconds = 0;  // since the next chunk to evict was cached (0: none is)
   int64_t total_copies = 0;          // KvCopy operations reported
   int64_t total_copied_tokens = 0;
+
+  // The fraction of the pool that running sequences hold (a shared chunk
+  // once; cached chunks are reusable, so not counted): vLLM's
+  // kv_cache_usage_perc, what routers read as load. 0 for an empty pool.
+  double kv_usage() const {
+    return capacity_chunks > 0 ? static_cast<double>(used_chunks) / static_cast<double>(capacity_chunks) : 0.0;
+  }
 };
 
 class PrefixForest {

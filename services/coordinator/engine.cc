@@ -83,6 +83,13 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   if (pool_ == nullptr) pool_ = std::make_unique<WorkerPool>(options_.workers);
   if (options_.kv_events != nullptr) {
     kv_tracker_ = std::make_unique<KvEventTracker>(options_.scheduler.chunk_size, options_.kv_events_hash_seed);
+    m_kv_publish_seconds_ = &m.GetCounter("chunkattn_kv_events_publish_seconds_total",
+                                          "Engine-loop time spent making KV-cache events (block hashes included).");
+    m_kv_batches_ = &m.GetCounter("chunkattn_kv_event_batches_total", "KV-cache event batches published.");
+    const std::string blocks_help = "KV-cache blocks (full computed chunks) reported stored or removed.";
+    m_kv_stored_ = &m.GetCounter("chunkattn_kv_event_blocks_total", blocks_help, {{"event", "stored"}});
+    m_kv_removed_ = &m.GetCounter("chunkattn_kv_event_blocks_total", blocks_help, {{"event", "removed"}});
+    m_kv_cleared_ = &m.GetCounter("chunkattn_kv_events_cleared_total", "AllBlocksCleared events published.");
   }
   // A stop string found on the output thread ends the sample through the
   // inbox, like a cancel.
@@ -185,16 +192,39 @@ void Engine::KvBlocks(std::function<void(absl::StatusOr<KvBlocksSnapshot>)> done
 
 void Engine::PublishKvEvents() {
   if (kv_tracker_ == nullptr || scheduler_ == nullptr) return;
+  const absl::Time start = absl::Now();
   std::vector<KvEvent> events;
   kv_tracker_->Convert(scheduler_->TakeBlockEvents(), &events);
-  options_.kv_events->Publish(std::move(events));
+  CountAndPublish(std::move(events), start);
 }
 
 void Engine::ClearKvEvents() {
   if (kv_tracker_ == nullptr) return;
+  const absl::Time start = absl::Now();
   std::vector<KvEvent> events;
   kv_tracker_->Clear(&events);
+  CountAndPublish(std::move(events), start);
+}
+
+void Engine::CountAndPublish(std::vector<KvEvent> events, absl::Time start) {
+  if (events.empty()) return;
+  for (const KvEvent& e : events) {
+    const double blocks = static_cast<double>(e.block_hashes.size());
+    switch (e.kind) {
+      case KvEvent::Kind::kBlockStored:
+        m_kv_stored_->Increment(blocks);
+        break;
+      case KvEvent::Kind::kBlockRemoved:
+        m_kv_removed_->Increment(blocks);
+        break;
+      case KvEvent::Kind::kAllBlocksCleared:
+        m_kv_cleared_->Increment();
+        break;
+    }
+  }
+  m_kv_batches_->Increment();
   options_.kv_events->Publish(std::move(events));
+  m_kv_publish_seconds_->Increment(absl::ToDoubleSeconds(absl::Now() - start));
 }
 
 void Engine::ResetPeaks() { Post(Command{Command::kResetPeaks, 0, 0, {}, nullptr, nullptr}); }
@@ -460,8 +490,7 @@ void Engine::UpdateGauges() {
   m_waiting_->Set(static_cast<double>(ss.waiting_requests));
   m_vllm_running_->Set(static_cast<double>(ss.running_requests));
   m_vllm_waiting_->Set(static_cast<double>(ss.waiting_requests));
-  const int64_t total = scheduler_->options().num_chunks;
-  const double usage = total > 0 ? static_cast<double>(cs.used_chunks) / static_cast<double>(total) : 0.0;
+  const double usage = cs.kv_usage();
   m_vllm_kv_usage_->Set(usage);
   m_vllm_gpu_cache_usage_->Set(usage);
   absl::MutexLock lock(&snapshot_mu_);

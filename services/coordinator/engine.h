@@ -171,6 +171,7 @@ class Engine {
   void PublishKvEvents();
   // Every block is gone (a new or ended worker session): AllBlocksCleared.
   void ClearKvEvents();
+  void CountAndPublish(std::vector<KvEvent> events, absl::Time start);
   void FailAll(const absl::Status& status);
   // A worker is shutting down and nothing runs: disconnect, keeping the queue.
   void ReleaseWorkers();
@@ -238,6 +239,14 @@ class Engine {
   metrics::Gauge* m_vllm_kv_usage_;
   metrics::Gauge* m_vllm_gpu_cache_usage_;  // vLLM's older name of kv_cache_usage_perc
   metrics::Gauge* m_vllm_cache_config_ = nullptr;  // this worker session's; 1 while current
+  // KV events (with options_.kv_events): loop-thread time spent turning the
+  // forest's changes into events (hashing included; encoding and sending are
+  // the publisher thread's), and what was published.
+  metrics::Counter* m_kv_publish_seconds_ = nullptr;
+  metrics::Counter* m_kv_batches_ = nullptr;
+  metrics::Counter* m_kv_stored_ = nullptr;
+  metrics::Counter* m_kv_removed_ = nullptr;
+  metrics::Counter* m_kv_cleared_ = nullptr;
 };
 
 }  // namespace chunkattn

@@ -478,7 +478,7 @@ grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerC
   out->set_running_requests(snap.scheduler.running_requests);
   out->set_waiting_requests(snap.scheduler.waiting_requests);
   out->set_preemptions_total(snap.scheduler.preemptions_total);
-  out->set_kv_cache_usage(c.capacity_chunks == 0 ? 0.0 : static_cast<double>(c.used_chunks) / c.capacity_chunks);
+  out->set_kv_cache_usage(c.kv_usage());
   out->set_waiting_prompt_tokens(snap.scheduler.waiting_prompt_tokens);
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -28,13 +30,15 @@ namespace {
 constexpr int kMaxAbortIds = 1024;
 constexpr size_t kMaxIdBytes = 256;
 constexpr size_t kTokenizerChunkBytes = 64 << 10;  // as vLLM's servicer
-// The files a Hugging Face tokenizer is loaded from, as they lie in the
-// model folder (those that exist are sent).
+// The files of the tokenizer bundle, as SMG's servicer makes it
+// (tokenizer_bundle.py): these names, then these suffixes, each file once,
+// flat. Those the model folder has are sent.
 constexpr const char* kTokenizerFiles[] = {
-    "tokenizer.json",   "tokenizer_config.json", "tokenizer.model",  "special_tokens_map.json",
-    "added_tokens.json", "vocab.json",           "merges.txt",       "chat_template.jinja",
-    "chat_template.json", "generation_config.json", "config.json",
+    "tokenizer.json", "tokenizer_config.json", "config.json",     "generation_config.json",
+    "special_tokens_map.json", "vocab.json", "merges.txt",       "tokenizer.model",
+    "tiktoken.model", "chat_template.json", "preprocessor_config.json",
 };
+constexpr const char* kTokenizerSuffixes[] = {".tiktoken", ".jinja", ".model"};
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -527,7 +531,7 @@ grpc::ServerUnaryReactor* VllmEngineService::GetLoads(grpc::CallbackServerContex
   load->set_num_used_tokens(static_cast<int32_t>(std::min<int64_t>(c.physical_tokens, INT32_MAX)));
   load->set_max_total_num_tokens(
       static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(c.capacity_chunks) * info_.chunk_size, INT32_MAX)));
-  load->set_token_usage(c.capacity_chunks > 0 ? static_cast<double>(c.used_chunks) / c.capacity_chunks : 0.0);
+  load->set_token_usage(c.kv_usage());
   load->set_cache_hit_rate(snap.prompt_tokens_total > 0 ? static_cast<double>(snap.cached_prompt_tokens_total) /
                                                               static_cast<double>(snap.prompt_tokens_total)
                                                         : 0.0);
@@ -541,11 +545,22 @@ grpc::ServerWriteReactor<common_api::GetTokenizerChunk>* VllmEngineService::GetT
     grpc::CallbackServerContext* context, const common_api::GetTokenizerRequest* /*request*/) {
   using Writer = ListWriter<common_api::GetTokenizerChunk>;
   if (absl::Status s = auth_->Check(*context); !s.ok()) return new Writer(s);
+  std::vector<std::string> names(std::begin(kTokenizerFiles), std::end(kTokenizerFiles));
+  std::vector<std::string> matched;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(info_.model_path, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* suffix : kTokenizerSuffixes) {
+      if (absl::EndsWith(name, suffix)) matched.push_back(name);
+    }
+  }
+  std::sort(matched.begin(), matched.end());
+  names.insert(names.end(), matched.begin(), matched.end());
   std::vector<std::pair<std::string, std::string>> files;
-  for (const char* name : kTokenizerFiles) {
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& name : names) {
     const std::filesystem::path path = std::filesystem::path(info_.model_path) / name;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) continue;
+    if (!std::filesystem::is_regular_file(path, ec) || !seen.insert(name).second) continue;
     absl::StatusOr<std::string> data = ReadFileToString(path.string());
     if (!data.ok()) return new Writer(absl::InternalError(absl::StrCat("reading ", name, ": ", data.status().message())));
     files.emplace_back(name, *std::move(data));

@@ -107,16 +107,16 @@ def port_open(port, timeout=0.5):
         return False
 
 
-def generate_stubs(source):
-    """Compiles generation.proto and worker.proto into a temporary folder put
-    on sys.path."""
-    global pb, pb_grpc, wpb, wpb_grpc
-    out = temp_dir('chunkattn-stubs-')
+def compile_protos(source, protos, prefix, packages=()):
+    """Compiles `protos` (paths under SOURCE/proto) into a new temporary
+    folder put first on sys.path, and returns it; each of `packages` (folders
+    in it) gets an __init__.py, so that an installed package of that name
+    cannot shadow the generated one."""
+    out = temp_dir(prefix)
     proto_dir = os.path.join(source, 'proto')
-    targets = [os.path.join(proto_dir, 'chunkattn/v1/generation.proto'),
-               os.path.join(proto_dir, 'chunkattn/internal/v1/worker.proto')]
-    # The generation proto uses proto3 `optional`, which needs protoc >= 3.12:
-    # Debian 12's python3-grpc-tools bundles protoc 3.5, so its protoc
+    targets = [os.path.join(proto_dir, p) for p in protos]
+    # The protos use proto3 `optional`, which needs protoc >= 3.12: Debian
+    # 12's python3-grpc-tools bundles protoc 3.5, so its protoc
     # (protobuf-compiler, 3.21, the Python runtime's version) with the gRPC
     # plugin (protobuf-compiler-grpc) comes first when both are installed.
     protoc, plugin = shutil.which('protoc'), shutil.which('grpc_python_plugin')
@@ -129,7 +129,18 @@ def generate_stubs(source):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError('generating the Python stubs failed: %s\n%s' % (' '.join(cmd), r.stderr))
+    for pkg in packages:
+        open(os.path.join(out, pkg, '__init__.py'), 'a').close()
     sys.path.insert(0, out)
+    return out
+
+
+def generate_stubs(source):
+    """Compiles generation.proto and worker.proto into a temporary folder put
+    on sys.path."""
+    global pb, pb_grpc, wpb, wpb_grpc
+    out = compile_protos(source, ['chunkattn/v1/generation.proto', 'chunkattn/internal/v1/worker.proto'],
+                         'chunkattn-stubs-')
     from chunkattn.v1 import generation_pb2, generation_pb2_grpc  # noqa: E402
     from chunkattn.internal.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
     pb, pb_grpc = generation_pb2, generation_pb2_grpc

@@ -16,8 +16,6 @@ import importlib
 import io
 import os
 import random
-import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -57,24 +55,9 @@ def generate_vllm_stubs(source):
     for name in ('vllm', 'smg'):
         if name in sys.modules:
             raise RuntimeError('a module %r is already imported; the stubs would be shadowed' % name)
-    out = harness.temp_dir('chunkattn-vllm-stubs-')
-    proto_dir = os.path.join(source, 'proto')
-    targets = [os.path.join(proto_dir, 'smg/grpc/common/common.proto'),
-               os.path.join(proto_dir, 'vllm/grpc/engine/vllm_engine.proto')]
-    # As harness.generate_stubs: proto3 `optional` needs protoc >= 3.12.
-    protoc, plugin = shutil.which('protoc'), shutil.which('grpc_python_plugin')
-    if protoc and plugin:
-        cmd = [protoc, '--plugin=protoc-gen-grpc_python=' + plugin, '-I', proto_dir,
-               '--python_out=' + out, '--grpc_python_out=' + out] + targets
-    else:
-        cmd = [sys.executable, '-m', 'grpc_tools.protoc', '-I', proto_dir,
-               '--python_out=' + out, '--grpc_python_out=' + out] + targets
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError('generating the vLLM stubs failed: %s\n%s' % (' '.join(cmd), r.stderr))
-    for pkg in ('vllm', 'vllm/grpc', 'vllm/grpc/engine', 'smg', 'smg/grpc', 'smg/grpc/common'):
-        open(os.path.join(out, pkg, '__init__.py'), 'a').close()
-    sys.path.insert(0, out)
+    harness.compile_protos(source, ['smg/grpc/common/common.proto', 'vllm/grpc/engine/vllm_engine.proto'],
+                           'chunkattn-vllm-stubs-',
+                           packages=('vllm', 'vllm/grpc', 'vllm/grpc/engine', 'smg', 'smg/grpc', 'smg/grpc/common'))
     importlib.invalidate_caches()
     from smg.grpc.common import common_pb2  # noqa: E402
     from vllm.grpc.engine import vllm_engine_pb2, vllm_engine_pb2_grpc  # noqa: E402
