@@ -37,7 +37,7 @@ case "$mode" in
     cmake_flags=(-DCHUNKATTN_SANITIZE=thread)
     targets=(unit_tests)
     labels="unit_tsan"
-    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
     ;;
   *)
     echo "usage: scripts/sanitize.sh asan|tsan [ctest arguments]" >&2

@@ -24,74 +24,10 @@
 #include "services/kv_events/kv_events.h"
 #include "services/kv_events/publisher.h"
 #include "services/tests/forest_walk.h"
+#include "services/tests/kv_event_index.h"
 
 namespace chunkattn {
 namespace {
-
-// What a router builds from the stream: every stored block's namespace
-// (from block 0's salt, then its parent's) and how many times it is stored.
-class RouterIndex {
- public:
-  // Applies `events`; an event naming an unknown parent or removing an
-  // unknown block is a test failure.
-  void Apply(const std::vector<KvEvent>& events, int block_size) {
-    for (const KvEvent& e : events) {
-      switch (e.kind) {
-        case KvEvent::Kind::kAllBlocksCleared:
-          blocks_.clear();
-          break;
-        case KvEvent::Kind::kBlockRemoved:
-          for (uint64_t h : e.block_hashes) {
-            auto it = blocks_.find(h);
-            ASSERT_NE(it, blocks_.end()) << "removed an unknown block " << h;
-            if (--it->second.count == 0) blocks_.erase(it);
-          }
-          break;
-        case KvEvent::Kind::kBlockStored: {
-          ASSERT_EQ(e.token_ids.size(), e.block_hashes.size() * block_size);
-          ASSERT_EQ(e.block_size, block_size);
-          std::string ns = e.cache_salt;
-          if (e.parent_block_hash.has_value()) {
-            auto it = blocks_.find(*e.parent_block_hash);
-            ASSERT_NE(it, blocks_.end()) << "a block stored before its parent " << *e.parent_block_hash;
-            ASSERT_TRUE(e.cache_salt.empty());
-            ns = it->second.ns;
-          }
-          for (uint64_t h : e.block_hashes) {
-            ASSERT_NE(h, 0u);
-            Entry& entry = blocks_[h];
-            if (entry.count > 0) ASSERT_EQ(entry.ns, ns) << "one hash in two namespaces";
-            entry.ns = ns;
-            ++entry.count;
-          }
-          break;
-        }
-      }
-    }
-  }
-
-  // namespace -> sorted hashes, with multiplicity.
-  std::map<std::string, std::vector<uint64_t>> ByNamespace() const {
-    std::map<std::string, std::vector<uint64_t>> out;
-    for (const auto& [h, e] : blocks_) out[e.ns].insert(out[e.ns].end(), e.count, h);
-    for (auto& [ns, v] : out) std::sort(v.begin(), v.end());
-    return out;
-  }
-
- private:
-  struct Entry {
-    std::string ns;
-    int count = 0;
-  };
-  std::map<uint64_t, Entry> blocks_;
-};
-
-std::map<std::string, std::vector<uint64_t>> ForestBlocks(const PrefixForest& forest, const std::string& seed) {
-  std::map<std::string, std::vector<uint64_t>> out;
-  for (const KvBlockInfo& b : ListBlocks(forest, seed)) out[b.ns].push_back(b.hash);
-  for (auto& [ns, v] : out) std::sort(v.begin(), v.end());
-  return out;
-}
 
 struct WalkCase {
   testing::WalkParams params;
@@ -111,7 +47,7 @@ TEST_P(KvEventWalkTest, RouterIndexEqualsForestBlocks) {
   std::mt19937 rng(c.seed);
   testing::RandomWalk walk(c.params, [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); });
   KvEventTracker tracker(c.params.chunk_size, "0");
-  RouterIndex index;
+  testing::RouterIndex index;
   int64_t stored = 0, removed = 0, max_blocks = 0;
   for (int step = 0; step < c.steps && !HasFailure(); ++step) {
     walk.Step();
@@ -121,7 +57,7 @@ TEST_P(KvEventWalkTest, RouterIndexEqualsForestBlocks) {
       (e.kind == KvEvent::Kind::kBlockStored ? stored : removed) += static_cast<int64_t>(e.block_hashes.size());
     }
     index.Apply(events, c.params.chunk_size);
-    ASSERT_EQ(index.ByNamespace(), ForestBlocks(walk.forest(), "0")) << "step " << step;
+    ASSERT_EQ(index.ByNamespace(), testing::ForestBlocks(walk.forest(), "0")) << "step " << step;
     ASSERT_EQ(tracker.num_blocks(), static_cast<int64_t>(ListBlocks(walk.forest(), "0").size()));
     max_blocks = std::max(max_blocks, tracker.num_blocks());
   }

@@ -187,10 +187,6 @@ void KvEventPublisher::Run() {
         stats_.bytes += static_cast<int64_t>(payload.size());
       }
       sent_seq_ = batch->seq + 1;
-      if (zmq_->router != nullptr) {
-        payloads_.emplace_back(batch->seq, std::move(payload));
-        while (static_cast<int64_t>(payloads_.size()) > options_.buffer_steps) payloads_.pop_front();
-      }
     }
     if (zmq_->router == nullptr || !(items[1].revents & ZMQ_POLLIN)) continue;
     // Replay requests: [identity, empty, 8-byte start]; others are dropped.
@@ -222,10 +218,14 @@ void KvEventPublisher::Run() {
 }
 
 void KvEventPublisher::Replay(const std::string& identity, uint64_t from) {
+  // Only what was sent live (a request never gets ahead of the subscribers),
+  // encoded again: the ring keeps each batch once, structured, for both
+  // sockets and the in-process subscribers.
   const std::string_view topic = options_.topic;
-  for (const auto& [seq, payload] : payloads_) {
-    if (seq < from) continue;
-    const std::string seq_bytes = SeqBytes(seq);
+  for (const auto& batch : Since(from)) {
+    if (batch->seq >= sent_seq_) break;
+    const std::string payload = EncodeKvEventBatch(*batch, options_.format, options_.medium);
+    const std::string seq_bytes = SeqBytes(batch->seq);
     SendFrames(zmq_->router, {identity, "", topic, seq_bytes, payload});
   }
   SendFrames(zmq_->router, {identity, "", "", std::string(8, '\xff'), ""});

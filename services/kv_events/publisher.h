@@ -10,8 +10,10 @@
 //    [empty, empty, 0xFF x 8, empty];
 //  - the same batches for in-process subscribers (the gRPC SubscribeKvEvents
 //    stream), through Since() and WaitFor().
-// Both keep the last `buffer_steps` batches. Sequence numbers start at 0
-// when the publisher starts and never go back.
+// One ring keeps the last `buffer_steps` batches for all three (replies to
+// a replay are encoded again: replays are rare, and the ring then holds each
+// batch once). Sequence numbers start at 0 when the publisher starts and
+// never go back.
 //
 // Threads: Publish from one thread (the engine's loop); Since, WaitFor and
 // the stats from any thread. The publisher's own thread encodes, sends and
@@ -102,7 +104,6 @@ class KvEventPublisher {
 
   // Publisher thread only.
   uint64_t sent_seq_ = 0;  // the next batch to send on PUB
-  std::deque<std::pair<uint64_t, std::string>> payloads_;  // encoded, for replay
 };
 
 }  // namespace chunkattn
