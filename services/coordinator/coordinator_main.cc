@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
       return Fail("--kv_events_buffer_steps must be in [1, 1000000]");
     }
     absl::StatusOr<std::unique_ptr<KvEventPublisher>> p = KvEventPublisher::Create(std::move(ko));
-    if (!p.ok()) return Fail("--kv_events_endpoint: " + std::string(p.status().message()));
+    if (!p.ok()) return Fail(std::string(p.status().message()));
     kv_events = *std::move(p);
   } else if (!absl::GetFlag(FLAGS_kv_events_replay_endpoint).empty()) {
     return Fail("--kv_events_replay_endpoint needs --kv_events_endpoint");

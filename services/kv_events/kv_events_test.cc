@@ -356,6 +356,8 @@ TEST(KvEventPublisherTest, InProcessOnlyAndBadOptions) {
   o.buffer_steps = 10;
   o.replay_endpoint = "tcp://127.0.0.1:*";
   EXPECT_EQ(KvEventPublisher::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.endpoint = o.replay_endpoint = "ipc:///nonexistent/kv";  // refused before any bind
+  EXPECT_EQ(KvEventPublisher::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
   o.replay_endpoint.clear();
   o.endpoint = "not-a-transport://x";
   EXPECT_EQ(KvEventPublisher::Create(o).status().code(), absl::StatusCode::kInvalidArgument);

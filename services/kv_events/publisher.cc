@@ -64,7 +64,12 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Create(KvEve
     return absl::InvalidArgumentError(absl::StrCat("KV-event buffer of ", options.buffer_steps, " batches < 1"));
   }
   if (options.endpoint.empty() && !options.replay_endpoint.empty()) {
-    return absl::InvalidArgumentError("a KV-event replay endpoint needs a KV-event endpoint to replay");
+    return absl::InvalidArgumentError("--kv_events_replay_endpoint needs --kv_events_endpoint");
+  }
+  if (!options.endpoint.empty() && options.endpoint == options.replay_endpoint &&
+      !absl::EndsWith(options.endpoint, ":*")) {  // a port the kernel picks differs each time
+    // ZMQ would let the second bind of an ipc:// path take it from the first.
+    return absl::InvalidArgumentError("--kv_events_endpoint and --kv_events_replay_endpoint are the same");
   }
   std::unique_ptr<KvEventPublisher> p(new KvEventPublisher(std::move(options)));
   if (!p->options_.endpoint.empty()) {
@@ -81,6 +86,7 @@ absl::Status KvEventPublisher::Open() {
   const int linger = 0;  // closing never waits for unsent events
   auto open = [&](int type, const std::string& endpoint, bool bind, void** socket,
                   std::string* bound) -> absl::Status {
+    const char* what = type == ZMQ_PUB ? "--kv_events_endpoint" : "--kv_events_replay_endpoint";
     *socket = zmq_socket(zmq_->context, type);
     if (*socket == nullptr) return absl::InternalError(absl::StrCat("zmq_socket: ", zmq_strerror(errno)));
     zmq_setsockopt(*socket, ZMQ_LINGER, &linger, sizeof(linger));
@@ -88,8 +94,8 @@ absl::Status KvEventPublisher::Open() {
     zmq_setsockopt(*socket, ZMQ_SNDHWM, &options_.hwm, sizeof(options_.hwm));
     const int rc = bind ? zmq_bind(*socket, endpoint.c_str()) : zmq_connect(*socket, endpoint.c_str());
     if (rc != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot ", bind ? "bind" : "connect to", " KV-event endpoint ",
-                                                     endpoint, ": ", zmq_strerror(errno)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": cannot ", bind ? "bind" : "connect to", " ", endpoint, ": ", zmq_strerror(errno)));
     }
     *bound = bind ? LastEndpoint(*socket) : endpoint;
     return absl::OkStatus();

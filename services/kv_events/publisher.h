@@ -48,9 +48,10 @@ struct KvEventPublisherOptions {
 
 class KvEventPublisher {
  public:
-  // Binds or connects the sockets and starts the thread. INVALID_ARGUMENT for
-  // buffer_steps < 1, a replay endpoint without an endpoint, or an endpoint
-  // ZMQ rejects (it says why: malformed, address in use, ...).
+  // Binds or connects the sockets and starts the thread. INVALID_ARGUMENT,
+  // naming the coordinator's flag, for buffer_steps < 1, a replay endpoint
+  // without an endpoint or equal to it, or an endpoint ZMQ rejects (it says
+  // why: malformed, address in use, ...).
   static absl::StatusOr<std::unique_ptr<KvEventPublisher>> Create(KvEventPublisherOptions options);
   ~KvEventPublisher();  // stops the thread, closes the sockets at once
   KvEventPublisher(const KvEventPublisher&) = delete;

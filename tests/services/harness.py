@@ -33,7 +33,15 @@ import unittest
 import urllib.request
 import uuid
 
-import grpc
+# Before gRPC is loaded: without this, a fork (subprocess.Popen with the
+# harness's preexec_fn) soon after a call can hang for good in gRPC core's
+# fork handlers, which join an executor thread that waits for the GIL the
+# forking thread holds (seen here: a GetKvBlocks, then starting a process).
+# The children exec at once and never use gRPC, so they need no fork support.
+# (Effective when the harness is imported before grpc; ctest also sets it.)
+os.environ.setdefault('GRPC_ENABLE_FORK_SUPPORT', 'false')
+
+import grpc  # noqa: E402
 
 # Set by main().
 BUILD = None
