@@ -99,6 +99,8 @@ def one_run(harness, binary, args, events, folder):
         stored = delta('chunkattn_kv_event_blocks_total', event='stored')
         removed = delta('chunkattn_kv_event_blocks_total', event='removed')
         out.update(publish_seconds=publish_s, publish_share_of_step_time=publish_s / max(step_s, 1e-9),
+                   publish_us_per_step=1e6 * publish_s / max(steps, 1),
+                   publish_us_per_block=1e6 * publish_s / max(stored + removed, 1),
                    blocks_stored=stored, blocks_removed=removed,
                    batches=delta('chunkattn_kv_event_batches_total'),
                    blocks_per_s=(stored + removed) / seconds,
@@ -146,6 +148,8 @@ def main():
 
     summary = dict(
         publish_share_of_step_time=med(True, 'publish_share_of_step_time'),
+        publish_us_per_step=med(True, 'publish_us_per_step'),
+        publish_us_per_block=med(True, 'publish_us_per_block'),
         mean_step_ms_on_over_off=med(True, 'mean_step_ms') / med(False, 'mean_step_ms'),
         tokens_per_s_on_over_off=med(True, 'output_tokens_per_s') / med(False, 'output_tokens_per_s'),
         blocks_per_s=med(True, 'blocks_per_s'), batches_per_s=med(True, 'batches_per_s'),
@@ -156,6 +160,8 @@ def main():
     print('%-44s %12s' % ('KV events (medians of %d)' % args.repeats, ''))
     print('-' * 58)
     print('%-44s %11.3f%%' % ('loop time making events / step time', 100 * summary['publish_share_of_step_time']))
+    print('%-44s %12.1f' % ('  per step, microseconds', summary['publish_us_per_step']))
+    print('%-44s %12.2f' % ('  per block stored or removed, microseconds', summary['publish_us_per_block']))
     print('%-44s %12.3f' % ('mean step time, on / off', summary['mean_step_ms_on_over_off']))
     print('%-44s %12.3f' % ('output tokens/s, on / off', summary['tokens_per_s_on_over_off']))
     print('%-44s %12.0f' % ('blocks stored + removed per s', summary['blocks_per_s']))
