@@ -19,8 +19,6 @@ namespace {
 
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
-constexpr size_t kMaxIdBytes = 256;
-constexpr int kMaxAbortIds = 1024;
 constexpr size_t kMaxTextBytes = 4 << 20;
 // Text beyond the context's worth of bytes cannot fit: refused before it is
 // tokenized (tokenizing costs memory and time in proportion). Prose runs at

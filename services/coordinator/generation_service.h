@@ -35,6 +35,10 @@ struct ServiceInfo {
 
 // Text prompts waiting for the text pool beyond which new ones are refused.
 inline constexpr int kMaxQueuedTexts = 4096;
+// The longest request id or cache namespace, bytes; the most ids one Abort
+// call names. Every gRPC front's.
+inline constexpr size_t kMaxIdBytes = 256;
+inline constexpr int kMaxAbortIds = 1024;
 
 // A fresh sampling seed for a request that names none (every front's).
 uint64_t NewRequestSeed();

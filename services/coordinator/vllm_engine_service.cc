@@ -27,8 +27,6 @@ namespace common_api = smg::grpc::common;
 
 namespace {
 
-constexpr int kMaxAbortIds = 1024;
-constexpr size_t kMaxIdBytes = 256;
 constexpr size_t kTokenizerChunkBytes = 64 << 10;  // as vLLM's servicer
 // The files of the tokenizer bundle, as SMG's servicer makes it
 // (tokenizer_bundle.py): these names, then these suffixes, each file once,

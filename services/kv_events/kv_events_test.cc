@@ -29,11 +29,7 @@
 namespace chunkattn {
 namespace {
 
-struct WalkCase {
-  testing::WalkParams params;
-  int steps;
-  uint32_t seed;
-};
+using testing::WalkCase;
 
 class KvEventWalkTest : public ::testing::TestWithParam<WalkCase> {};
 

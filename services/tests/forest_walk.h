@@ -48,6 +48,13 @@ struct WalkParams {
   bool record_block_events = false;  // for TakeBlockEvents (the KV-event tests)
 };
 
+// One seeded walk of a parameterized test.
+struct WalkCase {
+  WalkParams params;
+  int steps;
+  uint32_t seed;
+};
+
 // Every choice of the walk: an integer in [lo, hi]. A seeded generator in the
 // unit test, the fuzzer's bytes in fuzz/.
 using UniformSource = std::function<int(int lo, int hi)>;

@@ -10,11 +10,7 @@
 namespace chunkattn {
 namespace {
 
-struct WalkCase {
-  testing::WalkParams params;
-  int steps;
-  uint32_t seed;
-};
+using testing::WalkCase;
 
 class PrefixForestRandomWalkTest : public ::testing::TestWithParam<WalkCase> {};
 

@@ -132,10 +132,9 @@ class DockerfileTest(unittest.TestCase):
             entrypoint = exec_form([rest for word, rest in steps if word == 'ENTRYPOINT'][-1])
             binary = 'chunkattn-%s' % component
             self.assertEqual(entrypoint, ['%s/bin/%s' % (PREFIX, binary)])
-            # The chart runs the same path, and the image's default flags exist.
-            template = os.path.join(harness.SOURCE, 'deploy', 'helm', 'chunkattn', 'templates',
-                                    'coordinator-deployment.yaml' if component == 'coordinator'
-                                    else 'worker-statefulset.yaml')
+            # The chart runs the same path (both pod templates, for every layout,
+            # are in _pods.tpl), and the image's default flags exist.
+            template = os.path.join(harness.SOURCE, 'deploy', 'helm', 'chunkattn', 'templates', '_pods.tpl')
             with open(template) as f:
                 self.assertIn('command: ["%s/bin/%s"]' % (PREFIX, binary), f.read())
             cmd = exec_form([rest for word, rest in steps if word == 'CMD'][-1])
