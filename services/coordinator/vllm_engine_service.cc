@@ -664,8 +664,25 @@ grpc::ServerWriteReactor<common_api::KvEventBatch>* VllmEngineService::Subscribe
         absl::StrFormat("%d KV-event subscribers already; retry later", kMaxKvSubscribers)));
   }
   // 0: from now on (the reference servicer's only mode); N: the kept batches
-  // from N on, then live.
-  const uint64_t from = request->start_sequence_number() == 0 ? kv_events_->next_seq() : request->start_sequence_number();
+  // from N on, then live. An N this stream cannot continue from is said
+  // plainly (OUT_OF_RANGE: a router then backs off) rather than answered
+  // with a gap (SMG re-asks at once) or with silence until N comes round.
+  uint64_t from = request->start_sequence_number();
+  if (from == 0) {
+    from = kv_events_->next_seq();
+  } else if (from > kv_events_->next_seq()) {
+    --subscribers_;
+    return new Refusal(absl::OutOfRangeError(absl::StrFormat(
+        "KV-event batch %d is ahead of this stream (next %d): the coordinator restarted; subscribe from 0 and "
+        "treat what was indexed from it as gone",
+        from, kv_events_->next_seq())));
+  } else if (from < kv_events_->oldest_seq()) {
+    --subscribers_;
+    return new Refusal(absl::OutOfRangeError(absl::StrFormat(
+        "KV-event batches from %d are no longer kept (the oldest is %d, --kv_events_buffer_steps): subscribe "
+        "from 0 and rebuild the index",
+        from, kv_events_->oldest_seq())));
+  }
   return new Subscription(this, from);
 }
 

@@ -165,6 +165,11 @@ uint64_t KvEventPublisher::next_seq() const {
   return next_seq_;
 }
 
+uint64_t KvEventPublisher::oldest_seq() const {
+  absl::MutexLock lock(&mu_);
+  return ring_.empty() ? next_seq_ : ring_.front()->seq;
+}
+
 KvEventPublisher::Stats KvEventPublisher::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;

@@ -66,8 +66,10 @@ class KvEventPublisher {
   // Waits until a batch with seq >= `seq` exists or `timeout` passes;
   // whether it exists.
   bool WaitFor(uint64_t seq, absl::Duration timeout) const;
-  // The sequence number the next batch will get.
+  // The sequence number the next batch will get, and the oldest one kept
+  // (== next_seq() while none is).
   uint64_t next_seq() const;
+  uint64_t oldest_seq() const;
 
   // The endpoints as bound (a port 0 resolved), "" when off.
   const std::string& bound_endpoint() const { return bound_endpoint_; }

@@ -863,6 +863,55 @@ class VllmKvEventsTest(VllmTestCase):
             self.assertIn(b.sequence_number, by_seq)
             self.assertEqual([event_key(e) for e in b.events], [event_key(e) for e in by_seq[b.sequence_number].events])
 
+    def test_a_sequence_number_the_stream_cannot_continue_is_out_of_range(self):
+        live = self.subscribe(0)
+        live.wait_headers()
+        self.run_prompt(401)
+        nxt = self.cluster.stub.GetKvBlocks(harness.pb.GetKvBlocksRequest(), timeout=SHORT_S).next_sequence_number
+        self.assertGreater(nxt, 1)
+        # Ahead of the stream (a coordinator that restarted since): refused,
+        # not left waiting for a batch that may never come.
+        ahead = self.v.SubscribeKvEvents(cpb.SubscribeKvEventsRequest(start_sequence_number=nxt + 1000),
+                                         timeout=SHORT_S)
+        with self.assertRaises(grpc.RpcError) as e:
+            next(iter(ahead))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.OUT_OF_RANGE, e.exception.details())
+        self.assertIn('subscribe from 0', e.exception.details())
+        # The next one to come is fine: the stream continues from there.
+        sub = self.subscribe(nxt)
+        chunks = self.run_prompt(402)
+        self.wait_blocks(sub, chunks, 'from the next sequence number')
+        self.assertEqual(sub.snapshot()[0].sequence_number, nxt)
+        self.check_consecutive(sub.snapshot(), 'from the next sequence number')
+
+
+class VllmKvEventsRingTest(VllmTestCase):
+    """A ring of 4 batches: a subscription from before it is OUT_OF_RANGE."""
+    name = 'vllm-kv-ring'
+    cluster_args = ('--kv_events=true', '--kv_events_buffer_steps', '4')
+
+    def test_older_than_the_ring_is_out_of_range(self):
+        for i in range(8):  # a batch or more each
+            prompt = harness.random_ids(random.Random(500 + i), 3 * CHUNK)
+            self.cluster.generate(harness.make_request(prompt_ids=prompt, temperature=0.0, max_new_tokens=2,
+                                                       ignore_eos=True))
+        nxt = self.cluster.stub.GetKvBlocks(harness.pb.GetKvBlocksRequest(), timeout=SHORT_S).next_sequence_number
+        self.assertGreater(nxt, 5, 'fewer batches than the test needs')
+        call = self.v.SubscribeKvEvents(cpb.SubscribeKvEventsRequest(start_sequence_number=1), timeout=SHORT_S)
+        with self.assertRaises(grpc.RpcError) as e:
+            next(iter(call))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.OUT_OF_RANGE, e.exception.details())
+        self.assertIn('no longer kept (the oldest is %d' % (nxt - 4), e.exception.details())
+        # The oldest kept one replays the last four.
+        call = self.v.SubscribeKvEvents(cpb.SubscribeKvEventsRequest(start_sequence_number=nxt - 4), timeout=SHORT_S)
+        got = []
+        for batch in call:
+            got.append(batch.sequence_number)
+            if len(got) == 4:
+                call.cancel()
+                break
+        self.assertEqual(got, list(range(nxt - 4, nxt)))
+
 
 if __name__ == '__main__':
     harness.main()
