@@ -17,6 +17,7 @@
 #include "chunkattn/v1/generation.pb.h"
 #include "fuzz/fuzz_util.h"
 #include "plan/plan_proto.h"
+#include "vllm/grpc/engine/vllm_engine.pb.h"
 #include "services/scheduler/scheduler.h"
 #include "workers/model/safetensors.h"
 #include "workers/server/plan_executor.h"
@@ -133,6 +134,36 @@ void RequestSeeds(const std::string& dir) {
   }
 }
 
+// vLLM engine API requests (SMG's form: token ids, proto3 zeros for unset).
+void VllmRequestSeeds(const std::string& dir) {
+  namespace engine_api = vllm::grpc::engine;
+  std::vector<engine_api::GenerateRequest> requests(6);
+  for (int id : {1, 5, 17, 42, 3}) requests[0].mutable_tokenized()->add_input_ids(id);
+  requests[0].set_request_id("v-0");
+  requests[0].mutable_sampling_params()->set_max_tokens(8);
+  requests[1].set_text("To be, or not to be");
+  requests[1].set_stream(true);
+  requests[1].mutable_sampling_params()->set_temperature(0.7f);
+  requests[1].mutable_sampling_params()->set_top_p(0.9f);
+  requests[1].mutable_sampling_params()->set_top_k(40);
+  requests[1].mutable_sampling_params()->set_seed(-7);
+  requests[1].mutable_sampling_params()->set_n(3);
+  requests[1].mutable_sampling_params()->set_logprobs(5);
+  requests[2].mutable_tokenized()->add_input_ids(7);
+  requests[2].mutable_sampling_params()->set_max_tokens(4000000000u);  // cut to the context
+  requests[2].mutable_sampling_params()->add_stop_token_ids(2);
+  requests[2].mutable_sampling_params()->set_min_tokens(3);
+  requests[3].mutable_tokenized()->add_input_ids(7);
+  requests[3].mutable_sampling_params()->set_json_schema("{}");  // refused
+  requests[4].mutable_tokenized()->add_input_ids(4000000000u);  // outside the vocabulary
+  requests[5].mutable_tokenized()->add_input_ids(9);
+  requests[5].mutable_sampling_params()->set_repetition_penalty(1e-38f);
+  requests[5].mutable_sampling_params()->add_stop("\n");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Write(dir, "request-" + std::to_string(i), requests[i].SerializeAsString());
+  }
+}
+
 void SafetensorsSeeds(const std::string& dir) {
   auto tensor = [](const char* name, DType dtype, std::vector<int64_t> shape, int bytes_per) {
     TensorToWrite t;
@@ -189,6 +220,7 @@ int main(int argc, char** argv) {
   const std::string root = argv[1];
   chunkattn::fuzz::PlanSeeds(root + "/plan");
   chunkattn::fuzz::RequestSeeds(root + "/generate_request");
+  chunkattn::fuzz::VllmRequestSeeds(root + "/vllm_generate_request");
   chunkattn::fuzz::SafetensorsSeeds(root);
   chunkattn::fuzz::ForestSeeds(root + "/prefix_forest");
   std::printf("seeds written under %s\n", root.c_str());
