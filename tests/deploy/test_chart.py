@@ -1234,6 +1234,47 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
     """The CPU demo values' rendered command lines, started for real: only what
     a cluster provides differs (ports, the pod IP, DNS names, the model path)."""
 
+    def test_rendered_kv_events_flags_publish(self):
+        """kvEvents.enabled's rendered flags on a real coordinator: the kubelet's
+        $(POD_IP) substituted and the bind-all TCP ports swapped for ipc://
+        sockets in a temporary folder (loopback only), everything else as
+        rendered; a consumer written from vLLM's format hears the topic the
+        chart made and a request's blocks."""
+        import kv_events_consumer as kv  # noqa: E402 (tests/services, on the path)
+        docs = render(VALUES_SETS['cpu-demo'], '--set', 'kvEvents.enabled=true', '--set', 'kvEvents.hashSeed=7')
+        coordinator = container(one(docs, 'Deployment'))
+        flags = {k: v for k, v in parse_args(coordinator['args']).items() if k.startswith('kv_events')}
+        self.assertEqual(flags['kv_events_endpoint'], 'tcp://*:5556')
+        self.assertEqual(flags['kv_events_replay_endpoint'], 'tcp://*:5557')
+        self.assertEqual(flags['kv_events_topic'], 'kv@$(POD_IP)@demo')
+        env = {e['name']: e for e in coordinator['env']}
+        self.assertEqual(env['POD_IP']['valueFrom']['fieldRef']['fieldPath'], 'status.podIP')
+        folder = harness.temp_dir('chunkattn-rendered-kv-', self.addCleanup)
+        flags['kv_events_endpoint'] = 'ipc://%s/pub' % folder
+        flags['kv_events_replay_endpoint'] = 'ipc://%s/replay' % folder
+        flags['kv_events_topic'] = flags['kv_events_topic'].replace('$(POD_IP)', '10.1.2.3')
+        cluster = harness.Cluster('rendered-kv', tp=1,
+                                  coordinator_args=['--%s=%s' % kv_flag for kv_flag in sorted(flags.items())])
+        type(self).clusters = type(self).clusters + [cluster]
+        cluster.start()
+        consumer = kv.KvEventConsumer('ipc://%s/pub' % folder, 'ipc://%s/replay' % folder,
+                                      hash_seed='7', block_size=64).start()
+        self.addCleanup(consumer.stop)
+        # A batch published before the subscription took hold comes by replay, which
+        # does not set last_topic: a few requests make sure one arrives live.
+        rng = __import__('random').Random(5)
+        for i in range(5):
+            prompt = harness.random_ids(rng, 2 * 64 + 3)
+            cluster.generate(harness.make_request(prompt_ids=prompt, temperature=0.0, max_new_tokens=2,
+                                                  ignore_eos=True))
+            nxt = cluster.stub.GetKvBlocks(harness.pb.GetKvBlocksRequest(), timeout=30).next_sequence_number
+            self.assertTrue(consumer.wait_for_seq(nxt - 1, 30), consumer.stats())
+            self.assertEqual(consumer.errors, [])
+            self.assertEqual(sum(consumer.blocks().get('', {}).values()), 2 * (i + 1))
+            if consumer.last_topic is not None:
+                break
+        self.assertEqual(consumer.last_topic, 'kv@10.1.2.3@demo')
+
     def test_rendered_args_serve(self):
         docs = render(VALUES_SETS['cpu-demo'])
         coordinator = container(one(docs, 'Deployment'))
