@@ -9,7 +9,6 @@
 // of our own get their own harness.
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 
 #include "chunkattn/v1/generation.pb.h"
@@ -32,13 +31,7 @@ const chunkattn::ModelConfig& Config() {
 
 // Mostly one field changed through reflection (proto_mutator.h).
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
-  std::mt19937_64 rng(seed);
-  chunkattn::v1::GenerateRequest request;
-  if (rng() % 5 == 0 || !request.ParseFromArray(data, static_cast<int>(size))) {
-    return LLVMFuzzerMutate(data, size, max_size);
-  }
-  chunkattn::fuzz::MutateMessage(&request, rng);
-  return chunkattn::fuzz::ReplaceInput(request.SerializeAsString(), data, size, max_size);
+  return chunkattn::fuzz::MutateSerialized<chunkattn::v1::GenerateRequest>(data, size, max_size, seed);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,7 +6,6 @@
 // The config is the tiny model's, without a tokenizer (as
 // generate_request_fuzz.cc).
 #include <cstdint>
-#include <random>
 #include <string>
 
 #include "fuzz/accepted_request.h"
@@ -31,13 +30,7 @@ const chunkattn::ModelConfig& Config() {
 
 // Mostly one field changed through reflection (proto_mutator.h).
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
-  std::mt19937_64 rng(seed);
-  vllm::grpc::engine::GenerateRequest request;
-  if (rng() % 5 == 0 || !request.ParseFromArray(data, static_cast<int>(size))) {
-    return LLVMFuzzerMutate(data, size, max_size);
-  }
-  chunkattn::fuzz::MutateMessage(&request, rng);
-  return chunkattn::fuzz::ReplaceInput(request.SerializeAsString(), data, size, max_size);
+  return chunkattn::fuzz::MutateSerialized<vllm::grpc::engine::GenerateRequest>(data, size, max_size, seed);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
