@@ -8,6 +8,18 @@
 #include "text/detokenizer.h"
 
 namespace chunkattn {
+
+const char* VllmFinishReason(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_CANCELLED:
+      return "abort";
+    default:
+      return "stop";
+  }
+}
+
 namespace {
 
 v1::FinishReason ToProto(FinishReason r) {

@@ -47,6 +47,11 @@ class ResponseSink {
   virtual bool WantsRunningUsage() const { return false; }
 };
 
+// vLLM's finish_reason for a sample's last response, as both its OpenAI API
+// and its gRPC engine API say it: "length", "stop" (EOS, stop tokens and
+// strings) or "abort".
+const char* VllmFinishReason(v1::FinishReason reason);
+
 // The per-request series the processor records (owned by a registry).
 struct OutputMetrics {
   metrics::Counter* prompt_tokens = nullptr;

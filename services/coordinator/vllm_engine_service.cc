@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -42,19 +41,6 @@ absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentE
 
 double UnixSeconds(absl::Time t) { return static_cast<double>(absl::ToUnixMicros(t)) / 1e6; }
 
-// The reason strings of GenerateComplete.finish_reason.
-const char* FinishReasonName(v1::FinishReason reason) {
-  switch (reason) {
-    case v1::FINISH_REASON_LENGTH:
-      return "length";
-    case v1::FINISH_REASON_STOP_TOKEN:
-    case v1::FINISH_REASON_STOP_STRING:
-      return "stop";
-    default:
-      return "abort";
-  }
-}
-
 // The engine's responses as VllmEngine messages. Streaming: a chunk per
 // response with its new tokens, then a complete per sample when it ends.
 // Not streaming: one complete per sample with all its tokens. An Abort call
@@ -89,7 +75,7 @@ class VllmTranslator final : public Translator<engine_api::GenerateResponse> {
       s.output_ids.assign(r.token_ids().begin(), r.token_ids().end());
       if (logprobs_) AddLogprobs(r, &s.logprobs);
     }
-    engine_api::GenerateComplete* done = Complete(r.index(), FinishReasonName(r.finish_reason()), out);
+    engine_api::GenerateComplete* done = Complete(r.index(), VllmFinishReason(r.finish_reason()), out);
     if (r.finish_reason() == v1::FINISH_REASON_STOP_TOKEN && r.token_ids_size() > 0) {
       // vLLM names the stop token only for stop_token_ids, not for EOS.
       const int32_t last = r.token_ids(r.token_ids_size() - 1);

@@ -349,6 +349,8 @@ TEST(KvEventPublisherTest, InProcessOnlyAndBadOptions) {
 
   o.buffer_steps = 0;
   EXPECT_EQ(KvEventPublisher::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.buffer_steps = kMaxKvEventBufferSteps + 1;
+  EXPECT_EQ(KvEventPublisher::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
   o.buffer_steps = 10;
   o.replay_endpoint = "tcp://127.0.0.1:*";
   EXPECT_EQ(KvEventPublisher::Create(o).status().code(), absl::StatusCode::kInvalidArgument);

@@ -60,8 +60,9 @@ struct KvEventPublisher::Zmq {
 KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Create(KvEventPublisherOptions options) {
-  if (options.buffer_steps < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("KV-event buffer of ", options.buffer_steps, " batches < 1"));
+  if (options.buffer_steps < 1 || options.buffer_steps > kMaxKvEventBufferSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_events_buffer_steps must be in [1, ",
+                                                   kMaxKvEventBufferSteps, "], got ", options.buffer_steps));
   }
   if (options.endpoint.empty() && !options.replay_endpoint.empty()) {
     return absl::InvalidArgumentError("--kv_events_replay_endpoint needs --kv_events_endpoint");

@@ -36,6 +36,9 @@
 
 namespace chunkattn {
 
+// The most batches a publisher keeps (each holds a step's events).
+inline constexpr int64_t kMaxKvEventBufferSteps = 1000000;
+
 struct KvEventPublisherOptions {
   std::string endpoint;         // ZMQ PUB, e.g. tcp://*:5556; "" : none
   std::string replay_endpoint;  // ZMQ ROUTER, e.g. tcp://*:5557; "" : none (needs `endpoint`)
@@ -49,7 +52,8 @@ struct KvEventPublisherOptions {
 class KvEventPublisher {
  public:
   // Binds or connects the sockets and starts the thread. INVALID_ARGUMENT,
-  // naming the coordinator's flag, for buffer_steps < 1, a replay endpoint
+  // naming the coordinator's flag, for buffer_steps outside [1,
+  // kMaxKvEventBufferSteps], a replay endpoint
   // without an endpoint or equal to it, or an endpoint ZMQ rejects (it says
   // why: malformed, address in use, ...).
   static absl::StatusOr<std::unique_ptr<KvEventPublisher>> Create(KvEventPublisherOptions options);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "services/coordinator/output_processor.h"
 #include "services/scheduler/scheduler.h"
 #include "text/utf8.h"
 
@@ -495,16 +496,6 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const json& body, const ServedModel&
   return out;
 }
 
-const char* FinishReasonName(v1::FinishReason reason) {
-  switch (reason) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_STOP_TOKEN:
-    case v1::FINISH_REASON_STOP_STRING: return "stop";
-    case v1::FINISH_REASON_CANCELLED: return "abort";
-    default: return "stop";
-  }
-}
-
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, std::string model, int64_t created,
                                  std::vector<PromptEcho> prompts, const Tokenizer* tokenizer)
     : request_(request),
@@ -624,7 +615,7 @@ std::string ResponseBuilder::Add(int prompt, const v1::GenerateResponse& r) {
   choice.text_offset += CodePoints(r.text());
   json finish = nullptr;
   if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-    choice.finish_reason = FinishReasonName(r.finish_reason());
+    choice.finish_reason = VllmFinishReason(r.finish_reason());
     finish = choice.finish_reason;
     ++finished_;
     prompt_tokens_[prompt] = r.usage().prompt_tokens();

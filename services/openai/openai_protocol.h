@@ -136,8 +136,6 @@ class ResponseBuilder {
   int64_t completion_tokens_ = 0;
 };
 
-// The finish_reason OpenAI names for ours ("stop", "length", "abort").
-const char* FinishReasonName(v1::FinishReason reason);
 
 }  // namespace chunkattn::openai
 

@@ -187,45 +187,20 @@ class PossibleBlocks:
 
 # --- process figures ---------------------------------------------------------
 
-def cpu_times(pid):
-    """(utime + stime of the whole process in seconds, clock-tick resolution,
-    exited threads included; {tid: run time in seconds} of its live threads
-    from schedstat, nanosecond resolution)."""
-    with open('/proc/%d/stat' % pid) as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
-    threads = {}
-    for tid in os.listdir('/proc/%d/task' % pid):
-        try:
-            with open('/proc/%d/task/%s/schedstat' % (pid, tid)) as f:
-                threads[tid] = int(f.read().split()[0]) / 1e9
-        except OSError:
-            pass  # the thread is gone
-    return total, threads
-
-
 class Figures:
-    """The coordinator's step histogram and CPU time at one moment."""
+    """The coordinator's step histogram and event-making time at one moment."""
 
     def __init__(self, cluster):
         m = cluster.metrics()
         self.steps = m.value('chunkattn_step_duration_seconds_count')
         self.step_s = m.value('chunkattn_step_duration_seconds_sum')
         self.publish_s = m.value('chunkattn_kv_events_publish_seconds_total')
-        self.cpu_s, self.threads = cpu_times(cluster.coordinator.proc.pid)
-        self.t = time.monotonic()
 
     def since(self, before):
         steps = max(self.steps - before.steps, 1)
-        if set(before.threads) <= set(self.threads):  # no thread ended: the precise sum
-            cpu = sum(self.threads.values()) - sum(before.threads.values())
-        else:
-            cpu = self.cpu_s - before.cpu_s
-        return {'steps': self.steps - before.steps, 'wall_s': self.t - before.t,
+        return {'steps': self.steps - before.steps,
                 'step_ms': 1e3 * (self.step_s - before.step_s) / steps,
-                'cpu_ms_per_step': 1e3 * cpu / steps,
-                'publish_share': (self.publish_s - before.publish_s) / max(self.step_s - before.step_s, 1e-9),
-                'loop_ms_per_step': 1e3 * (self.t - before.t) / steps}
+                'publish_share': (self.publish_s - before.publish_s) / max(self.step_s - before.step_s, 1e-9)}
 
 
 # --- tests -------------------------------------------------------------------
