@@ -106,7 +106,13 @@ struct XorShift {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed) {
+// Builds a configuration's workload, filling its pool on `pool`'s threads
+// (the largest is 2.2 GB: one core takes 10 s; a GPU session has minutes).
+// Each workload's context gets a version no earlier one had: a CudaAttention
+// keeps its plan while the version is unchanged, and the forests of two
+// configurations count versions alike.
+absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed, cpu::ThreadPool& pool) {
+  static uint64_t workloads_built = 0;
   const int c = cfg.chunk;
   PrefixForestOptions opt;
   opt.chunk_size = c;
@@ -120,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed
   }
   auto w = std::make_unique<Workload>();
   w->ctx = forest->Context();
+  w->ctx.version = (++workloads_built << 32) + w->ctx.version;
   const int64_t elems = int64_t{opt.num_chunks} * cfg.kv_heads * c * cfg.head_dim;
   const int64_t words = elems * DTypeBytes(cfg.dtype) / 2;
   w->k.resize(words);
@@ -131,11 +138,18 @@ absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed
   w->view.num_kv_heads = cfg.kv_heads;
   w->view.chunk_size = c;
   w->view.head_dim = cfg.head_dim;
+  // A fixed number of blocks, each with its own stream: the same values
+  // whatever the thread count.
+  constexpr int64_t kBlocks = 256;
+  const int64_t per_block = (elems + kBlocks - 1) / kBlocks;
+  pool.ParallelFor(kBlocks, [&](int64_t block, int) {
+    XorShift rng{0x9e3779b97f4a7c15ull ^ seed ^ (static_cast<uint64_t>(block + 1) * 0xbf58476d1ce4e5b9ull)};
+    for (int64_t i = block * per_block, end = std::min(elems, i + per_block); i < end; ++i) {
+      StoreAs(cfg.dtype, w->view.k, i, rng.Next());
+      StoreAs(cfg.dtype, w->view.v, i, rng.Next());
+    }
+  });
   XorShift rng{0x9e3779b97f4a7c15ull ^ seed};
-  for (int64_t i = 0; i < elems; ++i) {
-    StoreAs(cfg.dtype, w->view.k, i, rng.Next());
-    StoreAs(cfg.dtype, w->view.v, i, rng.Next());
-  }
   w->q.resize(int64_t{cfg.batch} * cfg.heads * cfg.head_dim);
   for (float& x : w->q) x = 2 * rng.Next();
   return w;
@@ -263,7 +277,7 @@ double AgreeTol(double fallback) {
 absl::Status MeasureCpu(const Config& cfg, const std::vector<std::string>& impls, int repeat, int warmup,
                         double read_gbps, cpu::Isa isa, cpu::ThreadPool& pool, cpu::CpuAttention& attn,
                         Report& report) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed), pool));
   Workload& w = *built;
   const AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
   ASSIGN_OR_RETURN(const DecodePlan plan, PlanDecode(w.ctx, w.view.num_chunks));
@@ -328,6 +342,7 @@ absl::Status MeasureCpu(const Config& cfg, const std::vector<std::string>& impls
                      {"max_diff_vs_first", r.max_diff},
                      {"repeat", repeat},
                      {"threads", pool.num_threads()},
+                     {"context_version", w.ctx.version},
                      {"isa", cpu::IsaName(isa)}});
   }
   std::fflush(stdout);
@@ -388,6 +403,7 @@ struct CudaBench {
   cuda::DeviceBuffer flush;
   size_t flush_bytes = 0;
   double copy_gbps = 0;
+  cpu::ThreadPool* pool = nullptr;  // borrowed: workload fills and the CPU reference
   std::unique_ptr<cpu::CpuAttention> cpu_attn;
 
   ~CudaBench() {
@@ -404,7 +420,7 @@ absl::Status MeasureCuda(const Config& cfg, const std::vector<std::string>& impl
   if (cfg.dtype == DType::kFloat32 || !cuda::HasAttendKernel(cfg.dtype, cfg.head_dim)) {
     return absl::InvalidArgumentError("--device cuda: needs --dtype fp16 or bf16 and --head_dim 64 or 128");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed), *b.pool));
   Workload& w = *built;
   const AttentionShape shape{cfg.heads, cfg.kv_heads, cfg.head_dim, 0};
   // q as stored on the GPU; the CPU reference reads the same rounded values.
@@ -514,6 +530,7 @@ absl::Status MeasureCuda(const Config& cfg, const std::vector<std::string>& impl
                      {"max_diff_vs_cpu", r.max_diff},
                      {"repeat", repeat},
                      {"work_items", items[k]},
+                     {"context_version", w.ctx.version},
                      {"l2_flushed", true}});
   }
   std::fflush(stdout);
@@ -548,6 +565,7 @@ int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& 
   }
   b.flush = std::move(*flush);
   b.copy_gbps = MeasureCopyGBps(b.stream);
+  b.pool = &pool;
   b.cpu_attn = std::make_unique<cpu::CpuAttention>(&pool);
   report.device = "cuda: " + cuda::DeviceDescription(0);
   std::printf("device: %s\ncopy bandwidth: %.1f GB/s (device-to-device, read + write; L2 %d MiB flushed per run)\n",

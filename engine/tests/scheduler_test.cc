@@ -17,6 +17,7 @@
 
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
+#include "services/tests/plan_limits.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
@@ -80,6 +81,7 @@ class Harness {
       EXPECT_TRUE(scheduled.ok()) << scheduled.status();
       if (!scheduled.ok()) break;
       if (!*scheduled) continue;
+      testing::ExpectPlanWithinLimits(plan, scheduler_->options());
       if (plan.has_context) ++contexts_sent_;
       if (on_plan_) on_plan_(plan);
       StepResult result;
@@ -438,6 +440,7 @@ TEST(SchedulerTest, AbortMidStreamReleasesEverything) {
   ASSERT_TRUE(h.scheduler().Add(1, spec).ok());
   StepPlan plan;
   ASSERT_TRUE(*h.scheduler().Schedule(&plan));
+  testing::ExpectPlanWithinLimits(plan, h.scheduler().options());
   StepResult result;
   result.tokens = {5};
   result.logprobs = {-1};

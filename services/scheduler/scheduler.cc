@@ -403,13 +403,20 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
 
   // 2. Admission in the policy's order, bounded by the batch size and the
   //    free chunks.
+  //    A request counts its live samples, not its sequences: the n samples
+  //    of a prompt share one sequence until they fork, and then each decodes
+  //    its own row.
+  auto footprint = [](const Request* r) {
+    int64_t live_samples = 0;
+    for (const auto& s : r->samples) live_samples += s.finished ? 0 : 1;
+    return std::max<int64_t>(live_samples, static_cast<int64_t>(r->seqs.size()));
+  };
   int64_t batch_seqs = 0;
-  for (Request* r : running) batch_seqs += static_cast<int64_t>(r->seqs.size());
+  for (Request* r : running) batch_seqs += footprint(r);
   int scanned = 0;
   for (auto it = waiting_.begin(); it != waiting_.end() && scanned < kAdmissionScan; ++scanned) {
     Request* r = *it;
-    int64_t live_samples = 0;
-    for (const auto& s : r->samples) live_samples += s.finished ? 0 : 1;
+    const int64_t live_samples = footprint(r);
     if (batch_seqs + live_samples > options_.max_batch_size) break;
     if (ShouldDefer(*r) || (!admitting_ && r->cached_prompt_tokens < 0)) {
       ++it;
@@ -430,7 +437,7 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
     if (!admitted.ok()) return absl::InternalError(absl::StrCat("admit: ", admitted.ToString()));
     it = waiting_.erase(it);
     running.push_back(r);
-    batch_seqs += static_cast<int64_t>(r->seqs.size());
+    batch_seqs += footprint(r);
   }
 
   // 3. Rows: every decode row first, then prefill pieces in admission order

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "services/scheduler/null_executor.h"
 #include "services/scheduler/scheduler.h"
+#include "services/tests/plan_limits.h"
 
 namespace chunkattn {
 namespace {
@@ -95,6 +96,7 @@ Timeline RunToIdle(Scheduler* s) {
     absl::StatusOr<bool> scheduled = s->Schedule(&plan);
     EXPECT_TRUE(scheduled.ok()) << scheduled.status();
     if (!scheduled.ok() || !*scheduled) break;
+    testing::ExpectPlanWithinLimits(plan, s->options());
     NullExecute(plan, &result);
     std::vector<SampleEvent> events;
     EXPECT_TRUE(s->Complete(result, &events).ok());

@@ -5,7 +5,9 @@ where the prefix is shared (tpp and seq then sum in different orders; with
 n_s = 0 they run the same code and agree exactly), and checks that every
 configuration has its rows, the disagreeing ones written as failed with
 their error, the agreeing ones as passed with their timings, in grid order,
-and that the exit status reports the failure.
+and that the exit status reports the failure. Each configuration's context
+has a version no other one has (a CUDA plan is reused while the version
+holds: configurations that shared a version would time a stale plan).
 
 Usage: kernel_bench_rows.py BENCH_BINARY OUT_JSON
 """
@@ -33,4 +35,9 @@ for x in rows:
     else:
         assert "error" not in x, x
 assert f"{failed} rows failed" in r.stderr, r.stderr
+versions = {}
+for x in rows:
+    versions.setdefault((x["np"], x["ns"]), set()).add(x["context_version"])
+assert all(len(v) == 1 for v in versions.values()), versions
+assert len({next(iter(v)) for v in versions.values()}) == len(grid), versions
 print(f"kernel bench rows ok: {len(rows)} rows, {failed} failed and written")

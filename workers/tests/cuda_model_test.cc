@@ -372,8 +372,12 @@ TEST(CudaModelBasics, GraphsAndEagerAgree) {
     // Different GEMM shapes (padded bucket rows) may sum in another order.
     EXPECT_LT(RelError(a, e), 2e-3) << n << " rows";
     // The same step again (same KV to the same slots) captures and replays.
+    // Not bit-equal: cuBLAS may choose another GEMM algorithm (split-K, its
+    // workspace) under stream capture than in the eager warm-up, and fp16
+    // sums in another order differ in the last bits. A replay that read a
+    // stale plan or wrong buffers is off by far more.
     ASSERT_TRUE(graph.gpu->Forward(b, again).ok());
-    EXPECT_EQ(again, a) << n << " rows: the replay differs from the eager run of the same bucket";
+    EXPECT_LT(RelError(again, a), 1e-3) << n << " rows: the replay differs from the eager run of the same bucket";
   }
   EXPECT_EQ(graph.gpu->num_graphs(), 6);
 }

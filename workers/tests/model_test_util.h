@@ -1,6 +1,15 @@
 // Shared by the model tests: reference fixtures (NumPy, or transformers when
 // committed under tests/fixtures/transformers) and small drivers that manage
 // KV chunks by hand.
+//
+// The fixtures' generator runs where the test binary runs, which on a GPU
+// host is not where it was built (scripts/cuda_session.sh sets these):
+//   CHUNKATTN_SOURCE_DIR         the source tree (default: the build's)
+//   CHUNKATTN_PYTHON             a python3 with numpy (default /usr/bin/python3)
+//   CHUNKATTN_TRANSFORMERS_FIXTURES  transformers fixtures (default: the
+//                                committed ones under the source tree)
+// The generator never inherits LD_LIBRARY_PATH: a bundle's libraries are for
+// the bundle's binaries, not for the host's Python and NumPy.
 #ifndef CHUNKATTN_WORKERS_TESTS_MODEL_TEST_UTIL_H_
 #define CHUNKATTN_WORKERS_TESTS_MODEL_TEST_UTIL_H_
 
@@ -65,6 +74,19 @@ inline std::string MakeTempDir(const std::string& prefix) {
   return tmpl;
 }
 
+// $NAME when set and not empty, else `fallback`.
+inline std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+// `s` as one word of a POSIX shell command.
+inline std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 // Generates the NumPy fixtures once per test binary (a few seconds) and adds
 // the committed transformers fixtures when they exist. The NumPy fixtures'
 // folder is removed when the process exits.
@@ -73,9 +95,10 @@ inline const std::vector<Reference>& References() {
     auto* out = new std::vector<Reference>();
     const std::string tmp = MakeTempDir("chunkattn-ref");
     if (tmp.empty()) return out;
-    const std::string cmd = std::string("/usr/bin/python3 " CHUNKATTN_SOURCE_DIR
-                                        "/tests/tools/make_reference.py --backend numpy --out ") +
-                            tmp + " > " + tmp + "/log.txt 2>&1";
+    const std::string source = EnvOr("CHUNKATTN_SOURCE_DIR", CHUNKATTN_SOURCE_DIR);
+    const std::string cmd = "env -u LD_LIBRARY_PATH " + ShellQuote(EnvOr("CHUNKATTN_PYTHON", "/usr/bin/python3")) +
+                            " " + ShellQuote(source + "/tests/tools/make_reference.py") + " --backend numpy --out " +
+                            ShellQuote(tmp) + " > " + ShellQuote(tmp + "/log.txt") + " 2>&1";
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream log(tmp + "/log.txt");
       std::stringstream text;
@@ -84,7 +107,8 @@ inline const std::vector<Reference>& References() {
       return out;
     }
     std::vector<std::pair<std::string, std::string>> roots = {
-        {"numpy", tmp}, {"transformers", CHUNKATTN_SOURCE_DIR "/tests/fixtures/transformers"}};
+        {"numpy", tmp},
+        {"transformers", EnvOr("CHUNKATTN_TRANSFORMERS_FIXTURES", source + "/tests/fixtures/transformers")}};
     for (const auto& [backend, root] : roots) {
       for (const char* model : {"llama_mha", "llama3_gqa", "qwen2_tied", "qwen3_qk_norm"}) {
         Reference r;
