@@ -109,10 +109,20 @@ absl::StatusOr<std::vector<TokenEntry>> ReadTokenEntries(const std::string& path
     std::vector<absl::string_view> fields = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (fields.size() > 2) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": line ", line_number, ": expected 'TOKEN' or 'TOKEN TENANT'"));
+          absl::StrCat(flag, ": line ", line_number, ": expected 'TOKEN' or 'TOKEN TENANT' or 'TOKEN role:ROLE'"));
     }
     TokenEntry entry{std::string(fields[0]), fields.size() == 2 ? std::string(fields[1]) : std::string()};
-    if (fields.size() == 2) {
+    if (fields.size() == 2 && absl::ConsumePrefix(&fields[1], "role:")) {
+      entry.tenant.clear();
+      if (fields[1] == "router") {
+        entry.role = Role::kRouter;
+      } else if (fields[1] == "operator") {
+        entry.role = Role::kOperator;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": line ", line_number, ": a role is role:router or role:operator"));
+      }
+    } else if (fields.size() == 2) {
       const bool ok = entry.tenant.size() <= 64 && std::all_of(entry.tenant.begin(), entry.tenant.end(), [](char c) {
                         return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
                       });
@@ -132,14 +142,47 @@ absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path, 
   if (!entries.ok()) return entries.status();
   std::vector<std::string> tokens;
   for (TokenEntry& e : *entries) {
-    if (!e.tenant.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": a token must not contain whitespace"));
+    if (!e.tenant.empty() || e.role != Role::kTenant) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": a token must not contain whitespace"));
+    }
     tokens.push_back(std::move(e.token));
   }
   return tokens;
 }
 
-absl::StatusOr<std::string> TokenAuth::Authenticate(const grpc::ServerContextBase& context) const {
-  if (!enabled()) return std::string();
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kTenant: return "tenant";
+    case Role::kRouter: return "router";
+    case Role::kOperator: return "operator";
+  }
+  return "?";
+}
+
+absl::Status Caller::Allow(Permission permission) const {
+  if (!authenticated) return absl::OkStatus();
+  switch (permission) {
+    case Permission::kModelInfo:
+      return absl::OkStatus();
+    case Permission::kGenerate:
+      if (role == Role::kTenant) return absl::OkStatus();
+      return absl::PermissionDeniedError(
+          absl::StrCat("a ", RoleName(role), " credential sends no requests: use a tenant's token"));
+    case Permission::kPoolStats:
+      if (role != Role::kTenant) return absl::OkStatus();
+      return absl::PermissionDeniedError(
+          "pool-wide figures need a router or operator token ('TOKEN role:operator' in --auth_token_file)");
+    case Permission::kKvEvents:
+      if (role == Role::kRouter) return absl::OkStatus();
+      return absl::PermissionDeniedError(
+          "KV events and blocks carry every tenant's prompts: they need a router token ('TOKEN role:router' in "
+          "--auth_token_file)");
+  }
+  return absl::PermissionDeniedError("unknown permission");
+}
+
+absl::StatusOr<Caller> TokenAuth::Authenticate(const grpc::ServerContextBase& context) const {
+  if (!enabled()) return Caller();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
@@ -148,8 +191,8 @@ absl::StatusOr<std::string> TokenAuth::Authenticate(const grpc::ServerContextBas
   return Authenticate(absl::string_view(it->second.data(), it->second.size()));
 }
 
-absl::StatusOr<std::string> TokenAuth::Authenticate(absl::string_view authorization) const {
-  if (!enabled()) return std::string();
+absl::StatusOr<Caller> TokenAuth::Authenticate(absl::string_view authorization) const {
+  if (!enabled()) return Caller();
   if (authorization.empty()) return absl::UnauthenticatedError("missing 'Authorization: Bearer <token>'");
   const absl::string_view presented = BearerCredential(authorization);
   if (presented.empty()) return absl::UnauthenticatedError("authorization must be 'Bearer <token>'");
@@ -163,7 +206,27 @@ absl::StatusOr<std::string> TokenAuth::Authenticate(absl::string_view authorizat
     }
   }
   if (match == nullptr) return absl::UnauthenticatedError("unknown bearer token");
-  return match->tenant.empty() ? absl::StrCat("k:", index + 1) : absl::StrCat("t:", match->tenant);
+  Caller caller;
+  caller.authenticated = true;
+  caller.role = match->role;
+  caller.tenant = match->tenant.empty() ? absl::StrCat("k:", index + 1) : absl::StrCat("t:", match->tenant);
+  return caller;
+}
+
+absl::StatusOr<Caller> TokenAuth::Authorize(const grpc::ServerContextBase& context, Permission permission) const {
+  absl::StatusOr<Caller> caller = Authenticate(context);
+  if (caller.ok()) {
+    if (absl::Status allowed = caller->Allow(permission); !allowed.ok()) return allowed;
+  }
+  return caller;
+}
+
+absl::StatusOr<Caller> TokenAuth::Authorize(absl::string_view authorization, Permission permission) const {
+  absl::StatusOr<Caller> caller = Authenticate(authorization);
+  if (caller.ok()) {
+    if (absl::Status allowed = caller->Allow(permission); !allowed.ok()) return allowed;
+  }
+  return caller;
 }
 
 std::string TokenAuth::CacheNamespace(const std::string& tenant, const std::string& requested) {

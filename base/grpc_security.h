@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/client_context.h"
@@ -86,18 +87,53 @@ struct TlsClientFiles {
 // at all is the caller's choice: this always makes TLS credentials.
 absl::StatusOr<ChannelSecurity> MakeChannelSecurity(const TlsClientFiles& files);
 
+// What a credential is for. Tenants send requests and see only what derives
+// from their own; the other roles read what spans every tenant and send no
+// requests (SECURITY.md, "Who may see what").
+enum class Role {
+  kTenant,    // generation, tokenization, Abort of its own requests
+  kRouter,    // the KV-event stream and block listings (every tenant's token
+              // ids), and the pool-wide load and cache figures
+  kOperator,  // the pool-wide load and cache figures only
+};
+absl::string_view RoleName(Role role);
+
+// The kinds of call, by what they reveal or use.
+enum class Permission {
+  kModelInfo,  // the model, the tokenizer: any credential
+  kGenerate,   // requests: tenants only
+  kPoolStats,  // pool-wide figures (every tenant's traffic): routers, operators
+  kKvEvents,   // KV events and blocks (every tenant's token ids): routers
+};
+
 // A token file: one token per line, optionally followed by the tenant it is
-// bound to ("TOKEN" or "TOKEN TENANT"; a tenant is 1 to 64 of [A-Za-z0-9._-]);
-// '#' starts a comment. A file with no token is INVALID_ARGUMENT. `flag`
-// names the file in errors.
+// bound to or its role ("TOKEN", "TOKEN TENANT", "TOKEN role:router",
+// "TOKEN role:operator"; a tenant is 1 to 64 of [A-Za-z0-9._-]); '#' starts a
+// comment. A file with no token is INVALID_ARGUMENT. `flag` names the file in
+// errors.
 struct TokenEntry {
   std::string token;
   std::string tenant;  // empty: not bound
+  Role role = Role::kTenant;
 };
 absl::StatusOr<std::vector<TokenEntry>> ReadTokenEntries(const std::string& path, const std::string& flag);
 // The tokens alone, for files where tenants mean nothing (INVALID_ARGUMENT
 // when a line names one).
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path, const std::string& flag);
+
+// Who made a call (TokenAuth::Authenticate).
+struct Caller {
+  // "" when authentication is off; else "t:<tenant>" for a bound token,
+  // "k:<n>" for the file's n-th token when it is not bound: two unbound
+  // tokens are two tenants (they share no cache and cannot Abort each
+  // other's requests).
+  std::string tenant;
+  Role role = Role::kTenant;
+  bool authenticated = false;  // false: authentication is off, every call passes
+
+  // OK, or PERMISSION_DENIED naming the role the call needs.
+  absl::Status Allow(Permission permission) const;
+};
 
 class TokenAuth {
  public:
@@ -114,19 +150,22 @@ class TokenAuth {
   // per token so the reply's timing does not reveal a token's prefix.
   absl::Status Check(const grpc::ServerContextBase& context) const { return Authenticate(context).status(); }
 
-  // The caller's tenant, from the `authorization` metadata or an HTTP
-  // Authorization header's value: "" when disabled; else "t:<tenant>" for a
-  // bound token, "k:<n>" for the file's n-th token when it is not bound (each
-  // credential its own tenant). UNAUTHENTICATED as Check.
-  absl::StatusOr<std::string> Authenticate(const grpc::ServerContextBase& context) const;
-  absl::StatusOr<std::string> Authenticate(absl::string_view authorization) const;
+  // The caller, from the `authorization` metadata or an HTTP Authorization
+  // header's value. UNAUTHENTICATED as Check.
+  absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context) const;
+  absl::StatusOr<Caller> Authenticate(absl::string_view authorization) const;
+  // Authenticate, then Caller::Allow: UNAUTHENTICATED or PERMISSION_DENIED.
+  absl::StatusOr<Caller> Authorize(const grpc::ServerContextBase& context, Permission permission) const;
+  absl::StatusOr<Caller> Authorize(absl::string_view authorization, Permission permission) const;
 
-  // The cache namespace of a request from `tenant` (Authenticate's) that asks
+  // The cache namespace of a request from `tenant` (Caller::tenant) that asks
   // for `requested` (cache_namespace, cache_salt): the caller's choice only
   // without tokens; with them, always inside the tenant's own namespace, so
   // tenants share cached prefixes only within themselves whatever they send.
   static std::string CacheNamespace(const std::string& tenant, const std::string& requested);
-  // Whether `ns` is one CacheNamespace gives `tenant` ("" : every one).
+  // Whether `ns` is one CacheNamespace gives `tenant` ("" : every one). A
+  // tenant whose name starts another's ("acme", "acme2") owns none of its
+  // namespaces.
   static bool TenantNamespace(const std::string& tenant, absl::string_view ns);
 
   // The client side: sends the file's first token (every line is accepted,

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -37,6 +38,8 @@
 #include "services/coordinator/engine.h"
 #include "services/coordinator/generation_service.h"
 #include "services/coordinator/vllm_engine_service.h"
+#include "services/kv_events/curve.h"
+#include "base/fd_limit.h"
 #include "base/grpc_security.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/metrics.h"
@@ -49,7 +52,21 @@ ABSL_FLAG(int, http_port, 8000,
           "on --http_host; same TLS and bearer tokens as --listen; 0 = off");
 ABSL_FLAG(std::string, http_host, "0.0.0.0", "address the HTTP API binds (an IP literal)");
 ABSL_FLAG(std::string, served_model_name, "", "the model id of the HTTP API (and vllm:* metrics); default: --model");
-ABSL_FLAG(int64_t, http_max_body_bytes, 16 << 20, "largest HTTP request body; larger ones get 413");
+ABSL_FLAG(int64_t, http_max_body_bytes, 0,
+          "largest HTTP request body, refused with 413 from its Content-Length; 0 = twice a text prompt of the "
+          "whole context, in [1 MiB, 16 MiB]");
+ABSL_FLAG(int64_t, http_max_buffered_body_bytes, 64 << 20,
+          "HTTP request bodies being received at once, over every connection; beyond it a request gets 503");
+ABSL_FLAG(int64_t, http_max_connections, 0,
+          "HTTP connections at once; beyond it a new one is closed at once. 0 = the descriptors left after a reserve "
+          "of 256 + a quarter of the limit (the soft limit is raised to the hard one), at most 16384");
+ABSL_FLAG(int64_t, http_max_connections_per_peer, 0,
+          "HTTP connections from one address (behind an ingress, its addresses); 0 = a quarter of "
+          "--http_max_connections");
+ABSL_FLAG(int64_t, max_sequences_per_request, 256,
+          "sequences one HTTP completions request may ask for (prompts x n); beyond it 400");
+ABSL_FLAG(double, http_header_timeout_s, 10, "seconds a request's head may take in all (from its first byte)");
+ABSL_FLAG(double, http_body_timeout_s, 60, "seconds a request's body may take in all (from its head)");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "address the metrics server binds");
 ABSL_FLAG(std::string, workers, "", "the compute workers, host:port,... in rank order (required)");
 ABSL_FLAG(std::string, model, "", "Hugging Face model folder the workers load (required)");
@@ -97,10 +114,26 @@ ABSL_FLAG(bool, kv_events, false,
           "keep KV-cache events (vLLM's format: the cache's full computed chunks as blocks) for "
           "VllmEngine/SubscribeKvEvents; implied by --kv_events_endpoint");
 ABSL_FLAG(std::string, kv_events_endpoint, "",
-          "ZMQ PUB endpoint of the KV-cache events, as vLLM's kv-events-config endpoint: tcp://*:5556 binds "
-          "(so does ipc://, inproc://, or an address with '*' or '::'), any other is connected to; empty = none");
+          "ZMQ PUB endpoint of the KV-cache events (every tenant's prompt tokens), as vLLM's kv-events-config "
+          "endpoint: a loopback (tcp://127.0.0.1:5556) or wildcard host binds (so do ipc://, inproc://, or an "
+          "address with '*' or '::'), any other is connected to; a wildcard host (tcp://*:P, 0.0.0.0, [::]) "
+          "needs --kv_events_curve_secret_key_file or --kv_events_allow_plaintext_remote; empty = none");
 ABSL_FLAG(std::string, kv_events_replay_endpoint, "",
-          "ZMQ ROUTER endpoint (bound) that resends kept event batches from a sequence number, e.g. tcp://*:5557");
+          "ZMQ ROUTER endpoint (bound) that resends kept event batches from a sequence number, at most 1000 per "
+          "request, e.g. tcp://127.0.0.1:5557; a wildcard host as for --kv_events_endpoint");
+ABSL_FLAG(bool, kv_events_allow_plaintext_remote, false,
+          "let --kv_events_endpoint / --kv_events_replay_endpoint bind a wildcard host without CURVE: anyone who "
+          "reaches the ports reads every tenant's prompt tokens (put a NetworkPolicy in front)");
+ABSL_FLAG(std::string, kv_events_curve_secret_key_file, "",
+          "file holding the KV-event sockets' CURVE secret key (Z85, 40 characters; "
+          "--kv_events_curve_keygen makes one): both sockets then speak only CURVE, encrypted, to clients "
+          "that know the matching public key");
+ABSL_FLAG(std::string, kv_events_curve_client_keys_file, "",
+          "file of the CURVE public keys (Z85, one per line) of the clients admitted to the KV-event sockets; "
+          "empty = any client that knows the server's public key");
+ABSL_FLAG(bool, kv_events_curve_keygen, false,
+          "print a new CURVE keypair (public_key=<Z85>, secret_key=<Z85>) for the KV-event sockets or a "
+          "client of them, and exit");
 ABSL_FLAG(std::string, kv_events_topic, "",
           "first frame of every event message; empty = kv@<hostname>@<served model name> (llm-d's form)");
 ABSL_FLAG(std::string, kv_events_format, "map", "event encoding: map (vLLM >= 0.26) | array (older vLLM)");
@@ -121,12 +154,61 @@ void SetReady(grpc::HealthCheckServiceInterface* health, bool ready) {
   for (const char* service : kApiServices) health->SetServingStatus(service, ready);
 }
 
-// Up to the hard limit: each HTTP stream holds a descriptor.
-void RaiseOpenFileLimit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &limit);
+// The HTTP front's guard from the flags (http_server.h): 0 means the
+// default, derived from the descriptors the process may open (after raising
+// its soft limit) and from the model's context.
+absl::Status SetHttpLimits(int32_t max_context, chunkattn::http::Options* o) {
+  using namespace chunkattn;
+  const int64_t fds = RaiseOpenFileLimit();  // a connection per stream
+  const int64_t conns = absl::GetFlag(FLAGS_http_max_connections);
+  const int64_t per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
+  const int64_t body = absl::GetFlag(FLAGS_http_max_body_bytes);
+  const int64_t buffered = absl::GetFlag(FLAGS_http_max_buffered_body_bytes);
+  const double head_s = absl::GetFlag(FLAGS_http_header_timeout_s), body_s = absl::GetFlag(FLAGS_http_body_timeout_s);
+  if (conns < 0 || conns > fds - ReservedDescriptors(fds)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--http_max_connections must be in [0, %d] (0: %d): the descriptor limit is %d, %d kept in reserve",
+        fds - ReservedDescriptors(fds), DefaultHttpConnections(fds), fds, ReservedDescriptors(fds)));
+  }
+  o->max_connections = conns > 0 ? static_cast<int>(conns) : DefaultHttpConnections(fds);
+  if (per_peer < 0 || per_peer > o->max_connections) {
+    return absl::InvalidArgumentError("--http_max_connections_per_peer must be in [0, --http_max_connections]");
+  }
+  o->max_connections_per_peer = per_peer > 0 ? static_cast<int>(per_peer) : std::max(4, o->max_connections / 4);
+  if (body != 0 && (body < 1024 || body > (int64_t{1} << 30))) {
+    return absl::InvalidArgumentError("--http_max_body_bytes must be 0 or in [1024, 2^30]");
+  }
+  // The largest legitimate body: a text prompt of the whole context (32
+  // bytes a token at most, 4 MiB in all), twice over for JSON escapes.
+  const int64_t text = std::min<int64_t>(int64_t{32} * max_context, 4 << 20);
+  o->max_body_bytes = static_cast<size_t>(body > 0 ? body : std::clamp<int64_t>(2 * text + (64 << 10), 1 << 20, 16 << 20));
+  if (buffered < static_cast<int64_t>(o->max_body_bytes) || buffered > (int64_t{1} << 34)) {
+    return absl::InvalidArgumentError("--http_max_buffered_body_bytes must be in [--http_max_body_bytes, 2^34]");
+  }
+  o->max_buffered_body_bytes = static_cast<size_t>(buffered);
+  if (!(head_s > 0 && head_s <= 3600) || !(body_s > 0 && body_s <= 3600)) {
+    return absl::InvalidArgumentError("--http_header_timeout_s and --http_body_timeout_s must be in (0, 3600]");
+  }
+  o->header_timeout = absl::Seconds(head_s);
+  o->body_timeout = absl::Seconds(body_s);
+  return absl::OkStatus();
+}
+
+// The HTTP front's guard, as metrics (at each scrape; nothing when it is off).
+void PublishHttpStats(const chunkattn::openai::OpenAiServer* server, chunkattn::metrics::Registry& r) {
+  if (server == nullptr) return;
+  const chunkattn::http::HttpServer::Stats s = server->http_stats();
+  r.GetGauge("chunkattn_http_connections", "Open connections to the HTTP API.").Set(static_cast<double>(s.open_connections));
+  const std::pair<const char*, int64_t> totals[] = {
+      {"refused_connection", s.refused_connections}, {"refused_request", s.refused_heads},
+      {"deadline", s.deadlines}, {"accept_error", s.accept_errors}};
+  for (const auto& [what, n] : totals) {
+    chunkattn::metrics::Counter& c = r.GetCounter(
+        "chunkattn_http_guard_events_total",
+        "HTTP connections closed over a cap, requests refused from their head, connections cut at a deadline, "
+        "and accept() failures.",
+        {{"event", what}});
+    c.Increment(static_cast<double>(n) - c.value());
   }
 }
 
@@ -143,6 +225,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "chunkattn cache coordinator: --workers HOST:PORT,... --model DIR [--listen HOST:PORT] [--metrics_port N]");
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_kv_events_curve_keygen)) {
+    absl::StatusOr<CurveKeyPair> pair = GenerateCurveKeyPair();
+    if (!pair.ok()) return Fail(std::string(pair.status().message()));
+    std::printf("public_key=%s\nsecret_key=%s\n", pair->public_key.c_str(), pair->secret_key.c_str());
+    return 0;
+  }
   if (!InstallTerminationHandlers()) {
     std::perror("error: signal handlers");
     return 1;
@@ -178,8 +266,6 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_kv_chunks) < 0) return Fail("--max_kv_chunks must be >= 0");
   const int http_port = absl::GetFlag(FLAGS_http_port);
   if (http_port < 0 || http_port > 65535) return Fail("--http_port must be in [0, 65535]");
-  const int64_t max_body = absl::GetFlag(FLAGS_http_max_body_bytes);
-  if (max_body < 1024 || max_body > (int64_t{1} << 30)) return Fail("--http_max_body_bytes must be in [1024, 2^30]");
   const std::string served_name =
       absl::GetFlag(FLAGS_served_model_name).empty() ? model : absl::GetFlag(FLAGS_served_model_name);
   const int health_port = absl::GetFlag(FLAGS_health_port);
@@ -228,6 +314,17 @@ int main(int argc, char** argv) {
     if (!kv_format.ok()) return Fail("--kv_events_format: " + std::string(kv_format.status().message()));
     ko.format = *kv_format;
     ko.buffer_steps = absl::GetFlag(FLAGS_kv_events_buffer_steps);
+    ko.allow_plaintext_remote = absl::GetFlag(FLAGS_kv_events_allow_plaintext_remote);
+    if (const std::string path = absl::GetFlag(FLAGS_kv_events_curve_secret_key_file); !path.empty()) {
+      absl::StatusOr<std::string> key = ReadCurveKeyFile(path, "--kv_events_curve_secret_key_file");
+      if (!key.ok()) return Fail(std::string(key.status().message()));
+      ko.curve_secret_key = *std::move(key);
+    }
+    if (const std::string path = absl::GetFlag(FLAGS_kv_events_curve_client_keys_file); !path.empty()) {
+      absl::StatusOr<std::vector<std::string>> keys = ReadCurveKeysFile(path, "--kv_events_curve_client_keys_file");
+      if (!keys.ok()) return Fail(std::string(keys.status().message()));
+      ko.curve_client_keys = *std::move(keys);
+    }
     absl::StatusOr<std::unique_ptr<KvEventPublisher>> p = KvEventPublisher::Create(std::move(ko));
     if (!p.ok()) return Fail(std::string(p.status().message()));
     kv_events = *std::move(p);
@@ -320,29 +417,39 @@ int main(int argc, char** argv) {
   VllmEngineService vllm_service(&engine, &*config, prompt_text, vllm_info, &*auth, text_pool.get(), kv_events.get());
 
   std::unique_ptr<openai::OpenAiServer> openai_server;
+  std::atomic<const openai::OpenAiServer*> http_front{nullptr};  // for the scrapes, once started
   if (http_port > 0) {
-    RaiseOpenFileLimit();  // a connection per stream: a thousand streams need more than 1024 descriptors
     openai::ServerOptions http;
     http.http.host = absl::GetFlag(FLAGS_http_host);
     http.http.port = http_port;
-    http.http.max_body_bytes = static_cast<size_t>(max_body);
+    if (absl::Status s = SetHttpLimits(config->max_context, &http.http); !s.ok()) return Fail(std::string(s.message()));
     http.http.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
     http.http.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
     http.http.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
-    http.model = {served_name, config->max_context};
+    http.model = {served_name, config->max_context, absl::GetFlag(FLAGS_max_sequences_per_request)};
+    if (http.model.max_sequences < 1 || http.model.max_sequences > 1 << 16) {
+      return Fail("--max_sequences_per_request must be in [1, 65536]");
+    }
     http.version = CHUNKATTN_VERSION;
     http.metrics_tokens = metrics_tokens;
     absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> started = openai::OpenAiServer::Start(
-        std::move(http), &engine, &*config, prompt_text, text_pool.get(), &*auth,
-        [&registry] { return registry.Serialize(); });
+        std::move(http), &engine, &*config, prompt_text, text_pool.get(), &*auth, [&registry, &http_front] {
+          PublishHttpStats(http_front.load(), registry);
+          return registry.Serialize();
+        });
     if (!started.ok()) return Fail("--http_port: " + started.status().ToString());
     openai_server = std::move(*started);
+    http_front = openai_server.get();
   }
 
   std::unique_ptr<metrics::MetricsHttpServer> http;
   if (metrics_port > 0) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started = metrics::MetricsHttpServer::Start(
-        absl::GetFlag(FLAGS_metrics_host), metrics_port, [&registry] { return registry.Serialize(); },
+        absl::GetFlag(FLAGS_metrics_host), metrics_port,
+        [&registry, &http_front] {
+          PublishHttpStats(http_front.load(), registry);
+          return registry.Serialize();
+        },
         metrics_tokens);
     if (!started.ok()) return Fail("--metrics_port: " + started.status().ToString());
     http = std::move(*started);
@@ -395,10 +502,23 @@ int main(int argc, char** argv) {
                model.c_str());
 
   if (kv_events != nullptr) {
+    const KvEventPublisherOptions& ko = kv_events->options();
     std::string where = "in process only";
     if (!kv_events->bound_endpoint().empty()) where = "on " + kv_events->bound_endpoint();
     if (!kv_events->bound_replay_endpoint().empty()) where += ", replay on " + kv_events->bound_replay_endpoint();
-    std::fprintf(stderr, "coordinator: KV events %s, topic %s\n", where.c_str(), kv_events->options().topic.c_str());
+    std::string security;
+    if (!kv_events->bound_endpoint().empty() && ko.curve_secret_key.empty()) {
+      security = ", plaintext";
+    } else if (!kv_events->bound_endpoint().empty()) {
+      // The public key is what the routers need (their CURVE server key).
+      absl::StatusOr<std::string> public_key = CurvePublicKey(ko.curve_secret_key);
+      security = absl::StrCat(", CURVE (server public key ", public_key.ok() ? *public_key : "?", ", ",
+                              ko.curve_client_keys.empty() ? std::string("any client")
+                                                           : absl::StrCat("client keys: ", ko.curve_client_keys.size()),
+                              ")");
+    }
+    std::fprintf(stderr, "coordinator: KV events %s, topic %s%s\n", where.c_str(), ko.topic.c_str(),
+                 security.c_str());
   }
   chunkattn::WaitForTerminationSignal();  // this thread, not a handler, shuts down
   // Drain: out of the load balancer's rotation at once (readiness), new
@@ -417,6 +537,8 @@ int main(int argc, char** argv) {
   // Then the text still queued (its requests are refused by the stopped
   // engine), before the fronts whose tasks it runs.
   text_pool.reset();
+  http.reset();  // the scrapes read the HTTP front's figures
+  http_front = nullptr;
   openai_server.reset();
   vllm_service.Shutdown();  // its event subscriptions, which the server would wait for
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -284,9 +284,9 @@ GenerationService::~GenerationService() = default;
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                                             const v1::GenerateRequest* request) {
   auto* reactor = new GenerateStreamReactor<v1::GenerateResponse>(engine_, std::make_unique<IdentityTranslator>());
-  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
-  if (!tenant.ok()) {
-    reactor->Reject(tenant.status());
+  absl::StatusOr<Caller> caller = auth_->Authorize(*context, Permission::kGenerate);
+  if (!caller.ok()) {
+    reactor->Reject(caller.status());
     return reactor;
   }
   if (!engine_->ready()) {
@@ -296,7 +296,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc
   const uint64_t seed = NewRequestSeed();
   // The request lives until the reactor finishes, which nothing does before
   // this runs.
-  auto validate_and_submit = [this, reactor, request, seed, tenant = *std::move(tenant)] {
+  auto validate_and_submit = [this, reactor, request, seed, tenant = std::move(caller->tenant)] {
     absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(*request, *config_, text_, seed);
     if (!validated.ok()) {
       reactor->Reject(validated.status());
@@ -315,10 +315,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(grpc
   return reactor;
 }
 
-bool GenerationService::Denied(const grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor) const {
-  absl::Status s = auth_->Check(context);
-  if (s.ok()) return false;
-  reactor->Finish(ToGrpcStatus(s));
+bool GenerationService::Denied(const grpc::CallbackServerContext& context, Permission permission,
+                       grpc::ServerUnaryReactor* reactor) const {
+  absl::StatusOr<Caller> caller = auth_->Authorize(context, permission);
+  if (caller.ok()) return false;
+  reactor->Finish(ToGrpcStatus(caller.status()));
   return true;
 }
 
@@ -326,7 +327,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (Denied(*context, reactor)) return reactor;
+  if (Denied(*context, Permission::kModelInfo, reactor)) return reactor;
   const Tokenizer* tokenizer = text_.tokenizer;
   if (tokenizer == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer"));
@@ -374,7 +375,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest*, v1::ModelInfo* info) {
   auto* reactor = context->DefaultReactor();
-  if (Denied(*context, reactor)) return reactor;
+  if (Denied(*context, Permission::kModelInfo, reactor)) return reactor;
   const Engine::Snapshot snap = engine_->snapshot();
   info->set_model(info_.model);
   info->set_architecture(config_->architecture);
@@ -397,9 +398,9 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,
                                                    const v1::AbortRequest* request, v1::AbortResponse* response) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
-  if (!tenant.ok()) {
-    reactor->Finish(ToGrpcStatus(tenant.status()));
+  absl::StatusOr<Caller> caller = auth_->Authorize(*context, Permission::kGenerate);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
     return reactor;
   }
   if (request->request_ids_size() < 1 || request->request_ids_size() > kMaxAbortIds) {
@@ -414,7 +415,7 @@ grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* 
       return reactor;
     }
   }
-  engine_->Abort(*std::move(tenant), {request->request_ids().begin(), request->request_ids().end()},
+  engine_->Abort(std::move(caller->tenant), {request->request_ids().begin(), request->request_ids().end()},
                  [reactor, response](std::vector<std::string> aborted) {
                    for (std::string& id : aborted) response->add_aborted_request_ids(std::move(id));
                    reactor->Finish(grpc::Status::OK);
@@ -426,21 +427,17 @@ grpc::ServerUnaryReactor* GenerationService::GetKvBlocks(grpc::CallbackServerCon
                                                          const v1::GetKvBlocksRequest* /*request*/,
                                                          v1::KvBlocks* response) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
-  if (!tenant.ok()) {
-    reactor->Finish(ToGrpcStatus(tenant.status()));
-    return reactor;
-  }
-  engine_->KvBlocks([reactor, response, tenant = *std::move(tenant)](absl::StatusOr<KvBlocksSnapshot> snapshot) {
+  // Block hashes are derived from prompts: a tenant could test whether
+  // another's prompt is cached. For routers only.
+  if (Denied(*context, Permission::kKvEvents, reactor)) return reactor;
+  engine_->KvBlocks([reactor, response](absl::StatusOr<KvBlocksSnapshot> snapshot) {
     if (!snapshot.ok()) {
       reactor->Finish(ToGrpcStatus(snapshot.status()));
       return;
     }
     response->set_next_sequence_number(snapshot->next_seq);
     std::map<std::string, std::vector<uint64_t>> groups;
-    for (const KvBlockInfo& b : snapshot->blocks) {
-      if (TokenAuth::TenantNamespace(tenant, b.ns)) groups[b.ns].push_back(b.hash);
-    }
+    for (const KvBlockInfo& b : snapshot->blocks) groups[b.ns].push_back(b.hash);
     for (auto& [ns, hashes] : groups) {
       std::sort(hashes.begin(), hashes.end());
       v1::KvBlockGroup* g = response->add_namespaces();
@@ -456,7 +453,7 @@ grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerC
                                                            const v1::GetCacheStatsRequest* request,
                                                            v1::CacheStats* out) {
   auto* reactor = context->DefaultReactor();
-  if (Denied(*context, reactor)) return reactor;
+  if (Denied(*context, Permission::kPoolStats, reactor)) return reactor;
   const Engine::Snapshot snap = engine_->snapshot();
   if (request->reset_peaks()) engine_->ResetPeaks();
   const CacheStats& c = snap.cache;

@@ -113,7 +113,10 @@ class GenerationService final : public v1::Generation::CallbackService {
  private:
   // Finishes `reactor` with UNAUTHENTICATED and returns true when the caller
   // does not pass auth_.
-  bool Denied(const grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor) const;
+  // Finishes `reactor` with UNAUTHENTICATED or PERMISSION_DENIED unless the
+  // caller may make a call of this kind.
+  bool Denied(const grpc::CallbackServerContext& context, Permission permission,
+              grpc::ServerUnaryReactor* reactor) const;
 
   Engine* engine_;
   const ModelConfig* config_;

@@ -234,8 +234,11 @@ absl::StatusOr<TranslatedRequest> TranslateVllmRequest(const engine_api::Generat
       const auto& ids = request.tokenized().input_ids();
       if (ids.empty()) return Invalid("tokenized.input_ids is empty");
       for (int i = 0; i < ids.size(); ++i) {
-        // Beyond int32, certainly outside the vocabulary: refused as such.
-        r.mutable_token_ids()->add_ids(static_cast<int32_t>(std::min<uint32_t>(ids[i], 0x7fffffff)));
+        // Beyond int32, certainly outside the vocabulary: refused naming the id sent.
+        if (ids[i] > 0x7fffffffu) {
+          return Invalid(absl::StrFormat("tokenized.input_ids[%d] = %u is outside the vocabulary", i, ids[i]));
+        }
+        r.mutable_token_ids()->add_ids(static_cast<int32_t>(ids[i]));
       }
       break;
     }
@@ -364,10 +367,11 @@ VllmEngineService::~VllmEngineService() { Shutdown(); }
 
 void VllmEngineService::Shutdown() { stopping_ = true; }
 
-bool VllmEngineService::Denied(const grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor) const {
-  absl::Status s = auth_->Check(context);
-  if (s.ok()) return false;
-  reactor->Finish(ToGrpcStatus(s));
+bool VllmEngineService::Denied(const grpc::CallbackServerContext& context, Permission permission,
+                       grpc::ServerUnaryReactor* reactor) const {
+  absl::StatusOr<Caller> caller = auth_->Authorize(context, permission);
+  if (caller.ok()) return false;
+  reactor->Finish(ToGrpcStatus(caller.status()));
   return true;
 }
 
@@ -379,9 +383,9 @@ grpc::ServerWriteReactor<engine_api::GenerateResponse>* VllmEngineService::Gener
       engine_, std::make_unique<VllmTranslator>(
                    request->stream(), std::max<int>(1, std::min<int>(s.n(), kMaxSamples)), s.has_logprobs(),
                    std::vector<int32_t>(s.stop_token_ids().begin(), s.stop_token_ids().end())));
-  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
-  if (!tenant.ok()) {
-    reactor->Reject(tenant.status());
+  absl::StatusOr<Caller> caller = auth_->Authorize(*context, Permission::kGenerate);
+  if (!caller.ok()) {
+    reactor->Reject(caller.status());
     return reactor;
   }
   if (!engine_->ready()) {
@@ -394,7 +398,7 @@ grpc::ServerWriteReactor<engine_api::GenerateResponse>* VllmEngineService::Gener
     return reactor;
   }
   const uint64_t seed = NewRequestSeed();
-  auto validate_and_submit = [this, reactor, seed, tenant = *std::move(tenant),
+  auto validate_and_submit = [this, reactor, seed, tenant = std::move(caller->tenant),
                               translated = std::make_shared<TranslatedRequest>(*std::move(translated))] {
     absl::StatusOr<EngineRequest> validated = ValidateGenerateRequest(
         translated->request, *config_, text_, seed, translated->fill_context, /*cap_to_context=*/true);
@@ -419,7 +423,7 @@ grpc::ServerUnaryReactor* VllmEngineService::HealthCheck(grpc::CallbackServerCon
                                                          const engine_api::HealthCheckRequest* /*request*/,
                                                          engine_api::HealthCheckResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (Denied(*context, reactor)) return reactor;
+  if (Denied(*context, Permission::kModelInfo, reactor)) return reactor;
   const bool ready = engine_->ready();
   response->set_healthy(ready);
   response->set_message(ready ? "serving" : "the workers are not ready");
@@ -431,9 +435,9 @@ grpc::ServerUnaryReactor* VllmEngineService::Abort(grpc::CallbackServerContext* 
                                                    const engine_api::AbortRequest* request,
                                                    engine_api::AbortResponse* /*response*/) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<std::string> tenant = auth_->Authenticate(*context);
-  if (!tenant.ok()) {
-    reactor->Finish(ToGrpcStatus(tenant.status()));
+  absl::StatusOr<Caller> caller = auth_->Authorize(*context, Permission::kGenerate);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
     return reactor;
   }
   if (request->request_ids_size() > kMaxAbortIds) {
@@ -448,7 +452,7 @@ grpc::ServerUnaryReactor* VllmEngineService::Abort(grpc::CallbackServerContext* 
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
-  engine_->Abort(*std::move(tenant), std::move(ids),
+  engine_->Abort(std::move(caller->tenant), std::move(ids),
                  [reactor](std::vector<std::string> /*aborted*/) { reactor->Finish(grpc::Status::OK); });
   return reactor;
 }
@@ -457,7 +461,7 @@ grpc::ServerUnaryReactor* VllmEngineService::GetModelInfo(grpc::CallbackServerCo
                                                           const engine_api::GetModelInfoRequest* /*request*/,
                                                           engine_api::GetModelInfoResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (Denied(*context, reactor)) return reactor;
+  if (Denied(*context, Permission::kModelInfo, reactor)) return reactor;
   response->set_model_path(info_.model_path);
   response->set_is_generation(true);
   response->set_max_context_length(static_cast<uint32_t>(config_->max_context));
@@ -480,12 +484,20 @@ grpc::ServerUnaryReactor* VllmEngineService::GetServerInfo(grpc::CallbackServerC
                                                            const engine_api::GetServerInfoRequest* /*request*/,
                                                            engine_api::GetServerInfoResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (Denied(*context, reactor)) return reactor;
-  const Engine::Snapshot snap = engine_->snapshot();
-  response->set_active_requests(
-      static_cast<uint32_t>(snap.scheduler.running_requests + snap.scheduler.waiting_requests));
+  absl::StatusOr<Caller> caller = auth_->Authorize(*context, Permission::kModelInfo);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpcStatus(caller.status()));
+    return reactor;
+  }
+  // Any credential learns the server's kind; the pool's traffic only a
+  // credential that may see pool-wide figures (0 for a tenant).
+  if (caller->Allow(Permission::kPoolStats).ok()) {
+    const Engine::Snapshot snap = engine_->snapshot();
+    response->set_active_requests(
+        static_cast<uint32_t>(snap.scheduler.running_requests + snap.scheduler.waiting_requests));
+    response->set_last_receive_timestamp(last_receive_.load());
+  }
   response->set_is_paused(false);
-  response->set_last_receive_timestamp(last_receive_.load());
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   response->set_server_type("vllm-grpc");  // what routers check for this API (design note)
   response->set_data_parallel_size(1);
@@ -497,7 +509,7 @@ grpc::ServerUnaryReactor* VllmEngineService::GetLoads(grpc::CallbackServerContex
                                                       const engine_api::GetLoadsRequest* request,
                                                       engine_api::GetLoadsResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (Denied(*context, reactor)) return reactor;
+  if (Denied(*context, Permission::kPoolStats, reactor)) return reactor;
   if (request->has_dp_rank() && request->dp_rank() != 0) {
     reactor->Finish(ToGrpcStatus(Invalid(absl::StrFormat("dp_rank %d: this engine has one rank, 0", request->dp_rank()))));
     return reactor;
@@ -639,7 +651,10 @@ class VllmEngineService::Subscription final : public grpc::ServerWriteReactor<co
 grpc::ServerWriteReactor<common_api::KvEventBatch>* VllmEngineService::SubscribeKvEvents(
     grpc::CallbackServerContext* context, const common_api::SubscribeKvEventsRequest* request) {
   using Refusal = ListWriter<common_api::KvEventBatch>;
-  if (absl::Status s = auth_->Check(*context); !s.ok()) return new Refusal(s);
+  // Every tenant's stored blocks with their token ids: routers only.
+  if (absl::StatusOr<Caller> c = auth_->Authorize(*context, Permission::kKvEvents); !c.ok()) {
+    return new Refusal(c.status());
+  }
   if (kv_events_ == nullptr) {
     // UNIMPLEMENTED, as a vLLM without events answers: SMG then stops asking.
     return new Refusal(absl::UnimplementedError("KV events are off: start the coordinator with --kv_events"));

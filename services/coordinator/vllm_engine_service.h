@@ -91,7 +91,10 @@ class VllmEngineService final : public vllm::grpc::engine::VllmEngine::CallbackS
 
  private:
   class Subscription;
-  bool Denied(const grpc::CallbackServerContext& context, grpc::ServerUnaryReactor* reactor) const;
+  // Finishes `reactor` with UNAUTHENTICATED or PERMISSION_DENIED unless the
+  // caller may make a call of this kind.
+  bool Denied(const grpc::CallbackServerContext& context, Permission permission,
+              grpc::ServerUnaryReactor* reactor) const;
 
   Engine* engine_;
   const ModelConfig* config_;

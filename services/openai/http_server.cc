@@ -6,7 +6,9 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
+#include <event2/util.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,13 +17,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace chunkattn::http {
 
@@ -45,9 +54,13 @@ const char* Reason(int status) {
     case 200: return "OK";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
     case 413: return "Payload Too Large";
+    case 431: return "Request Header Fields Too Large";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -145,7 +158,361 @@ int BoundPort(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
 }
 
+constexpr absl::Duration kMinAcceptBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kMaxAcceptBackoff = absl::Seconds(1);
+
+// What a head says about its body, or why it cannot be let through.
+struct ParsedHead {
+  RequestHead head;
+  int problem = 0;  // an HTTP status the server refuses with; 0: none
+  std::string problem_message;
+  // The head as evhttp gets it: without a `Connection: close` header, which
+  // the guard honours itself (close_after_reply). evhttp would free the
+  // connection as soon as the reply left the guard, before the socket had
+  // sent it.
+  std::string passthrough;
+  bool close_after_reply = false;
+};
+
+// The request line and the headers that matter before the body: evhttp
+// parses the head again once it is let through (the guard never edits it).
+ParsedHead ParseHead(absl::string_view text) {
+  ParsedHead p;
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  absl::string_view first = absl::StripTrailingAsciiWhitespace(lines.empty() ? "" : lines[0]);
+  std::vector<absl::string_view> parts = absl::StrSplit(first, ' ', absl::SkipEmpty());
+  if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/")) {
+    p.problem = 400;
+    p.problem_message = "malformed request line";
+    return p;
+  }
+  p.head.method = std::string(parts[0]);
+  // Refused, but after the headers are read: the check sees the credentials.
+  if (p.head.method != "GET" && p.head.method != "POST" && p.head.method != "HEAD") {
+    p.problem = 501;
+    p.problem_message = absl::StrCat("method ", p.head.method, " not implemented");
+  } else if (parts[2] != "HTTP/1.1") {
+    p.problem = 505;
+    p.problem_message = "HTTP/1.1 only";
+  }
+  absl::StrAppend(&p.passthrough, lines[0], "\n");
+  absl::string_view target = parts[1];
+  p.head.path = std::string(target.substr(0, target.find('?')));
+  bool have_length = false;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    absl::string_view line = absl::StripTrailingAsciiWhitespace(lines[i]);
+    if (line.empty()) break;
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) {
+      p.problem = 400;
+      p.problem_message = "malformed header line";
+      return p;
+    }
+    const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(line.substr(0, colon)));
+    const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    if (name == "connection" && absl::StrContains(absl::AsciiStrToLower(value), "close")) {
+      p.close_after_reply = true;
+      continue;
+    }
+    absl::StrAppend(&p.passthrough, lines[i], "\n");
+    if (name == "authorization") {
+      p.head.authorization = std::string(value);
+    } else if (name == "transfer-encoding" && p.problem == 0) {
+      p.problem = 411;
+      p.problem_message = "request bodies must have a Content-Length (no Transfer-Encoding)";
+    } else if (name == "content-length") {
+      int64_t n = 0;
+      const bool digits = !value.empty() && value.size() <= 18 &&
+                          std::all_of(value.begin(), value.end(), [](char c) { return absl::ascii_isdigit(c); });
+      if (!digits || !absl::SimpleAtoi(value, &n) || (have_length && n != p.head.content_length)) {
+        p.problem = value.size() > 18 && digits ? 413 : 400;
+        p.problem_message = p.problem == 413 ? "request body too large" : "bad Content-Length";
+        return p;
+      }
+      have_length = true;
+      p.head.content_length = n;
+    }
+  }
+  absl::StrAppend(&p.passthrough, "\r\n");
+  return p;
+}
+
 }  // namespace
+
+// The guard of one connection: evhttp reads the connection through a
+// bufferevent filter whose input function is Filter; the timer admits the
+// connection on the loop turn after its accept, then keeps one deadline.
+// Loop thread only; freed by the filter's finalizer (Free).
+struct HttpServer::Guard {
+  enum class State { kHead, kBody, kDiscard };
+  enum class Timer { kAdmit, kIdle, kHeadDeadline, kBodyDeadline, kKill, kDead };
+
+  HttpServer* server;
+  bufferevent* bev = nullptr;  // the filter: what evhttp reads and writes
+  event* timer = nullptr;
+  event* flush = nullptr;   // moves a reply on to the socket
+  event* refill = nullptr;  // passes the next request once evhttp took the last
+  Timer timer_role = Timer::kAdmit;
+  State state = State::kHead;
+  bool head_started = false;  // bytes of the next head have arrived
+  bool admitted = false;      // counted in per_peer_
+  bool close_after_reply = false;  // the client asked (or was refused)
+  bool closing = false;            // the reply has ended: close once it is sent
+  std::string peer;
+  int64_t body_left = 0;  // of the current request
+  int64_t discard_left = 0;  // of a refused request's body
+  int64_t reserved = 0;   // its share of receiving_body_bytes_
+  std::optional<Refusal> refusal;  // to send instead of the request let through
+
+  explicit Guard(HttpServer* s) : server(s) {}
+
+  void Arm(Timer role, absl::Duration after) {
+    evtimer_del(timer);
+    timer_role = role;
+    const timeval tv = Timeval(after);
+    evtimer_add(timer, &tv);
+  }
+  void Disarm() {
+    evtimer_del(timer);
+    timer_role = Timer::kIdle;
+  }
+  // Closes the connection on the next loop turn (never from inside the
+  // filter, which evhttp is calling).
+  void KillSoon() {
+    evtimer_del(timer);
+    timer_role = Timer::kKill;
+    event_active(timer, EV_TIMEOUT, 0);
+  }
+  void ReleaseBody() {
+    server->receiving_body_bytes_ -= reserved;
+    reserved = 0;
+  }
+
+  // Puts a refusal in place of the head (evhttp then answers it through
+  // OnRequest and closes) and drops everything the client sends after it.
+  // A body the client sends anyway (`body_bytes` announced) is read and
+  // dropped before the close, so that the close does not reset a connection
+  // whose client has not read the answer yet; for header_timeout at most.
+  void Refuse(Refusal r, evbuffer* dst, int64_t body_bytes = 0) {
+    ++server->refused_heads_;
+    refusal = std::move(r);
+    state = State::kDiscard;
+    discard_left = body_bytes;
+    close_after_reply = true;
+    static constexpr char kSynthetic[] = "GET /.refused HTTP/1.1\r\n\r\n";
+    evbuffer_add(dst, kSynthetic, sizeof(kSynthetic) - 1);
+    Arm(Timer::kKill, server->options_.header_timeout);
+  }
+
+  // Decides a complete head of `length` bytes at the front of `src`.
+  void Decide(evbuffer* src, evbuffer* dst, size_t length) {
+    std::string text(length, '\0');
+    evbuffer_remove(src, text.data(), length);
+    ParsedHead p = ParseHead(text);
+    const Options& o = server->options_;
+    if (p.problem == 0 && static_cast<uint64_t>(p.head.content_length) > o.max_body_bytes) {
+      p.problem = 413;
+      p.problem_message = absl::StrCat("request body over ", o.max_body_bytes, " bytes");
+    }
+    if (p.problem == 0 &&
+        server->receiving_body_bytes_ + p.head.content_length > static_cast<int64_t>(o.max_buffered_body_bytes)) {
+      p.problem = 503;
+      p.problem_message = "too many request bodies are being received; retry later";
+    }
+    std::optional<Refusal> refusal;
+    if (o.head_check) {
+      RequestHead head = p.head;
+      head.problem = p.problem;
+      head.problem_message = p.problem_message;
+      refusal = o.head_check(head);
+    }
+    if (!refusal && p.problem != 0) refusal = Refusal{p.problem, "text/plain", p.problem_message + "\n", ""};
+    if (refusal) return Refuse(*std::move(refusal), dst, p.head.content_length);
+    close_after_reply |= p.close_after_reply;
+    evbuffer_add(dst, p.passthrough.data(), p.passthrough.size());
+    head_started = false;
+    if (p.head.content_length > 0) {
+      state = State::kBody;
+      body_left = p.head.content_length;
+      reserved = body_left;
+      server->receiving_body_bytes_ += reserved;
+      Arm(Timer::kBodyDeadline, o.body_timeout);
+    } else if (timer_role != Timer::kAdmit) {
+      Disarm();
+    }
+  }
+
+  static bufferevent_filter_result Filter(evbuffer* src, evbuffer* dst, ev_ssize_t dst_limit,
+                                          bufferevent_flush_mode /*mode*/, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    const size_t before = evbuffer_get_length(dst);
+    while (evbuffer_get_length(src) > 0) {
+      if (g->state == State::kDiscard || g->timer_role == Timer::kKill || g->timer_role == Timer::kDead) {
+        const size_t n = evbuffer_get_length(src);
+        evbuffer_drain(src, n);
+        if (g->discard_left > 0) {
+          g->discard_left -= static_cast<int64_t>(std::min<size_t>(n, g->discard_left));
+          if (g->discard_left == 0 && g->closing) {
+            g->CloseIfSent(bufferevent_get_output(bufferevent_get_underlying(g->bev)));
+          }
+        }
+        break;
+      }
+      if (g->state == State::kBody) {
+        size_t n = std::min<size_t>(evbuffer_get_length(src), g->body_left);
+        if (dst_limit > 0) {
+          const size_t moved = evbuffer_get_length(dst) - before;
+          n = std::min<size_t>(n, static_cast<size_t>(dst_limit) > moved ? dst_limit - moved : 0);
+        }
+        if (n == 0) break;
+        evbuffer_remove_buffer(src, dst, n);
+        g->body_left -= static_cast<int64_t>(n);
+        if (g->body_left == 0) {
+          g->ReleaseBody();
+          g->state = State::kHead;
+          g->Disarm();
+        }
+        continue;
+      }
+      // One request at a time: the next head waits (in the socket's
+      // bufferevent, bounded by its read watermark) until evhttp has taken
+      // what was passed.
+      if (evbuffer_get_length(dst) > 0) break;
+      // A head: blank lines before it are skipped (as evhttp does).
+      unsigned char c = 0;
+      while (evbuffer_copyout(src, &c, 1) == 1 && (c == '\r' || c == '\n')) evbuffer_drain(src, 1);
+      const size_t have = evbuffer_get_length(src);
+      if (have == 0) break;
+      if (!g->head_started) {
+        g->head_started = true;
+        if (g->timer_role == Timer::kIdle) g->Arm(Timer::kHeadDeadline, g->server->options_.header_timeout);
+      }
+      evbuffer_ptr crlf = evbuffer_search(src, "\r\n\r\n", 4, nullptr);
+      evbuffer_ptr lf = evbuffer_search(src, "\n\n", 2, nullptr);
+      size_t end = 0;
+      if (crlf.pos >= 0) end = static_cast<size_t>(crlf.pos) + 4;
+      if (lf.pos >= 0 && (end == 0 || static_cast<size_t>(lf.pos) + 2 < end)) end = static_cast<size_t>(lf.pos) + 2;
+      if (end == 0 && have <= kMaxHeaderBytes) break;  // the rest of the head is to come
+      if (end == 0 || end > kMaxHeaderBytes) {
+        evbuffer_drain(src, have);
+        g->Refuse(Refusal{431, "text/plain", "request head over 16 KiB\n", ""}, dst);
+        break;
+      }
+      g->Decide(src, dst, end);
+    }
+    return evbuffer_get_length(dst) > before ? BEV_OK : BEV_NEED_MORE;
+  }
+
+  static void OnTimer(evutil_socket_t, short, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    HttpServer* s = g->server;
+    switch (g->timer_role) {
+      case Timer::kAdmit: {
+        if (!g->Alive()) return;
+        sockaddr_storage addr{};
+        socklen_t len = sizeof(addr);
+        const evutil_socket_t fd = bufferevent_getfd(g->bev);
+        char host[INET6_ADDRSTRLEN] = "?";
+        if (fd >= 0 && getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+          const void* a = addr.ss_family == AF_INET6
+                              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr)
+                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr);
+          evutil_inet_ntop(addr.ss_family, a, host, sizeof(host));
+        }
+        int& from_peer = s->per_peer_[host];
+        if (s->open_connections_.load() > s->options_.max_connections ||
+            from_peer >= s->options_.max_connections_per_peer) {
+          if (from_peer == 0) s->per_peer_.erase(host);
+          ++s->refused_connections_;
+          return g->Kill();
+        }
+        ++from_peer;
+        g->admitted = true;
+        g->peer = host;
+        // The first head's clock runs from the connection's start.
+        g->Arm(Timer::kHeadDeadline, s->options_.header_timeout);
+        return;
+      }
+      case Timer::kHeadDeadline:
+      case Timer::kBodyDeadline:
+        ++s->deadlines_;
+        return g->Kill();
+      case Timer::kKill:
+        return g->Kill();
+      case Timer::kIdle:
+      case Timer::kDead:
+        return;
+    }
+  }
+
+  // Whether evhttp still holds the bufferevent. Once it frees it (clearing
+  // its callbacks) the filter waits for its finalizer, and any call that
+  // takes a reference on it would finalize it twice.
+  bool Alive() const {
+    bufferevent_event_cb eventcb = nullptr;
+    bufferevent_getcb(bev, nullptr, nullptr, &eventcb, nullptr);
+    return eventcb != nullptr;
+  }
+
+  // As if the client had closed: evhttp frees the connection (running its
+  // close callback, so an open reply sees the client gone).
+  void Kill() {
+    timer_role = Timer::kDead;
+    if (Alive()) bufferevent_trigger_event(bev, BEV_EVENT_EOF | BEV_EVENT_READING, 0);
+  }
+
+  static void OnOutput(evbuffer*, const evbuffer_cb_info* info, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    if (info->n_added > 0) event_active(g->flush, EV_WRITE, 0);
+  }
+  static void OnFlush(evutil_socket_t, short, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    if (g->Alive()) bufferevent_flush(g->bev, EV_WRITE, BEV_NORMAL);
+  }
+  // evhttp took bytes from what the guard passed: once it has taken all,
+  // the next request waiting in the socket's buffer goes through (a filter
+  // asks for input only when the socket has more, or its own buffer was full).
+  static void OnTaken(evbuffer* buffer, const evbuffer_cb_info* info, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    if (info->n_deleted > 0 && evbuffer_get_length(buffer) == 0) event_active(g->refill, EV_READ, 0);
+  }
+  static void OnRefill(evutil_socket_t, short, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    bufferevent* socket = g->Alive() ? bufferevent_get_underlying(g->bev) : nullptr;
+    if (socket != nullptr && evbuffer_get_length(bufferevent_get_input(socket)) > 0) {
+      bufferevent_flush(g->bev, EV_READ, BEV_FLUSH);  // whether or not evhttp reads just now
+    }
+  }
+  // The socket's (or TLS's) output: once a closing reply has left it whole,
+  // the connection closes.
+  static void OnSent(evbuffer* buffer, const evbuffer_cb_info*, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    if (g->closing) g->CloseIfSent(buffer);
+  }
+  void CloseIfSent(evbuffer* socket_output) {
+    if (discard_left == 0 && evbuffer_get_length(socket_output) == 0 &&
+        evbuffer_get_length(bufferevent_get_output(bev)) == 0 && timer_role != Timer::kDead) {
+      KillSoon();
+    }
+  }
+
+  // The filter's finalizer: the connection is gone.
+  static void Free(void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    HttpServer* s = g->server;
+    s->guards_.erase(g->bev);
+    if (g->admitted) {
+      auto it = s->per_peer_.find(g->peer);
+      if (it != s->per_peer_.end() && --it->second <= 0) s->per_peer_.erase(it);
+    }
+    g->ReleaseBody();
+    --s->open_connections_;
+    if (g->timer != nullptr) event_free(g->timer);
+    if (g->flush != nullptr) event_free(g->flush);
+    if (g->refill != nullptr) event_free(g->refill);
+    delete g;
+  }
+};
 
 void Reply::Send(int status, std::string content_type, std::string body, std::string extra_header) {
   Post({Op::kSend, status, std::move(content_type), std::move(body), std::move(extra_header)});
@@ -206,10 +573,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, H
     close(*fd);
     return absl::InternalError("http server: cannot create the event loop");
   }
-  if (evhttp_accept_socket_with_handle(server->http_, *fd) == nullptr) {  // owns fd from here
+  evhttp_bound_socket* bound = evhttp_accept_socket_with_handle(server->http_, *fd);
+  if (bound == nullptr) {  // owns fd from here
     close(*fd);
     return absl::InternalError("http server: cannot accept on the socket");
   }
+  // Out of descriptors, accept() fails until one frees: pause and retry
+  // rather than spin (libevent's default logs every failure, in a loop).
+  server->listener_ = evhttp_bound_socket_get_listener(bound);
+  server->accept_retry_ = evtimer_new(server->base_, &HttpServer::OnAcceptRetry, server.get());
+  server->accept_backoff_ = kMinAcceptBackoff;
+  evconnlistener_set_error_cb(server->listener_, &HttpServer::OnAcceptError);
   evhttp_set_max_body_size(server->http_, static_cast<ev_ssize_t>(o.max_body_bytes));
   // Read (and drop) the rest of an oversized body before the 413, so a
   // client still sending sees the answer rather than a reset.
@@ -219,7 +593,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, H
   evhttp_set_timeout_tv(server->http_, &timeout);
   evhttp_set_allowed_methods(server->http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
   evhttp_set_gencb(server->http_, &HttpServer::OnRequest, server.get());
-  if (server->ssl_ctx_ != nullptr) evhttp_set_bevcb(server->http_, MakeSslBufferevent, server->ssl_ctx_);
+  evhttp_set_bevcb(server->http_, &HttpServer::NewConnection, server.get());
   {
     absl::MutexLock lock(&server->mailbox_->mu);
     server->wake_ = event_new(server->base_, -1, 0, &HttpServer::OnWake, server.get());
@@ -255,9 +629,84 @@ HttpServer::~HttpServer() {
     if (on_close) on_close();
   }
   if (http_ != nullptr) evhttp_free(http_);  // closes the connections
+  if (accept_retry_ != nullptr) event_free(accept_retry_);
   if (wake_ != nullptr) event_free(wake_);
   if (base_ != nullptr) event_base_free(base_);
   if (ssl_ctx_ != nullptr) SSL_CTX_free(ssl_ctx_);
+}
+
+HttpServer::Stats HttpServer::stats() const {
+  Stats s;
+  s.open_connections = open_connections_.load();
+  s.refused_connections = refused_connections_.load();
+  s.refused_heads = refused_heads_.load();
+  s.deadlines = deadlines_.load();
+  s.accept_errors = accept_errors_.load();
+  return s;
+}
+
+bufferevent* HttpServer::NewConnection(event_base* base, void* arg) {
+  auto* self = static_cast<HttpServer*>(arg);
+  self->accept_backoff_ = kMinAcceptBackoff;  // accept() works again
+  bufferevent* socket = self->ssl_ctx_ != nullptr ? MakeSslBufferevent(base, self->ssl_ctx_)
+                                                  : bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+  if (socket == nullptr) return nullptr;
+  // What the socket's bufferevent holds while a request waits its turn.
+  bufferevent_setwatermark(socket, EV_READ, 0, kMaxHeaderBytes + (64 << 10));
+  auto* guard = new Guard(self);
+  guard->timer = evtimer_new(base, &Guard::OnTimer, guard);
+  bufferevent* filter = guard->timer == nullptr ? nullptr
+                                                : bufferevent_filter_new(socket, &Guard::Filter, nullptr,
+                                                                         BEV_OPT_CLOSE_ON_FREE, &Guard::Free, guard);
+  if (filter == nullptr) {
+    if (guard->timer != nullptr) event_free(guard->timer);
+    delete guard;
+    bufferevent_free(socket);
+    return nullptr;
+  }
+  // evhttp adds a reply to the output before it enables writing, and a
+  // filter moves output on only when data is added while writing is on: a
+  // flush on the next loop turn moves it.
+  guard->flush = event_new(base, -1, 0, &Guard::OnFlush, guard);
+  guard->refill = event_new(base, -1, 0, &Guard::OnRefill, guard);
+  if (guard->flush == nullptr || guard->refill == nullptr) {
+    bufferevent_free(filter);  // frees the guard
+    return nullptr;
+  }
+  evbuffer_add_cb(bufferevent_get_output(filter), &Guard::OnOutput, guard);
+  evbuffer_add_cb(bufferevent_get_input(filter), &Guard::OnTaken, guard);
+  evbuffer_add_cb(bufferevent_get_output(socket), &Guard::OnSent, guard);
+  guard->bev = filter;
+  self->guards_[filter] = guard;
+  ++self->open_connections_;
+  // Admitted (or closed) on the next loop turn, once evhttp has given the
+  // bufferevent its socket and the peer is known.
+  event_active(guard->timer, EV_TIMEOUT, 0);
+  return filter;
+}
+
+void HttpServer::OnAcceptError(evconnlistener* listener, void* arg) {
+  auto* self = static_cast<HttpServer*>(arg);
+  const int err = EVUTIL_SOCKET_ERROR();
+  ++self->accept_errors_;
+  ++self->accept_errors_logged_;
+  evconnlistener_disable(listener);
+  const timeval tv = Timeval(self->accept_backoff_);
+  evtimer_add(self->accept_retry_, &tv);
+  const absl::Time now = absl::Now();
+  if (now - self->last_accept_log_ >= absl::Seconds(10)) {
+    std::fprintf(stderr, "http server: accept: %s (%lld failures since the last report); retrying in %s\n",
+                 evutil_socket_error_to_string(err), static_cast<long long>(self->accept_errors_logged_),
+                 absl::FormatDuration(self->accept_backoff_).c_str());
+    self->last_accept_log_ = now;
+    self->accept_errors_logged_ = 0;
+  }
+  self->accept_backoff_ = std::min(2 * self->accept_backoff_, kMaxAcceptBackoff);
+}
+
+void HttpServer::OnAcceptRetry(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<HttpServer*>(arg);
+  evconnlistener_enable(self->listener_);
 }
 
 void HttpServer::OnRequest(evhttp_request* request, void* arg) {
@@ -285,7 +734,34 @@ void HttpServer::OnRequest(evhttp_request* request, void* arg) {
   const timeval patient = Timeval(self->options_.reply_timeout);
   evhttp_connection_set_timeout_tv(connection, &patient);
   self->open_[connection] = reply;
+  // A head the guard refused arrives as a stand-in request: answer it.
+  auto guard = self->guards_.find(evhttp_connection_get_bufferevent(connection));
+  if (guard != self->guards_.end() && guard->second->refusal) {
+    Refusal refusal = *std::move(guard->second->refusal);
+    guard->second->refusal.reset();
+    reply->Send(refusal.status, std::move(refusal.content_type), std::move(refusal.body),
+                std::move(refusal.extra_header));
+    return;
+  }
   self->handler_(std::move(r), std::move(reply));
+  self->WatchForClose(connection);
+}
+
+void HttpServer::WatchForClose(evhttp_connection* connection) {
+  // evhttp stops reading once a request is whole, so a client that leaves
+  // before its reply would be noticed only when the reply is written: a long
+  // non-streamed completion would run to its end. Read on with no read
+  // callback, as evhttp itself does while it writes: the close reaches its
+  // event callback (and OnConnectionClose). A pipelined request waits in the
+  // guard meanwhile (Guard::Filter passes one at a time).
+  bufferevent* bev = evhttp_connection_get_bufferevent(connection);
+  if (bev == nullptr || open_.count(connection) == 0) return;  // answered already
+  bufferevent_data_cb writecb = nullptr;
+  bufferevent_event_cb eventcb = nullptr;
+  void* arg = nullptr;
+  bufferevent_getcb(bev, nullptr, &writecb, &eventcb, &arg);
+  bufferevent_setcb(bev, nullptr, writecb, eventcb, arg);
+  bufferevent_enable(bev, EV_READ);
 }
 
 void HttpServer::OnConnectionClose(evhttp_connection* connection, void* arg) {
@@ -335,6 +811,10 @@ void HttpServer::OnWake(int, short, void* arg) {
 void HttpServer::Detach(Reply& reply) {
   evhttp_connection* connection = evhttp_request_get_connection(reply.request_);
   reply.request_ = nullptr;
+  if (connection != nullptr) {
+    auto guard = guards_.find(evhttp_connection_get_bufferevent(connection));
+    if (guard != guards_.end() && guard->second->close_after_reply) guard->second->closing = true;
+  }
   {
     absl::MutexLock lock(&reply.mu_);
     reply.closed_ = true;  // ended: later calls are dropped, and no OnClose
@@ -375,7 +855,11 @@ void HttpServer::Apply(Reply& reply, std::vector<Reply::Op> ops) {
       case Reply::Op::kWrite: {
         evhttp_connection* connection = evhttp_request_get_connection(request);
         bufferevent* bev = connection ? evhttp_connection_get_bufferevent(connection) : nullptr;
-        if (bev != nullptr && evbuffer_get_length(bufferevent_get_output(bev)) > options_.max_pending_bytes) {
+        size_t pending = 0;
+        for (bufferevent* b = bev; b != nullptr; b = bufferevent_get_underlying(b)) {
+          pending += evbuffer_get_length(bufferevent_get_output(b));  // the guard's, then the socket's
+        }
+        if (pending > options_.max_pending_bytes) {
           evhttp_connection_free(connection);  // a slow reader: runs OnConnectionClose
           return;
         }

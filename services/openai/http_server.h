@@ -8,13 +8,28 @@
 // there: it answers through a Reply, which any thread may use, later. Replies
 // are applied on the loop thread in call order.
 //
-// Limits: a request body over max_body_bytes is refused with 413 and headers
-// over 16 KiB with 400 before they are read (libevent answers these itself,
-// with a short HTML page); a request must arrive within request_timeout, and
-// a connection idles that long between requests. While a reply is pending
-// the connection may stay silent for up to reply_timeout (a long prefill).
-// A client that reads slower than its reply is written, letting more than
-// max_pending_bytes queue, is dropped (its OnClose runs).
+// Every byte a client sends passes a guard (a bufferevent filter between the
+// socket and evhttp) that bounds what an unauthenticated or hostile client
+// can hold:
+//  - connections: beyond max_connections in all or max_connections_per_peer
+//    from one address, a new connection is closed at once; when accept()
+//    fails (out of descriptors) the listener pauses and retries with backoff,
+//    logging at most once per 10 s;
+//  - heads: a request's head (line and headers, at most 16 KiB) must arrive
+//    whole within header_timeout of its first byte (of the connection, for the
+//    first request); a connection that never sends is closed then;
+//  - the head is checked (Options::head_check: route, method, credentials)
+//    before any byte of its body is read: a refusal is answered at once and
+//    the body is never buffered. So are a body over max_body_bytes (413), a
+//    chunked or otherwise encoded request body (411: Content-Length only) and
+//    a body that would take the bodies being received past
+//    max_buffered_body_bytes (503);
+//  - a body must arrive whole within body_timeout of its head (a total, not
+//    an inactivity timeout: a trickle is cut).
+// A connection idles request_timeout between requests. While a reply is
+// pending the connection may stay silent for up to reply_timeout (a long
+// prefill). A client that reads slower than its reply is written, letting
+// more than max_pending_bytes queue, is dropped (its OnClose runs).
 //
 // Thread-safe. The destructor stops the loop and joins it; replies still open
 // get their OnClose, and later calls on them are dropped.
@@ -22,8 +37,10 @@
 #define CHUNKATTN_SERVICES_OPENAI_HTTP_SERVER_H_
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -33,7 +50,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
+struct bufferevent;
 struct event_base;
+struct evconnlistener;
 struct evhttp;
 struct evhttp_connection;
 struct evhttp_request;
@@ -92,6 +111,32 @@ class Reply : public std::enable_shared_from_this<Reply> {
   evhttp_request* request_ = nullptr;
 };
 
+// A request's head, as the guard sees it before the body.
+struct RequestHead {
+  std::string method;  // as sent: GET, POST, ...
+  std::string path;    // without the query
+  std::string authorization;
+  int64_t content_length = 0;
+  // Set when the server refuses the request whatever the check says (a body
+  // too large, a Transfer-Encoding, too many bodies in flight): the check
+  // should answer with this status in its own format, after its own checks.
+  int problem = 0;
+  std::string problem_message;
+};
+
+// An answer sent instead of reading the request on (then the connection
+// closes).
+struct Refusal {
+  int status = 400;
+  std::string content_type = "text/plain";
+  std::string body;
+  std::string extra_header;  // "Name: value", or empty
+};
+
+// Called on the loop thread for every request's head; must not block. A
+// refusal is sent at once; nullopt lets the request through.
+using HeadCheck = std::function<std::optional<Refusal>(const RequestHead& head)>;
+
 struct Options {
   std::string host = "0.0.0.0";  // an IPv4 or IPv6 literal
   int port = 8000;                // 0 picks a free port (see port())
@@ -99,6 +144,12 @@ struct Options {
   absl::Duration request_timeout = absl::Seconds(30);
   absl::Duration reply_timeout = absl::Hours(1);
   size_t max_pending_bytes = 4 << 20;
+  int max_connections = 1024;
+  int max_connections_per_peer = 256;
+  absl::Duration header_timeout = absl::Seconds(10);
+  absl::Duration body_timeout = absl::Seconds(60);
+  size_t max_buffered_body_bytes = 64 << 20;
+  HeadCheck head_check;  // empty: every head passes
   // PEM files: cert + key serve HTTPS; a client CA on top requires client
   // certificates it signed.
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
@@ -118,9 +169,28 @@ class HttpServer {
 
   int port() const { return port_; }
 
+  // What the guard did, since the start.
+  struct Stats {
+    int64_t open_connections = 0;
+    int64_t refused_connections = 0;  // over a connection cap
+    int64_t refused_heads = 0;        // answered from the head (head_check, 411, 413, 503)
+    int64_t deadlines = 0;            // connections cut at header_timeout or body_timeout
+    int64_t accept_errors = 0;        // accept() failures (out of descriptors)
+  };
+  Stats stats() const;
+
  private:
   HttpServer(Options options, Handler handler);
+  struct Guard;  // one per connection: the filter's state (http_server.cc)
+  friend struct Guard;
+  // evhttp's bufferevent for a new connection: the guard over the socket (or
+  // TLS) bufferevent.
+  static bufferevent* NewConnection(event_base* base, void* self);
+  static void OnAcceptError(evconnlistener* listener, void* self);
+  static void OnAcceptRetry(int fd, short events, void* self);
   static void OnRequest(evhttp_request* request, void* self);
+  // Detects the client leaving while its reply is pending (loop thread).
+  void WatchForClose(evhttp_connection* connection);
   static void OnConnectionClose(evhttp_connection* connection, void* self);
   static void OnWake(int fd, short events, void* self);
   // Applies the posted ops of `reply` (loop thread).
@@ -139,6 +209,18 @@ class HttpServer {
   std::thread thread_;
   // The loop thread only: the open reply of each connection.
   std::unordered_map<evhttp_connection*, std::shared_ptr<Reply>> open_;
+  // The loop thread only: the guards by the bufferevent evhttp reads, the
+  // connections per peer address, the body bytes being received.
+  std::unordered_map<bufferevent*, Guard*> guards_;
+  std::unordered_map<std::string, int> per_peer_;
+  int64_t receiving_body_bytes_ = 0;
+  evconnlistener* listener_ = nullptr;
+  event* accept_retry_ = nullptr;
+  absl::Duration accept_backoff_;
+  absl::Time last_accept_log_ = absl::InfinitePast();
+  int64_t accept_errors_logged_ = 0;
+  std::atomic<int64_t> open_connections_{0}, refused_connections_{0}, refused_heads_{0}, deadlines_{0},
+      accept_errors_{0};
 };
 
 }  // namespace chunkattn::http

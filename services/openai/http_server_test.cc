@@ -1,12 +1,14 @@
 #include "services/openai/http_server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +40,7 @@ class Client {
     fd_ = -1;
   }
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
   void Send(const std::string& data) { ASSERT_EQ(write(fd_, data.data(), data.size()), static_cast<ssize_t>(data.size())); }
   // Reads until `until` appears (or the peer closes, or 10 s pass).
   std::string ReadUntil(const std::string& until) {
@@ -205,6 +208,233 @@ TEST(HttpServerTest, ManyConcurrentStreams) {
   }
   std::lock_guard<std::mutex> lock(mu);
   for (std::thread& t : writers) t.join();
+}
+
+// Whether the server closed the connection (EOF or a reset) within the
+// client's 10 s read bound; whatever it sent first is discarded.
+bool ServerClosed(Client& c) {
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = read(c.fd(), buffer, sizeof(buffer));
+    if (n > 0) continue;
+    return n == 0 || errno == ECONNRESET;  // not EAGAIN: the read bound passed with the connection open
+  }
+}
+
+// A body-echoing server whose head check wants "Bearer ok".
+absl::StatusOr<std::unique_ptr<HttpServer>> GuardedServer(Options o, std::atomic<int>* handled) {
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.head_check = [](const RequestHead& head) -> std::optional<Refusal> {
+    if (head.authorization != "Bearer ok") return Refusal{401, "text/plain", "who are you\n", ""};
+    if (head.problem != 0) return Refusal{head.problem, "text/plain", "problem: " + head.problem_message, ""};
+    return std::nullopt;
+  };
+  return HttpServer::Start(o, [handled](Request r, std::shared_ptr<Reply> reply) {
+    ++*handled;
+    reply->Send(200, "text/plain", absl::StrCat("got ", r.body.size(), " bytes"));
+  });
+}
+
+std::string Head(const std::string& auth, int64_t length, const std::string& extra = "") {
+  return absl::StrCat("POST /x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ", auth, "\r\nContent-Length: ", length,
+                      "\r\n", extra, "\r\n");
+}
+
+TEST(HttpServerGuardTest, RefusesFromTheHeadWithoutReadingTheBody) {
+  std::atomic<int> handled{0};
+  Options o;
+  o.max_body_bytes = 1 << 20;
+  o.header_timeout = absl::Seconds(1);  // also how long a refused body is read and dropped
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = GuardedServer(o, &handled);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  {
+    // A 16 MiB body announced, none sent: the 401 comes at once.
+    Client c(port);
+    c.Send(Head("bad", 16 << 20));
+    const std::string got = c.ReadUntil("who are you");
+    EXPECT_TRUE(absl::StartsWith(got, "HTTP/1.1 401")) << got;
+    EXPECT_TRUE(ServerClosed(c));
+  }
+  {
+    // Authorized but too large: the check's own 413, still before the body.
+    Client c(port);
+    c.Send(Head("ok", 2 << 20));
+    const std::string got = c.ReadUntil("problem: ");
+    EXPECT_TRUE(absl::StartsWith(got, "HTTP/1.1 413")) << got;
+  }
+  for (const std::string& bad : {std::string("Transfer-Encoding: chunked\r\n"), std::string("Content-Length: 7\r\n")}) {
+    Client c(port);
+    c.Send(Head("ok", 5, bad));
+    const std::string got = c.ReadUntil("problem: ");
+    EXPECT_TRUE(absl::StartsWith(got, bad[0] == 'T' ? "HTTP/1.1 411" : "HTTP/1.1 400")) << got;
+  }
+  {
+    Client c(port);
+    c.Send("GET /x HTTP/1.0\r\nAuthorization: Bearer ok\r\n\r\n");
+    const std::string got = c.ReadUntil("\r\n\r\n");
+    EXPECT_TRUE(absl::StartsWith(got, "HTTP/1.1 505")) << got;
+  }
+  EXPECT_EQ(handled.load(), 0);
+  {
+    // The same head authorized, the body sent: through.
+    Client c(port);
+    c.Send(Head("ok", 5) + "hello");
+    EXPECT_TRUE(absl::StrContains(c.ReadUntil("got 5 bytes"), "got 5 bytes"));
+  }
+  EXPECT_EQ(handled.load(), 1);
+  EXPECT_EQ((*server)->stats().refused_heads, 5);
+}
+
+TEST(HttpServerGuardTest, HeadAndBodyDeadlinesAreTotals) {
+  std::atomic<int> handled{0};
+  Options o;
+  o.header_timeout = absl::Milliseconds(400);
+  o.body_timeout = absl::Milliseconds(400);
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = GuardedServer(o, &handled);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  {
+    Client idle(port);  // never sends
+    EXPECT_TRUE(ServerClosed(idle));
+  }
+  auto trickle = [&](const std::string& data) {
+    // One byte every 50 ms: never idle for long, always too slow in total.
+    Client c(port);
+    bool cut = false;
+    for (size_t i = 0; i < data.size() && !cut; ++i) {
+      cut = send(c.fd(), &data[i], 1, MSG_NOSIGNAL) != 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return cut || ServerClosed(c);
+  };
+  EXPECT_TRUE(trickle(Head("ok", 5) + "hello" + std::string(60, ' ')));  // the head itself trickles: 1.3 s
+  EXPECT_TRUE(trickle(Head("ok", 40) + std::string(40, 'x')));         // the body trickles: 2 s
+  EXPECT_EQ(handled.load(), 0);
+  EXPECT_GE((*server)->stats().deadlines, 3);
+  // A prompt client is not affected.
+  Client c(port);
+  c.Send(Head("ok", 5) + "hello");
+  EXPECT_TRUE(absl::StrContains(c.ReadUntil("got 5 bytes"), "got 5 bytes"));
+}
+
+TEST(HttpServerGuardTest, ConnectionCapsCloseTheExcessAndRecover) {
+  std::atomic<int> handled{0};
+  Options o;
+  o.max_connections_per_peer = 3;
+  o.max_connections = 100;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = GuardedServer(o, &handled);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(std::make_unique<Client>(port));
+  // Admission is on the loop: wait until the three are counted.
+  for (int i = 0; i < 500 && (*server)->stats().open_connections < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  Client extra(port);
+  EXPECT_TRUE(ServerClosed(extra));
+  EXPECT_EQ((*server)->stats().refused_connections, 1);
+  for (auto& c : held) {
+    c->Send(Head("ok", 2) + "hi");
+    EXPECT_TRUE(absl::StrContains(c->ReadUntil("got 2 bytes"), "got 2 bytes"));
+  }
+  held.clear();
+  for (int i = 0; i < 500 && (*server)->stats().open_connections > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  Client again(port);
+  again.Send(Head("ok", 2) + "hi");
+  EXPECT_TRUE(absl::StrContains(again.ReadUntil("got 2 bytes"), "got 2 bytes"));
+
+  Options total;
+  total.max_connections = 2;
+  absl::StatusOr<std::unique_ptr<HttpServer>> small = GuardedServer(total, &handled);
+  ASSERT_TRUE(small.ok());
+  Client a((*small)->port()), b((*small)->port());
+  for (int i = 0; i < 500 && (*small)->stats().open_connections < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  Client c((*small)->port());
+  EXPECT_TRUE(ServerClosed(c));
+}
+
+TEST(HttpServerGuardTest, BodiesInFlightShareABudget) {
+  std::atomic<int> handled{0};
+  Options o;
+  o.max_buffered_body_bytes = 1000;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = GuardedServer(o, &handled);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  Client a(port);
+  a.Send(Head("ok", 800) + std::string(100, 'a'));  // 700 bytes still to come
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Client b(port);
+  b.Send(Head("ok", 800));
+  const std::string got = b.ReadUntil("problem: ");
+  EXPECT_TRUE(absl::StartsWith(got, "HTTP/1.1 503")) << got;
+  a.Send(std::string(700, 'a'));
+  EXPECT_TRUE(absl::StrContains(a.ReadUntil("got 800 bytes"), "got 800 bytes"));
+  Client c(port);
+  c.Send(Head("ok", 800) + std::string(800, 'c'));
+  EXPECT_TRUE(absl::StrContains(c.ReadUntil("got 800 bytes"), "got 800 bytes"));
+}
+
+TEST(HttpServerGuardTest, ConnectionCloseGetsTheWholeReplyFirst) {
+  const std::string big(3 << 20, 'z');  // far more than a socket buffer
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start({"127.0.0.1", 0}, [&big](Request, std::shared_ptr<Reply> reply) {
+        reply->Send(200, "text/plain", big);
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client c((*server)->port());
+  c.Send("GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the reply queues behind a full socket
+  const std::string got = c.ReadUntil("never-sent");           // to EOF: the server closed
+  const size_t body = got.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_EQ(got.size() - body - 4, big.size());
+}
+
+TEST(HttpServerGuardTest, AClientLeavingBeforeAWholeReplyRunsOnClose) {
+  // No stream yet, no byte of the reply written: the close is still seen.
+  std::atomic<int> closed{0};
+  std::shared_ptr<Reply> held;
+  absl::Notification got;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start({"127.0.0.1", 0}, [&](Request, std::shared_ptr<Reply> reply) {
+        reply->OnClose([&closed] { ++closed; });
+        held = reply;
+        got.Notify();
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  {
+    Client c((*server)->port());
+    c.Send(Post("/slow", "{}"));
+    ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
+  for (int i = 0; i < 1000 && closed.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(closed.load(), 1);
+  EXPECT_TRUE(held->closed());
+  held->Send(200, "text/plain", "too late");  // dropped
+}
+
+TEST(HttpServerGuardTest, PipelinedRequestsAreAnsweredInOrder) {
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start({"127.0.0.1", 0}, [](Request r, std::shared_ptr<Reply> reply) {
+        reply->Send(200, "text/plain", absl::StrCat("[", r.path, " ", r.body, "]"));
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client c((*server)->port());
+  c.Send(Post("/1", "one") + Post("/2", "two") + "GET /3 HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string got = c.ReadUntil("[/3 ]");
+  const size_t one = got.find("[/1 one]"), two = got.find("[/2 two]"), three = got.find("[/3 ]");
+  ASSERT_NE(one, std::string::npos) << got;
+  ASSERT_NE(two, std::string::npos) << got;
+  ASSERT_NE(three, std::string::npos) << got;
+  EXPECT_LT(one, two);
+  EXPECT_LT(two, three);
 }
 
 TEST(HttpServerTest, BadOptions) {

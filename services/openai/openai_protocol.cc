@@ -104,6 +104,16 @@ absl::Status Unsupported(const char* key, absl::string_view why) {
   return InvalidParam(key, absl::StrCat("'", key, "' ", why));
 }
 
+// Structured outputs are not served yet: refused, never silently ignored.
+absl::Status CheckResponseFormat(Fields& f) {
+  if (const json* format = f.Get("response_format"); format != nullptr) {
+    if (!format->is_object() || format->value("type", json()) != "text") {
+      return Unsupported("response_format", "other than {\"type\": \"text\"} is not supported yet");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseCommon(const json& body, Common* c) {
   Fields f(body);
   RETURN_IF_ERROR(f.Int("n", 1, kMaxChoices, &c->n));
@@ -342,6 +352,7 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(const json& body, const Served
   out.logprobs = logprobs.has_value();
   out.top_logprobs = static_cast<uint32_t>(logprobs.value_or(0));
   if (out.echo && out.logprobs) return Unsupported("echo", "with logprobs is not supported (prompt logprobs)");
+  RETURN_IF_ERROR(CheckResponseFormat(f));
 
   const json* prompt = f.Get("prompt");
   if (prompt == nullptr) return InvalidParam("prompt", "'prompt' is required");
@@ -380,6 +391,12 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(const json& body, const Served
     }
   } else {
     return InvalidParam("prompt", kShape);
+  }
+  // One small body must not take the whole engine: prompts x n sequences.
+  const int64_t sequences = static_cast<int64_t>(prompts.size()) * common.n.value_or(1);
+  if (sequences > model.max_sequences) {
+    return InvalidParam("n", absl::StrFormat("%d prompts x n = %d sequences; at most %d in one request",
+                                             prompts.size(), sequences, model.max_sequences));
   }
   RETURN_IF_ERROR(Apply(common, max_tokens, &out));
   const v1::GenerateRequest shared = std::move(out.prompts.back());
@@ -423,11 +440,7 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const json& body, const ServedModel&
   if (f.Get("chat_template") != nullptr) {
     return Unsupported("chat_template", "is not supported: the model's own template is used");
   }
-  if (const json* format = f.Get("response_format"); format != nullptr) {
-    if (!format->is_object() || format->value("type", json()) != "text") {
-      return Unsupported("response_format", "other than {\"type\": \"text\"} is not supported yet");
-    }
-  }
+  RETURN_IF_ERROR(CheckResponseFormat(f));
   if (const json* choice = f.Get("tool_choice"); choice != nullptr) {
     if (!(choice->is_string() && (*choice == "none" || *choice == "auto"))) {
       return Unsupported("tool_choice", "must be \"auto\" or \"none\" (forced tool calls need structured output)");

@@ -48,6 +48,7 @@ absl::StatusOr<nlohmann::json> ParseBody(absl::string_view body);
 struct ServedModel {
   std::string name;  // the id clients send and /v1/models lists
   int64_t max_context = 0;
+  int64_t max_sequences = 256;  // prompts x n in one request (--max_sequences_per_request)
 };
 
 enum class Endpoint { kCompletions, kChat };

@@ -1,6 +1,7 @@
 #include "services/openai/openai_protocol.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -114,7 +115,7 @@ TEST(CompletionRequestTest, FieldsMapToOurs) {
 }
 
 TEST(CompletionRequestTest, BadValuesNameTheirParameter) {
-  const std::pair<const char*, const char*> cases[] = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"prompt": "x", "max_tokens": "16"})", "max_tokens"},
       {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
       {R"({"prompt": "x", "max_tokens": 123456789012345678901234567890})", "max_tokens"},
@@ -140,7 +141,13 @@ TEST(CompletionRequestTest, BadValuesNameTheirParameter) {
       {R"({"prompt": "x", "cache_salt": ""})", "cache_salt"},
       {R"({"prompt": "x", "priority": 2000000})", "priority"},
       {R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
+      {R"({"prompt": "x", "response_format": "json"})", "response_format"},
   };
+  // One small body naming many sequences: prompts x n over the bound (256).
+  std::string many = R"({"n": 64, "prompt": [)";
+  for (int i = 0; i < 5; ++i) many += i == 0 ? R"("p")" : R"(, "p")";
+  cases.push_back({many + "]}", "n"});
   for (const auto& [body, param] : cases) {
     absl::StatusOr<ApiRequest> r = Completion(body);
     ASSERT_FALSE(r.ok()) << body;

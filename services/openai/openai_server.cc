@@ -1,5 +1,6 @@
 #include "services/openai/openai_server.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -184,60 +185,86 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(ServerOptions 
   std::unique_ptr<OpenAiServer> server(new OpenAiServer(std::move(options), engine, config, std::move(text),
                                                         text_pool, auth, std::move(render_metrics)));
   OpenAiServer* raw = server.get();
+  http::Options http_options = server->options_.http;
+  http_options.head_check = [raw](const http::RequestHead& head) { return raw->CheckHead(head); };
   absl::StatusOr<std::unique_ptr<http::HttpServer>> http = http::HttpServer::Start(
-      server->options_.http,
+      std::move(http_options),
       [raw](http::Request request, std::shared_ptr<http::Reply> reply) { raw->Handle(std::move(request), reply); });
   if (!http.ok()) return http.status();
   server->http_ = std::move(*http);
   return server;
 }
 
-void OpenAiServer::Handle(http::Request request, std::shared_ptr<http::Reply> reply) {
-  const std::string& path = request.path;
-  const bool get = request.method == "GET" || request.method == "HEAD";
-  const bool post = request.method == "POST";
-  auto wrong_method = [&] {
-    reply->Send(405, kJson,
-                ToApiError(absl::InvalidArgumentError(absl::StrCat(request.method, " is not allowed on ", path)))
-                    .body,
-                "Allow: " + std::string(get ? "POST" : "GET"));
+std::optional<http::Refusal> OpenAiServer::Gate(const std::string& method, const std::string& path,
+                                                const std::string& authorization, Caller* caller) const {
+  const bool get = method == "GET" || method == "HEAD";
+  const bool post = method == "POST";
+  auto refuse = [](const absl::Status& status, std::string extra_header = "") {
+    ApiError e = ToApiError(status);
+    return http::Refusal{e.http_status, kJson, std::move(e.body), std::move(extra_header)};
   };
-  if (path == "/health") {
+  auto wrong_method = [&] {
+    http::Refusal r = refuse(absl::InvalidArgumentError(absl::StrCat(method, " is not allowed on ", path)),
+                             "Allow: " + std::string(get ? "POST" : "GET"));
+    r.status = 405;
+    return r;
+  };
+  if (path == "/health" || path == "/version") {
     if (!get) return wrong_method();
-    if (draining_) return SendError(*reply, absl::UnavailableError("the server is shutting down"));
-    if (engine_->ready()) return reply->Send(200, kJson, "{}");
-    return SendError(*reply, absl::UnavailableError("the workers are not ready"));
-  }
-  if (path == "/version") {
-    if (!get) return wrong_method();
-    return SendJson(*reply, {{"version", options_.version}});
+    return std::nullopt;
   }
   if (path == "/metrics") {
     if (!get) return wrong_method();
     if (!options_.metrics_tokens.empty()) {
-      const absl::string_view presented = BearerCredential(request.authorization);
+      const absl::string_view presented = BearerCredential(authorization);
       bool match = false;
       for (const std::string& token : options_.metrics_tokens) {
         match |= !presented.empty() && ConstantTimeEquals(presented, token);
       }
-      if (!match) return SendError(*reply, absl::UnauthenticatedError("/metrics needs a metrics bearer token"));
+      if (!match) return refuse(absl::UnauthenticatedError("/metrics needs a metrics bearer token"));
     }
-    return reply->Send(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics_());
+    return std::nullopt;
   }
-  const bool known = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
-                     path == "/detokenize" || path == "/v1/models" || absl::StartsWith(path, "/v1/models/");
-  if (!known) {
-    return reply->Send(404, kJson, json({{"error", {{"message", absl::StrCat("no such endpoint: ", path)},
-                                                     {"type", "invalid_request_error"},
-                                                     {"param", nullptr},
-                                                     {"code", nullptr}}}})
-                                       .dump());
+  const bool models = path == "/v1/models" || absl::StartsWith(path, "/v1/models/");
+  const bool generates = path == "/v1/completions" || path == "/v1/chat/completions";
+  if (!models && !generates && path != "/tokenize" && path != "/detokenize") {
+    http::Refusal r = refuse(absl::InvalidArgumentError(absl::StrCat("no such endpoint: ", path)));
+    r.status = 404;
+    return r;
   }
-  absl::StatusOr<std::string> tenant = auth_->Authenticate(request.authorization);
-  if (!tenant.ok()) return SendError(*reply, tenant.status());
+  absl::StatusOr<Caller> who = auth_->Authorize(authorization, generates ? Permission::kGenerate : Permission::kModelInfo);
+  if (!who.ok()) return refuse(who.status());
+  if (models ? !get : !post) return wrong_method();
+  *caller = *std::move(who);
+  return std::nullopt;
+}
 
+std::optional<http::Refusal> OpenAiServer::CheckHead(const http::RequestHead& head) const {
+  Caller caller;
+  if (std::optional<http::Refusal> refusal = Gate(head.method, head.path, head.authorization, &caller)) {
+    return refusal;
+  }
+  if (head.problem == 0) return std::nullopt;
+  ApiError e = ToApiError(head.problem == 503 ? absl::UnavailableError(head.problem_message)
+                                              : absl::InvalidArgumentError(head.problem_message));
+  return http::Refusal{head.problem, kJson, std::move(e.body), ""};
+}
+
+void OpenAiServer::Handle(http::Request request, std::shared_ptr<http::Reply> reply) {
+  const std::string& path = request.path;
+  Caller caller;
+  if (std::optional<http::Refusal> refusal = Gate(request.method, path, request.authorization, &caller)) {
+    return reply->Send(refusal->status, std::move(refusal->content_type), std::move(refusal->body),
+                       std::move(refusal->extra_header));
+  }
+  if (path == "/health") {
+    if (draining_) return SendError(*reply, absl::UnavailableError("the server is shutting down"));
+    if (engine_->ready()) return reply->Send(200, kJson, "{}");
+    return SendError(*reply, absl::UnavailableError("the workers are not ready"));
+  }
+  if (path == "/version") return SendJson(*reply, {{"version", options_.version}});
+  if (path == "/metrics") return reply->Send(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics_());
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
-    if (!get) return wrong_method();
     json model = {{"id", options_.model.name},  {"object", "model"},       {"created", created_},
                   {"owned_by", "chunkattn"},    {"root", options_.model.name}, {"parent", nullptr},
                   {"max_model_len", options_.model.max_context}};
@@ -247,7 +274,6 @@ void OpenAiServer::Handle(http::Request request, std::shared_ptr<http::Reply> re
     }
     return SendJson(*reply, model);
   }
-  if (!post) return wrong_method();
   std::function<void()> task;
   if (path == "/tokenize") {
     task = [this, request, reply] { Tokenize(request, reply); };
@@ -256,7 +282,7 @@ void OpenAiServer::Handle(http::Request request, std::shared_ptr<http::Reply> re
   } else {
     const Endpoint endpoint = path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions;
     if (!engine_->ready()) return SendError(*reply, absl::UnavailableError("the workers are not ready; retry later"));
-    task = [this, endpoint, request = std::move(request), tenant = *std::move(tenant), reply] {
+    task = [this, endpoint, request = std::move(request), tenant = std::move(caller.tenant), reply] {
       Generate(endpoint, request, tenant, reply);
     };
   }

@@ -9,6 +9,9 @@
 //   GET  /version  (no token)
 //   GET  /metrics  the Prometheus text (the metrics tokens, if any)
 //
+// A request's route, method and credentials are checked from its head,
+// before its body is read: an unauthenticated client gets its 401 without
+// the server buffering a byte of its body (http_server.h, the guard).
 // Bodies are parsed, checked and tokenized on the coordinator's text pool,
 // never on the HTTP loop; a client that disconnects cancels its requests
 // (their chunks are freed). With bearer tokens every /v1 call, /tokenize and
@@ -22,6 +25,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +56,7 @@ class OpenAiServer {
   ~OpenAiServer();
 
   int port() const { return http_->port(); }
+  http::HttpServer::Stats http_stats() const { return http_->stats(); }
   // Graceful shutdown: /health answers 503 from now on, so load balancers
   // and endpoint pickers stop sending (requests still get served).
   void SetDraining() { draining_ = true; }
@@ -59,6 +64,12 @@ class OpenAiServer {
  private:
   OpenAiServer(ServerOptions options, Engine* engine, const ModelConfig* config, PromptText text,
                TextPool* text_pool, const TokenAuth* auth, std::function<std::string()> render_metrics);
+  // Routing, method and credentials from a request's head alone: a refusal,
+  // or nullopt with `caller` set. The HTTP loop runs it on every head before
+  // the body is read (CheckHead) and again on the whole request (Handle).
+  std::optional<http::Refusal> Gate(const std::string& method, const std::string& path,
+                                    const std::string& authorization, Caller* caller) const;
+  std::optional<http::Refusal> CheckHead(const http::RequestHead& head) const;
   // The HTTP loop's handler: routing, auth and the cheap endpoints.
   void Handle(http::Request request, std::shared_ptr<http::Reply> reply);
   // On the text pool: parse, check, tokenize, submit.

@@ -765,7 +765,13 @@ LWS_VALUES_FILES = {
     'gpu-tp4+openai-gateway+many-replicas': VALUES_FILES['gpu-tp4+openai-gateway'] + [MANY_REPLICAS_EXAMPLE],
 }
 KV_EVENTS_FLAGS = {'kv_events_endpoint', 'kv_events_replay_endpoint', 'kv_events_topic', 'kv_events_format',
-                   'kv_events_buffer_steps', 'kv_events_hash_seed'}
+                   'kv_events_buffer_steps', 'kv_events_hash_seed', 'kv_events_allow_plaintext_remote'}
+KV_CURVE_FLAGS = {'kv_events_curve_secret_key_file', 'kv_events_curve_client_keys_file'}
+# CurveZMQ's published example keys (Z85): a server's pair and a client's public key.
+CURVE_SERVER_PUBLIC = 'rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7'
+CURVE_SERVER_SECRET = 'JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6'
+CURVE_CLIENT_PUBLIC = 'Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID'
+CURVE_CLIENT_SECRET = 'D:)Q[IlAW!ahhC2ac:9*A}h:p?([4%wOTJ%JR%cs'
 RANDOM_SECRET_LINE = re.compile(r'^(  (ca\.crt|tls\.crt|tls\.key|token)): .*$', re.M)
 
 
@@ -804,6 +810,27 @@ def pod_spec(template):
 
 def env_of(c):
     return {e['name']: e for e in c.get('env', [])}
+
+
+def mounted_file(docs, template, c, path):
+    """The text a container finds at `path`: through its volumeMount, the pod's volume, to the
+    key of the rendered Secret or ConfigMap it names. None when the chart renders no such
+    object (an existing Secret); AssertionError when the chain is broken."""
+    mount = [m for m in c['volumeMounts'] if path.startswith(m['mountPath'].rstrip('/') + '/')]
+    assert len(mount) == 1, 'no single mount holds %s' % path
+    name, rest = mount[0]['name'], path[len(mount[0]['mountPath'].rstrip('/')) + 1:]
+    volume = [v for v in template['spec']['volumes'] if v['name'] == name]
+    assert len(volume) == 1, 'no volume %s' % name
+    volume = volume[0]
+    source = volume.get('secret') or volume.get('configMap')
+    key = [i['key'] for i in source.get('items', []) if i['path'] == rest] or [rest]
+    kind, object_name = ('Secret', source['secretName']) if 'secret' in volume else ('ConfigMap', source['name'])
+    found = [d for d in by_kind(docs, kind) if d['metadata']['name'] == object_name]
+    if not found:
+        return None
+    data = found[0]['data']
+    assert key[0] in data, '%s %s has no key %s' % (kind, object_name, key[0])
+    return base64.b64decode(data[key[0]]).decode() if kind == 'Secret' else data[key[0]]
 
 
 def expand(arg, env):
@@ -1036,6 +1063,9 @@ class ManyReplicasTest(unittest.TestCase):
                 self.assertEqual(
                     (args['kv_events_format'], args['kv_events_buffer_steps'], args['kv_events_hash_seed']),
                     ('map', '10000', '0'))
+                # Plaintext on every address: the coordinator's explicit consent, no CURVE.
+                self.assertEqual(args['kv_events_allow_plaintext_remote'], 'true')
+                self.assertEqual(set(args) & KV_CURVE_FLAGS, set())
                 # The events are for routers: the Service does not carry them; the NetworkPolicy
                 # opens them to apiFrom's peers (anyone by default).
                 self.assertEqual({p['name'] for p in one(docs, 'Service', 'coordinator')['spec']['ports']},
@@ -1082,6 +1112,61 @@ class ManyReplicasTest(unittest.TestCase):
         r = helm('template', RELEASE, '.', '--set', 'kvEvents.enabled=true', '--set', 'http.enabled=false',
                  '--set', 'kvEvents.port=8000')
         self.assertEqual(r.returncode, 0, r.stderr)  # 8000 is free with the HTTP API off
+
+    def test_kv_events_curve(self):
+        """kvEvents.curve: the secret key from a Secret (the chart's, or an existing one), the
+        admitted routers' keys from a ConfigMap, both mounted where the flags point; no
+        plaintext consent. Refused without a key, with a malformed one, and beside the
+        endpoint picker's configuration (which has no CURVE keys)."""
+        curve = {'enabled': True, 'secretKey': CURVE_SERVER_SECRET, 'allowedClientKeys': [CURVE_CLIENT_PUBLIC]}
+        for sets, json_sets in (([], curve), (['replicas=2'], curve),
+                                ([], {'enabled': True, 'existingSecret': 'my-curve'})):
+            with self.subTest(sets=sets, curve=json_sets):
+                values = values_with([], *(sets + ['kvEvents.enabled=true']))
+                values['kvEvents']['curve'] = dict(values['kvEvents']['curve'], **json_sets)
+                docs = render([], *set_args(sets + ['kvEvents.enabled=true']),
+                              '--set-json', 'kvEvents.curve=%s' % json.dumps(values['kvEvents']['curve']))
+                workload = one(docs, 'LeaderWorkerSet' if sets else 'Deployment')
+                template = (workload['spec']['leaderWorkerTemplate']['leaderTemplate'] if sets
+                            else workload['spec']['template'])
+                c = container({'spec': {'template': template}})
+                args = parse_args(c['args'])
+                self.assertLessEqual(set(args), self.coordinator_flags, 'flags the coordinator lacks')
+                self.assertNotIn('kv_events_allow_plaintext_remote', args)
+                self.assertEqual(args['kv_events_endpoint'], 'tcp://*:%d' % port_of(c, 'kv-events'))
+                secret = mounted_file(docs, template, c, args['kv_events_curve_secret_key_file'])
+                if 'existingSecret' in json_sets:
+                    self.assertIsNone(secret)  # the user's Secret, not rendered
+                    volume = [v for v in template['spec']['volumes'] if v['name'] == 'kv-events-curve'][0]
+                    self.assertEqual(volume['secret']['secretName'], 'my-curve')
+                    self.assertNotIn('kv_events_curve_client_keys_file', args)
+                    continue
+                self.assertEqual(secret, CURVE_SERVER_SECRET)
+                clients = mounted_file(docs, template, c, args['kv_events_curve_client_keys_file'])
+                self.assertEqual(clients.split(), [CURVE_CLIENT_PUBLIC])
+        # Without client keys: any client with the public key; no ConfigMap, no flag.
+        docs = render([], '--set', 'kvEvents.enabled=true', '--set-json',
+                      'kvEvents.curve=%s' % json.dumps({'enabled': True, 'secretKey': CURVE_SERVER_SECRET}))
+        args = parse_args(container(one(docs, 'Deployment'))['args'])
+        self.assertIn('kv_events_curve_secret_key_file', args)
+        self.assertNotIn('kv_events_curve_client_keys_file', args)
+        self.assertEqual([d for d in by_kind(docs, 'ConfigMap') if d['metadata']['name'].endswith('-kv-events-clients')],
+                         [])
+        for extra, message in (
+                ({'enabled': True}, 'kvEvents.curve.secretKey (or kvEvents.curve.existingSecret) is required'),
+                ({'enabled': True, 'secretKey': 'short'}, 'kvEvents.curve.secretKey'),
+                ({'enabled': True, 'secretKey': CURVE_SERVER_SECRET, 'allowedClientKeys': ['x']},
+                 'kvEvents.curve.allowedClientKeys'),
+        ):
+            r = helm('template', RELEASE, '.', '--set', 'kvEvents.enabled=true',
+                     '--set-json', 'kvEvents.curve=%s' % json.dumps(extra))
+            self.assertNotEqual(r.returncode, 0, extra)
+            self.assertIn(message, r.stderr, extra)
+        r = helm('template', RELEASE, '.', *VALUES_SETS['cpu-demo+openai-gateway'], '--set', 'kvEvents.enabled=true',
+                 '--set', 'inferencePool.endpointPicker.precisePrefix.enabled=true',
+                 '--set-json', 'kvEvents.curve=%s' % json.dumps(curve))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('the endpoint picker configuration this chart renders', r.stderr)
 
     def check_pool_cel(self, pool):
         """The CRDs' CEL rules: a Service reference has a port; target ports are unique."""
@@ -1240,9 +1325,33 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
         sockets in a temporary folder (loopback only), everything else as
         rendered; a consumer written from vLLM's format hears the topic the
         chart made and a request's blocks."""
-        import kv_events_consumer as kv  # noqa: E402 (tests/services, on the path)
         docs = render(VALUES_SETS['cpu-demo'], '--set', 'kvEvents.enabled=true', '--set', 'kvEvents.hashSeed=7')
-        coordinator = container(one(docs, 'Deployment'))
+        cluster, folder, consumer = self.start_rendered_kv(docs, 'rendered-kv')
+        self.assertEqual(consumer.curve, None)
+        self.check_rendered_kv(cluster, consumer)
+
+    def test_rendered_kv_events_curve(self):
+        """kvEvents.curve's rendered flags, the mounted files holding what the rendered Secret
+        and ConfigMap hold: a consumer with the admitted key hears the events, a plaintext one
+        nothing."""
+        import kv_events_consumer as kv  # noqa: E402 (tests/services, on the path)
+        docs = render(VALUES_SETS['cpu-demo'], '--set', 'kvEvents.enabled=true', '--set', 'kvEvents.hashSeed=7',
+                      '--set-json', 'kvEvents.curve=%s' % json.dumps(
+                          {'enabled': True, 'secretKey': CURVE_SERVER_SECRET,
+                           'allowedClientKeys': [CURVE_CLIENT_PUBLIC]}))
+        cluster, folder, consumer = self.start_rendered_kv(
+            docs, 'rendered-kv-curve', curve=(CURVE_SERVER_PUBLIC, CURVE_CLIENT_PUBLIC, CURVE_CLIENT_SECRET))
+        plaintext = kv.KvEventConsumer('ipc://%s/pub' % folder, 'ipc://%s/replay' % folder,
+                                       hash_seed='7', block_size=64).start()
+        self.addCleanup(plaintext.stop)
+        self.check_rendered_kv(cluster, consumer)
+        self.assertEqual((plaintext.last_seq, plaintext.last_topic), (-1, None))
+
+    def start_rendered_kv(self, docs, name, curve=None):
+        """A cluster whose coordinator runs the rendered KV-event flags, and a consumer."""
+        import kv_events_consumer as kv  # noqa: E402 (tests/services, on the path)
+        workload = one(docs, 'Deployment')
+        coordinator = container(workload)
         flags = {k: v for k, v in parse_args(coordinator['args']).items() if k.startswith('kv_events')}
         self.assertEqual(flags['kv_events_endpoint'], 'tcp://*:5556')
         self.assertEqual(flags['kv_events_replay_endpoint'], 'tcp://*:5557')
@@ -1253,13 +1362,21 @@ class RenderedCommandLinesRunTest(harness.ServiceTestCase):
         flags['kv_events_endpoint'] = 'ipc://%s/pub' % folder
         flags['kv_events_replay_endpoint'] = 'ipc://%s/replay' % folder
         flags['kv_events_topic'] = flags['kv_events_topic'].replace('$(POD_IP)', '10.1.2.3')
-        cluster = harness.Cluster('rendered-kv', tp=1,
+        for flag in sorted(KV_CURVE_FLAGS & set(flags)):  # the mounted files, with what they hold
+            text = mounted_file(docs, workload['spec']['template'], coordinator, flags[flag])
+            flags[flag] = os.path.join(folder, flag)
+            with open(flags[flag], 'w') as f:
+                f.write(text)
+        cluster = harness.Cluster(name, tp=1,
                                   coordinator_args=['--%s=%s' % kv_flag for kv_flag in sorted(flags.items())])
         type(self).clusters = type(self).clusters + [cluster]
         cluster.start()
         consumer = kv.KvEventConsumer('ipc://%s/pub' % folder, 'ipc://%s/replay' % folder,
-                                      hash_seed='7', block_size=64).start()
+                                      hash_seed='7', block_size=64, curve=curve).start()
         self.addCleanup(consumer.stop)
+        return cluster, folder, consumer
+
+    def check_rendered_kv(self, cluster, consumer):
         # A batch published before the subscription took hold comes by replay, which
         # does not set last_topic: a few requests make sure one arrives live.
         rng = __import__('random').Random(5)

@@ -337,9 +337,11 @@ class Cluster:
     """`tp` workers and a coordinator (tensor-parallel over the workers)."""
 
     def __init__(self, name, tp=1, coordinator_args=(), worker_args=(), model=None,
-                 credentials=None, target_name=None):
+                 credentials=None, target_name=None, coordinator_prefix=()):
         """credentials: grpc.ChannelCredentials for a TLS API port (target_name
-        overrides the name the certificate is checked against)."""
+        overrides the name the certificate is checked against).
+        coordinator_prefix: a command the coordinator runs under (prlimit ...)."""
+        self.coordinator_prefix = list(coordinator_prefix)
         self.name = name
         self.credentials = credentials
         self.target_name = target_name
@@ -372,7 +374,7 @@ class Cluster:
         self.workers[i].kill()
 
     def coordinator_argv(self):
-        return [bin_path('chunkattn-coordinator'), '--listen', '127.0.0.1:%d' % self.port,
+        return self.coordinator_prefix + [bin_path('chunkattn-coordinator'), '--listen', '127.0.0.1:%d' % self.port,
                 '--metrics_port', str(self.metrics_port), '--metrics_host', '127.0.0.1',
                 # Tests that set the ports themselves leave http_port None: 0
                 # lets the kernel pick, so no two coordinators want 8000.

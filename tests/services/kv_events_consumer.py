@@ -8,9 +8,13 @@ Transport: a ZMQ SUB socket receives 3-frame messages [topic, seq (8 bytes,
 big-endian), msgpack EventBatch]; a DEALER socket asks the publisher's ROUTER
 for missed batches ([b'', start seq] -> one [b'', topic, seq, payload] per
 batch, then an end marker whose payload frame is empty; the layout before
-vLLM #45177 has no topic frame). The consumer replays from 0 on connect (a
-SUB misses what is published before its subscription arrives), from last+1
-after a gap or a reconnect, and from 0 after a publisher restart.
+vLLM #45177 has no topic frame). A publisher may bound a reply (chunkattn
+sends at most 1,000 batches per request), so after an end marker that came
+with new batches the consumer asks again from last+1, until a reply brings
+nothing new. The consumer replays from 0 on connect (a SUB misses what is
+published before its subscription arrives), from last+1 after a gap or a
+reconnect, and from 0 after a publisher restart. With `curve` (the server's
+public key and the consumer's keypair, Z85) both sockets speak ZMQ CURVE.
 
 Index: per namespace (the cache_salt in block 0's extra_keys; children
 inherit their parent's), a count per stored block hash, since vLLM does not
@@ -238,8 +242,10 @@ class KvEventConsumer:
     STOP_TIMEOUT_S = 15.0
 
     def __init__(self, endpoint, replay_endpoint=None, topic_filter='kv@',
-                 hash_seed='0', block_size=None):
+                 hash_seed='0', block_size=None, curve=None):
         self.endpoint = endpoint
+        # (server public key, own public key, own secret key), Z85; None: plaintext.
+        self.curve = curve
         self.replay_endpoint = replay_endpoint
         self.topic_filter = topic_filter.encode() if isinstance(topic_filter, str) else topic_filter
         self.hash_seed = hash_seed
@@ -360,8 +366,16 @@ class KvEventConsumer:
                     sock.close(linger=0)
             self._sub = self._dealer = None
 
+    def _secure(self, sock):
+        if self.curve:
+            server, public, secret = (k.encode() if isinstance(k, str) else k for k in self.curve)
+            sock.setsockopt(zmq.CURVE_SERVERKEY, server)
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+
     def _connect(self):
         self._sub = self._ctx.socket(zmq.SUB)
+        self._secure(self._sub)
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.setsockopt(zmq.RCVHWM, 100000)
         self._sub.setsockopt(zmq.SUBSCRIBE, self.topic_filter)
@@ -423,15 +437,27 @@ class KvEventConsumer:
         self._reset_requested = False
 
     def _replay(self):
-        """Asks for every buffered batch from last+1 and applies them in order.
-        True when the end marker came."""
+        """Asks for every buffered batch from last+1 and applies them in order,
+        asking again from where a reply ended while replies bring new batches.
+        True when the last reply's end marker came."""
+        healed = [False]
+        while True:
+            before = self._last_seq
+            if not self._replay_once(healed):
+                return False
+            if self._last_seq == before:
+                return True
+
+    def _replay_once(self, healed):
+        """One request from last+1 and its reply. True when the end marker
+        came; healed[0] is set once a batch past last arrived."""
         start = self._last_seq + 1
         if self._dealer is None:
             self._dealer = self._ctx.socket(zmq.DEALER)
+            self._secure(self._dealer)
             self._dealer.setsockopt(zmq.LINGER, 0)
             self._dealer.setsockopt(zmq.SNDTIMEO, 1000)
             self._dealer.connect(self.replay_endpoint)
-        healed = False
         try:
             self._dealer.send_multipart([b'', start.to_bytes(8, 'big')])
             with self._lock:
@@ -468,8 +494,8 @@ class KvEventConsumer:
                 if self._differs(seq, payload):
                     self._reset_requested = True  # the main loop resets and replays from 0
                     raise TimeoutError('replay hit a batch that differs: publisher restarted')
-                if seq > self._last_seq and not healed:
-                    healed = True  # counted before the batch can wake a waiter
+                if seq > self._last_seq and not healed[0]:
+                    healed[0] = True  # counted before the batch can wake a waiter
                     with self._lock:
                         self._stats['gaps_healed'] += 1
                 self._offer(seq, payload)

@@ -63,7 +63,7 @@ class AbortTest(harness.ServiceTestCase):
         tmp = harness.temp_dir('chunkattn-abort-', cls.addClassCleanup)
         tokens = os.path.join(tmp, 'tokens')
         with open(tokens, 'w') as f:
-            f.write('a-1 acme\na-2 acme\nb-1 globex\n')
+            f.write('a-1 acme\na-2 acme\nb-1 globex\nops-1 role:operator\n')
         cls.cluster = cls.start_cluster('abort', tp=1, coordinator_args=[
             '--auth_token_file', tokens, '--max_batch_size', '1'])
 
@@ -75,7 +75,7 @@ class AbortTest(harness.ServiceTestCase):
         return sorted(reply.aborted_request_ids)
 
     def stats(self):
-        return self.cluster.stub.GetCacheStats(harness.pb.GetCacheStatsRequest(), metadata=self.md('a-1'), timeout=30)
+        return self.cluster.stub.GetCacheStats(harness.pb.GetCacheStatsRequest(), metadata=self.md('ops-1'), timeout=30)
 
     def test_abort_running_and_waiting_only_for_the_owner(self):
         rng = random.Random(9)

@@ -40,6 +40,7 @@ import unittest
 import harness  # first: it sets gRPC's environment
 
 import grpc  # noqa: E402,I100
+import zmq  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kv_events_consumer as kv  # noqa: E402
@@ -459,19 +460,31 @@ class KvEventsConsistencyTest(KvEventsTestCase):
 
 
 class KvEventsArrayFormatTest(KvEventsTestCase):
-    """--kv_events_format array (vLLM before 0.26) and a custom topic."""
+    """--kv_events_format array (vLLM before 0.26), a custom topic, and ZMQ
+    CURVE with one admitted client key: that client follows the cache, a
+    plaintext one and one with another key hear nothing."""
     TOPIC = 'kv@pod@demo'
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
         cls.folder = harness.temp_dir('chunkattn-kvarr-', cls.addClassCleanup)
+        server_public, server_secret = (k.decode() for k in zmq.curve_keypair())
+        cls.client = tuple(k.decode() for k in zmq.curve_keypair())  # (public, secret)
+        cls.curve = (server_public,) + cls.client
+        cls.server_public = server_public
+        for name, text in (('server.key', server_secret), ('clients.txt', '\n%s\n' % cls.client[0])):
+            with open(os.path.join(cls.folder, name), 'w') as f:
+                f.write(text)
         cls.cluster = cls.start_cluster('kv-array', tp=1, coordinator_args=pool_args() + kv_args(
-            cls.folder, '--kv_events_format', 'array', '--kv_events_topic', cls.TOPIC))
+            cls.folder, '--kv_events_format', 'array', '--kv_events_topic', cls.TOPIC,
+            '--kv_events_curve_secret_key_file', os.path.join(cls.folder, 'server.key'),
+            '--kv_events_curve_client_keys_file', os.path.join(cls.folder, 'clients.txt')))
 
     def test_array_events_and_topic(self):
         c = self.cluster
-        self.assertIn('replay on ipc://%s/replay, topic %s' % (self.folder, self.TOPIC), c.coordinator.log_tail(200))
-        consumer = self.start_consumer(self.folder, topic_filter=self.TOPIC)
+        self.assertIn('replay on ipc://%s/replay, topic %s, CURVE (server public key %s, client keys: 1)'
+                      % (self.folder, self.TOPIC, self.server_public), c.coordinator.log_tail(200))
+        consumer = self.start_consumer(self.folder, topic_filter=self.TOPIC, curve=self.curve)
         workload, possible = Workload(SEED + 2), PossibleBlocks()
         for w in range(2):
             outcomes = self.run_wave(c, workload.take(120))
@@ -485,12 +498,29 @@ class KvEventsArrayFormatTest(KvEventsTestCase):
         self.assertGreater(stats['stored'], 0, stats)
         self.assertEqual(consumer.last_topic, self.TOPIC)
         # A subscriber to another topic hears nothing.
-        other = self.start_consumer(self.folder, topic_filter='kv@other@')
+        other = self.start_consumer(self.folder, topic_filter='kv@other@', curve=self.curve)
         outcomes = self.run_wave(c, workload.take(10))
         self.assertEqual(unexpected(outcomes), [])
         self.check_consistent(c, consumer, 'array, last')
         time.sleep(0.5)
         self.assertIsNone(other.last_topic)
+
+    def test_curve_admits_only_the_known_key(self):
+        c = self.cluster
+        admitted = self.start_consumer(self.folder, topic_filter=self.TOPIC, curve=self.curve)
+        plaintext = self.start_consumer(self.folder, topic_filter=self.TOPIC)
+        stranger_keys = tuple(k.decode() for k in zmq.curve_keypair())
+        stranger = self.start_consumer(self.folder, topic_filter=self.TOPIC,
+                                       curve=(self.server_public,) + stranger_keys)
+        outcomes = self.run_wave(c, Workload(SEED + 3).take(10))
+        self.assertEqual(unexpected(outcomes), [])
+        self.check_consistent(c, admitted, 'CURVE, admitted key')
+        self.assertGreaterEqual(admitted.last_seq, 0)
+        time.sleep(0.5)
+        for name, consumer in (('plaintext', plaintext), ('another key', stranger)):
+            self.assertEqual(consumer.last_seq, -1, name)  # no batch, live or replayed
+            self.assertIsNone(consumer.last_topic, name)
+            self.assertEqual(consumer.stats()['batches'], 0, name)
 
 
 class KvEventsFlagsTest(unittest.TestCase):
@@ -505,6 +535,13 @@ class KvEventsFlagsTest(unittest.TestCase):
     def test_bad_flags(self):
         tmp = harness.temp_dir('chunkattn-kvflags-', self.addCleanup)
         pub = 'ipc://%s/pub' % tmp
+        keys = {}
+        for name, text in (('good.key', zmq.curve_keypair()[1].decode()), ('bad.key', 'not a key\n'),
+                           ('clients.txt', zmq.curve_keypair()[0].decode())):
+            keys[name] = os.path.join(tmp, name)
+            with open(keys[name], 'w') as f:
+                f.write(text)
+        curve = '--kv_events_curve_secret_key_file'
         cases = [  # (flags, what stderr says)
             (['--kv_events_endpoint', pub, '--kv_events_format', 'json'], '--kv_events_format: KV-event format "json"'),
             (['--kv_events=true', '--kv_events_format', 'msgpack'], '--kv_events_format'),
@@ -516,7 +553,24 @@ class KvEventsFlagsTest(unittest.TestCase):
             (['--kv_events_endpoint', pub, '--kv_events_replay_endpoint', pub], 'are the same'),
             (['--kv_events_endpoint', 'not-an-endpoint'], 'not-an-endpoint: Invalid argument'),
             (['--kv_events_endpoint', 'tcp://127.0.0.1'], 'tcp://127.0.0.1: Invalid argument'),
-            (['--kv_events_endpoint', 'tcp://*:notaport'], 'tcp://*:notaport: Invalid argument'),
+            (['--kv_events_endpoint', 'tcp://*:notaport', '--kv_events_allow_plaintext_remote'],
+             'tcp://*:notaport: Invalid argument'),
+            # A wildcard host is an explicit choice: CURVE or --kv_events_allow_plaintext_remote.
+            (['--kv_events_endpoint', 'tcp://*:5556'],
+             '--kv_events_endpoint: tcp://*:5556 binds every address'),
+            (['--kv_events_endpoint', pub, '--kv_events_replay_endpoint', 'tcp://0.0.0.0:5557'],
+             '--kv_events_allow_plaintext_remote'),
+            (['--kv_events_endpoint', 'tcp://[::]:5556'], '--kv_events_endpoint: tcp://[::]:5556 binds every address'),
+            (['--kv_events_endpoint', pub, curve, os.path.join(tmp, 'missing.key')],
+             '--kv_events_curve_secret_key_file: cannot open'),
+            (['--kv_events_endpoint', pub, curve, keys['bad.key']],
+             '--kv_events_curve_secret_key_file: %s line 1 is not a Z85 CURVE key' % keys['bad.key']),
+            (['--kv_events_endpoint', pub, curve, keys['good.key'], '--kv_events_curve_client_keys_file',
+              keys['bad.key']], '--kv_events_curve_client_keys_file: %s line 1' % keys['bad.key']),
+            (['--kv_events_endpoint', pub, '--kv_events_curve_client_keys_file', keys['clients.txt']],
+             '--kv_events_curve_client_keys_file needs --kv_events_curve_secret_key_file'),
+            (['--kv_events=true', curve, keys['good.key']],
+             '--kv_events_curve_secret_key_file needs --kv_events_endpoint'),
             (['--kv_events_endpoint', 'bogus://*:5556'], 'Protocol not supported'),
             (['--kv_events_endpoint', 'ipc://%s/missing/pub' % tmp], 'No such file or directory'),
             (['--kv_events_endpoint', pub, '--kv_events_replay_endpoint', 'nonsense'],
@@ -527,6 +581,14 @@ class KvEventsFlagsTest(unittest.TestCase):
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn('error: ', r.stderr, args)
             self.assertIn(message, r.stderr, args)
+
+    def test_curve_keygen(self):
+        r = subprocess.run([harness.bin_path('chunkattn-coordinator'), '--kv_events_curve_keygen'],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = dict(line.split('=', 1) for line in r.stdout.splitlines())
+        self.assertEqual(sorted(lines), ['public_key', 'secret_key'])
+        self.assertEqual(zmq.curve_public(lines['secret_key'].encode()).decode(), lines['public_key'])
 
     def test_get_kv_blocks(self):
         # No worker ever answers: the API port serves all the same. Both

@@ -223,7 +223,9 @@ true
 
 {{/* KV-cache events in vLLM's format (ZMQ PUB + ROUTER replay, bound on every address):
      llm-d's topic kv@<pod IP>@<served model name>, the model segment being the `model` the
-     router sees in requests. */}}
+     router sees in requests. Every address of the pod is what routers dial, so the binary's
+     guard against a wildcard host is met with CURVE or, without it, explicit consent (the
+     NetworkPolicy then being the ports' protection). */}}
 {{- define "chunkattn.kvEventsArgs" -}}
 {{- $k := .Values.kvEvents -}}
 {{- if $k.enabled -}}
@@ -233,6 +235,54 @@ true
 - --kv_events_format={{ $k.format }}
 - --kv_events_buffer_steps={{ int64 $k.bufferSteps }}
 - {{ printf "--kv_events_hash_seed=%s" (include "chunkattn.kvEventsHashSeed" .) | quote }}
+{{- if $k.curve.enabled }}
+- --kv_events_curve_secret_key_file=/etc/chunkattn/kv-events-curve/secret-key
+{{- if $k.curve.allowedClientKeys }}
+- --kv_events_curve_client_keys_file=/etc/chunkattn/kv-events-clients/client-keys
+{{- end }}
+{{- else }}
+- --kv_events_allow_plaintext_remote=true
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The Secret with the KV-event ports' CURVE secret key: the user's, or the chart's own. */}}
+{{- define "chunkattn.kvEventsCurveSecret" -}}
+{{- .Values.kvEvents.curve.existingSecret | default (printf "%s-kv-events-curve" (include "chunkattn.fullname" .)) -}}
+{{- end -}}
+
+{{/* With KV events under CURVE: the secret key's volume, and the admitted clients' keys. */}}
+{{- define "chunkattn.kvEventsCurveVolumes" -}}
+{{- $k := .Values.kvEvents -}}
+{{- if and $k.enabled $k.curve.enabled -}}
+- name: kv-events-curve
+  secret:
+    secretName: {{ include "chunkattn.kvEventsCurveSecret" . }}
+    items:
+      - key: secret-key
+        path: secret-key
+{{- if $k.curve.allowedClientKeys }}
+- name: kv-events-clients
+  configMap:
+    name: {{ include "chunkattn.fullname" . }}-kv-events-clients
+    items:
+      - key: client-keys
+        path: client-keys
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "chunkattn.kvEventsCurveMounts" -}}
+{{- $k := .Values.kvEvents -}}
+{{- if and $k.enabled $k.curve.enabled -}}
+- name: kv-events-curve
+  mountPath: /etc/chunkattn/kv-events-curve
+  readOnly: true
+{{- if $k.curve.allowedClientKeys }}
+- name: kv-events-clients
+  mountPath: /etc/chunkattn/kv-events-clients
+  readOnly: true
+{{- end }}
 {{- end }}
 {{- end -}}
 

@@ -169,6 +169,9 @@ spec:
           mountPath: /etc/chunkattn/auth
           readOnly: true
         {{- end }}
+        {{- with include "chunkattn.kvEventsCurveMounts" . }}
+        {{- . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir:
@@ -207,6 +210,9 @@ spec:
         items:
           - key: {{ .Values.auth.secretKey }}
             path: {{ .Values.auth.secretKey }}
+    {{- end }}
+    {{- with include "chunkattn.kvEventsCurveVolumes" . }}
+    {{- . | nindent 4 }}
     {{- end }}
   {{- with $c.nodeSelector }}
   nodeSelector:
