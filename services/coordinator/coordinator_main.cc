@@ -78,6 +78,9 @@ ABSL_FLAG(std::string, kv_dtype, "auto",
           "float16 | bfloat16");
 ABSL_FLAG(std::string, decode_impl, "tpp", "decode attention: tpp | seq");
 ABSL_FLAG(int, max_batch_size, 256, "most sequences in one iteration");
+ABSL_FLAG(double, tenant_max_batch_share, 0.5,
+          "with bearer tokens, the most of --max_batch_size one tenant's requests may hold, in (0, 1]: the rest "
+          "stays free for the other tenants' next requests (1 = no bound)");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input tokens in one iteration (prefill is chunked to fit)");
 ABSL_FLAG(int64_t, max_kv_chunks, 0, "caps the KV pool, chunks; 0 = the smallest worker capacity");
 ABSL_FLAG(int64_t, max_waiting_requests, 4096,
@@ -354,12 +357,16 @@ int main(int argc, char** argv) {
   options.scheduler.chunk_size = chunk;
   options.scheduler.max_context = static_cast<int32_t>(config->max_context);
   options.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  options.scheduler.tenant_max_batch_share = absl::GetFlag(FLAGS_tenant_max_batch_share);
   options.scheduler.max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step);
   options.scheduler.prefix_sharing = absl::GetFlag(FLAGS_prefix_sharing);
   options.scheduler.eos_token_ids = config->eos_token_ids;
   if (options.scheduler.max_batch_size < 1 ||
       options.scheduler.max_tokens_per_step < options.scheduler.max_batch_size) {
     return Fail("--max_batch_size must be >= 1 and --max_tokens_per_step >= --max_batch_size");
+  }
+  if (!(options.scheduler.tenant_max_batch_share > 0 && options.scheduler.tenant_max_batch_share <= 1)) {
+    return Fail("--tenant_max_batch_share must be in (0, 1]");
   }
   const double aging = absl::GetFlag(FLAGS_priority_aging_s);
   if (!(aging >= 0 && aging <= absl::ToDoubleSeconds(AdmissionPolicy::kMaxAging))) {

@@ -375,6 +375,7 @@ void Engine::DrainInbox(bool serving) {
     OutputProcessor::Request out;
     out.id = c.id;
     out.request_id = std::move(c.request.request_id);
+    c.request.spec.tenant = c.request.owner;  // the scheduler's fair-share unit
     out.owner = std::move(c.request.owner);
     out.stops = std::move(c.request.stop_strings);
     out.min_tokens = c.request.spec.min_tokens;
@@ -488,6 +489,23 @@ void Engine::UpdateGauges() {
   preemptions_seen_ = ss.preemptions_total;
   m_running_->Set(static_cast<double>(ss.running_requests));
   m_waiting_->Set(static_cast<double>(ss.waiting_requests));
+  // Per tenant: the label values are the token file's tenants (one, "",
+  // without tokens), so the series stay few. A tenant gone idle reads 0.
+  std::map<std::string, TenantLoad> loads = scheduler_->tenant_loads();
+  for (const std::string& seen : tenants_seen_) loads.emplace(seen, TenantLoad{});
+  for (const auto& [tenant, load] : loads) {
+    tenants_seen_.insert(tenant);
+    const std::pair<const char*, int64_t> figures[] = {{"running", load.running_requests},
+                                                       {"waiting", load.waiting_requests}};
+    for (const auto& [state, n] : figures) {
+      metrics_->GetGauge("chunkattn_tenant_requests", "Requests running or waiting, per tenant.",
+                         {{"tenant", tenant}, {"state", state}})
+          .Set(static_cast<double>(n));
+    }
+    metrics_->GetGauge("chunkattn_tenant_running_sequences", "Live samples of the running requests, per tenant.",
+                       {{"tenant", tenant}})
+        .Set(static_cast<double>(load.running_sequences));
+  }
   m_vllm_running_->Set(static_cast<double>(ss.running_requests));
   m_vllm_waiting_->Set(static_cast<double>(ss.waiting_requests));
   const double usage = cs.kv_usage();

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -209,6 +210,7 @@ class Engine {
   std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;
   int64_t preemptions_seen_ = 0;
+  std::set<std::string> tenants_seen_;  // their per-tenant series, kept at 0 once idle
   // Queued requests kept for the next worker session (see ReleaseWorkers).
   std::vector<std::pair<int64_t, RequestSpec>> held_;
   absl::Time next_probe_ = absl::InfinitePast();

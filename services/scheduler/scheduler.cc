@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -132,6 +133,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   if (options.max_context < 2) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_context must be >= 2, got %d", options.max_context));
+  }
+  if (!(options.tenant_max_batch_share > 0 && options.tenant_max_batch_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tenant_max_batch_share must be in (0, 1], got %g", options.tenant_max_batch_share));
   }
   PrefixForestOptions fo;
   fo.chunk_size = options.chunk_size;
@@ -412,16 +417,39 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
     return std::max<int64_t>(live_samples, static_cast<int64_t>(r->seqs.size()));
   };
   int64_t batch_seqs = 0;
-  for (Request* r : running) batch_seqs += footprint(r);
+  absl::flat_hash_map<std::string, int64_t> held;  // live sequences running, per tenant
+  for (Request* r : running) {
+    batch_seqs += footprint(r);
+    held[r->spec.tenant] += footprint(r);
+  }
+  //    Fair share: of the first kAdmissionScan waiting requests, each round
+  //    takes the first of the tenant holding the fewest sequences (with one
+  //    tenant: the policy's order).
+  std::vector<Request*> candidates;
+  const int64_t tenant_cap = std::max<int64_t>(
+      1, static_cast<int64_t>(options_.tenant_max_batch_share * options_.max_batch_size));
+  auto over_share = [&](const Request* r) {
+    return !r->spec.tenant.empty() && held[r->spec.tenant] + footprint(r) > tenant_cap &&
+           held[r->spec.tenant] > 0;  // a request alone may pass the cap (n > the share)
+  };
   int scanned = 0;
-  for (auto it = waiting_.begin(); it != waiting_.end() && scanned < kAdmissionScan; ++scanned) {
-    Request* r = *it;
-    const int64_t live_samples = footprint(r);
-    if (batch_seqs + live_samples > options_.max_batch_size) break;
-    if (ShouldDefer(*r) || (!admitting_ && r->cached_prompt_tokens < 0)) {
-      ++it;
+  for (auto it = waiting_.begin(); it != waiting_.end() && scanned < kAdmissionScan; ++it, ++scanned) {
+    if (ShouldDefer(**it) || (!admitting_ && (*it)->cached_prompt_tokens < 0)) continue;
+    candidates.push_back(*it);
+  }
+  while (!candidates.empty()) {
+    size_t pick = 0;
+    for (size_t i = 1; i < candidates.size(); ++i) {
+      if (held[candidates[i]->spec.tenant] < held[candidates[pick]->spec.tenant]) pick = i;
+    }
+    Request* r = candidates[pick];
+    // A prefix another admitted request computes first; or a tenant at its share.
+    if (ShouldDefer(*r) || over_share(r)) {
+      candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
       continue;
     }
+    const int64_t live_samples = footprint(r);
+    if (batch_seqs + live_samples > options_.max_batch_size) break;
     // Room for the whole prompt (ignoring what the cache may match) plus one
     // chunk of growth per running sequence, so admission does not just cause
     // preemption.
@@ -435,9 +463,11 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
     absl::Status admitted = Admit(r, &copies);
     if (absl::IsResourceExhausted(admitted)) break;
     if (!admitted.ok()) return absl::InternalError(absl::StrCat("admit: ", admitted.ToString()));
-    it = waiting_.erase(it);
+    candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(pick));
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
     running.push_back(r);
     batch_seqs += footprint(r);
+    held[r->spec.tenant] += footprint(r);
   }
 
   // 3. Rows: every decode row first, then prefill pieces in admission order
@@ -699,6 +729,18 @@ std::vector<RequestId> Scheduler::RequestIds() const {
   std::vector<RequestId> ids;
   for (const Request* r : all) ids.push_back(r->id);
   return ids;
+}
+
+std::map<std::string, TenantLoad> Scheduler::tenant_loads() const {
+  std::map<std::string, TenantLoad> loads;
+  for (const auto& [id, r] : requests_) {
+    TenantLoad& l = loads[r->spec.tenant];
+    if (!r->running) continue;
+    ++l.running_requests;
+    for (const auto& s : r->samples) l.running_sequences += s.finished ? 0 : 1;
+  }
+  for (const Request* r : waiting_) ++loads[r->spec.tenant].waiting_requests;
+  return loads;
 }
 
 SchedulerStats Scheduler::stats() const {

@@ -82,6 +82,12 @@ struct RequestSpec {
   int32_t min_tokens = 0;
   int32_t n = 1;
   int32_t priority = 0;  // lower first, in [kMinPriority, kMaxPriority]
+  // Who sent it (the front's caller identity): admission takes next the
+  // waiting request of the tenant running the fewest sequences, so one
+  // tenant's flood queues behind every other tenant's next request. Priority
+  // orders requests within that (it is the caller's to set, so it cannot
+  // outrank another tenant's share). Empty: one shared tenant.
+  std::string tenant;
 };
 
 // Marks Add's RESOURCE_EXHAUSTED for a request that can never fit the pool
@@ -98,6 +104,10 @@ struct SchedulerOptions {
   int32_t max_context = 4096;        // tokens
   int32_t max_batch_size = 256;      // sequences with rows in one step
   int32_t max_tokens_per_step = 2048;  // input rows in one step
+  // The most of max_batch_size one named tenant (RequestSpec::tenant not
+  // empty) may hold: the rest stays free for the others, so a flood leaves
+  // another tenant's next request a slot at once. 1 = no bound.
+  double tenant_max_batch_share = 1.0;
   bool prefix_sharing = true;        // false: no cross-request sharing (the baseline)
   std::vector<TokenId> eos_token_ids;
   absl::Duration priority_aging = absl::ZeroDuration();  // see AdmissionPolicy
@@ -120,6 +130,13 @@ struct SampleEvent {
   int32_t prompt_tokens = 0;
   int32_t cached_prompt_tokens = 0;  // of the first admission
   int32_t completion_tokens = 0;     // of this sample, so far
+};
+
+// One tenant's share of the scheduler (RequestSpec::tenant).
+struct TenantLoad {
+  int64_t running_requests = 0;
+  int64_t waiting_requests = 0;
+  int64_t running_sequences = 0;  // live samples of its running requests
 };
 
 struct SchedulerStats {
@@ -188,6 +205,8 @@ class Scheduler {
   // Ids of every request in flight (running or waiting), oldest first.
   std::vector<RequestId> RequestIds() const;
   SchedulerStats stats() const;
+  // Per tenant with a request running or waiting.
+  std::map<std::string, TenantLoad> tenant_loads() const;
   // Restarts the peaks of stats() from the current use.
   void ResetPeaks();
   CacheStats cache_stats() const { return forest_->stats(); }

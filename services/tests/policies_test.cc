@@ -120,8 +120,9 @@ RequestSpec Spec(TokenId first_token, int32_t max_new, int32_t priority) {
 }
 
 std::unique_ptr<Scheduler> MakeScheduler(int32_t num_chunks, int32_t batch, const Clock* clock,
-                                         absl::Duration aging = absl::ZeroDuration()) {
+                                         absl::Duration aging = absl::ZeroDuration(), double tenant_share = 1.0) {
   SchedulerOptions o;
+  o.tenant_max_batch_share = tenant_share;
   o.chunk_size = 16;
   o.num_chunks = num_chunks;
   o.max_context = 512;
@@ -145,6 +146,77 @@ TEST(SchedulerPolicyTest, WaitingRequestsAreAdmittedByPriority) {
   EXPECT_LT(t.first.at(4), t.first.at(1));
   EXPECT_LT(t.first.at(1), t.first.at(3));  // equal priority: FCFS
   EXPECT_LT(t.first.at(3), t.first.at(2));
+}
+
+TEST(SchedulerFairShareTest, AFloodingTenantDoesNotStarveAnother) {
+  // Tenant a queues 24 requests of 20 tokens in a batch of 4; then b sends
+  // one, more urgent by the priority it chose (which must not matter across
+  // tenants either way). As its own tenant, b takes the first free slot;
+  // sent as a, it waits behind a's queue.
+  std::map<bool, int> first_b;
+  for (bool separate : {true, false}) {
+    auto s = MakeScheduler(256, 4, nullptr);
+    for (int i = 0; i < 24; ++i) {
+      RequestSpec spec = Spec(100 + 32 * i, 20, 0);
+      spec.ignore_eos = true;
+      spec.tenant = "t:a";
+      ASSERT_TRUE(s->Add(i, spec).ok());
+    }
+    RequestSpec b = Spec(5000, 5, 0);
+    b.tenant = separate ? "t:b" : "t:a";
+    ASSERT_TRUE(s->Add(100, b).ok());
+    const Timeline t = RunToIdle(s.get());
+    first_b[separate] = t.first.at(100);
+    // Never more than the batch, whatever the order.
+    EXPECT_EQ(t.first.size(), 25u);
+  }
+  EXPECT_LE(first_b[true], 22);   // one round of a's requests
+  EXPECT_GT(first_b[false], 100);  // five rounds
+  // A tenant's priority orders its own requests, not another tenant's share:
+  // a's urgent flood still lets b's next request in at the first free slot.
+  auto s = MakeScheduler(256, 4, nullptr);
+  for (int i = 0; i < 24; ++i) {
+    RequestSpec spec = Spec(100 + 32 * i, 20, kMinPriority);
+    spec.ignore_eos = true;
+    spec.tenant = "t:a";
+    ASSERT_TRUE(s->Add(i, spec).ok());
+  }
+  RequestSpec b = Spec(5000, 5, kMaxPriority);
+  b.tenant = "t:b";
+  ASSERT_TRUE(s->Add(100, b).ok());
+  EXPECT_LE(RunToIdle(s.get()).first.at(100), 22);
+}
+
+TEST(SchedulerFairShareTest, ATenantsShareLeavesASlotFree) {
+  // A share of 1/2: tenant a never holds more than 2 of the 4 slots, so b's
+  // request, sent while a's flood runs, starts in the next step; the shared
+  // tenant "" (no tokens) is not bounded.
+  for (const std::string tenant : {"t:a", ""}) {
+    auto s = MakeScheduler(256, 4, nullptr, absl::ZeroDuration(), 0.5);
+    for (int i = 0; i < 8; ++i) {
+      RequestSpec spec = Spec(100 + 32 * i, 30, 0);
+      spec.ignore_eos = true;
+      spec.tenant = tenant;
+      ASSERT_TRUE(s->Add(i, spec).ok());
+    }
+    StepPlan plan;
+    StepResult result;
+    int most = 0;
+    for (int step = 0; step < 40 && s->HasWork(); ++step) {
+      ASSERT_TRUE(*s->Schedule(&plan));
+      most = std::max<int>(most, static_cast<int>(s->tenant_loads()[tenant].running_sequences));
+      NullExecute(plan, &result);
+      std::vector<SampleEvent> events;
+      ASSERT_TRUE(s->Complete(result, &events).ok());
+    }
+    EXPECT_EQ(most, tenant.empty() ? 4 : 2) << "tenant '" << tenant << "'";
+  }
+  SchedulerOptions bad;
+  bad.num_chunks = 64;
+  for (double share : {0.0, -1.0, 1.5}) {
+    bad.tenant_max_batch_share = share;
+    EXPECT_TRUE(absl::IsInvalidArgument(Scheduler::Create(bad).status())) << share;
+  }
 }
 
 TEST(SchedulerPolicyTest, AgingThroughTheInjectedClock) {

@@ -583,6 +583,20 @@ def scrape_metrics(port):
 
 # --- tests -----------------------------------------------------------------
 
+def varints(ids):
+    """`ids` as protobuf varints, as a packed repeated field holds them: to find
+    token ids in a serialized reply (test_tenancy.py, bench/attack.py)."""
+    out = bytearray()
+    for v in ids:
+        while True:
+            b = v & 0x7f
+            v >>= 7
+            out.append(b | (0x80 if v else 0))
+            if not v:
+                break
+    return bytes(out)
+
+
 def random_ids(rng, n, low=3, high=2048):
     return [rng.randrange(low, high) for _ in range(n)]
 

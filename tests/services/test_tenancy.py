@@ -28,19 +28,6 @@ TOKENS = ('a-1 acme\na-2 acme\nb-1 acme2\nu-1\nu-2\n'
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 
 
-def varints(ids):
-    """`ids` as protobuf varints, as a packed repeated field holds them."""
-    out = bytearray()
-    for v in ids:
-        while True:
-            b = v & 0x7f
-            v >>= 7
-            out.append(b | (0x80 if v else 0))
-            if not v:
-                break
-    return bytes(out)
-
-
 class TenantIsolationTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
@@ -118,7 +105,7 @@ class TenantIsolationTest(harness.ServiceTestCase):
         batches, code = self.subscribe('router-1')
         self.assertIn(code, (grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED))
         stream = b''.join(b.SerializeToString() for b in batches)
-        self.assertIn(varints(prompt[:CHUNK]), stream, 'the router sees the blocks with their token ids')
+        self.assertIn(harness.varints(prompt[:CHUNK]), stream, 'the router sees the blocks with their token ids')
 
     def test_no_reply_to_another_tenant_holds_its_prompt(self):
         rng = random.Random(2)
@@ -185,7 +172,7 @@ class TenantIsolationTest(harness.ServiceTestCase):
                                  'another tenant hit A\'s cache: %s' % usage)
         # Detectors: A's ids as varints (a block's token_ids, a packed field)
         # and as JSON lists; A's words.
-        probes = [varints(secret[i:i + 8]) for i in (0, CHUNK, 2 * CHUNK)]
+        probes = [harness.varints(secret[i:i + 8]) for i in (0, CHUNK, 2 * CHUNK)]
         json_probes = [','.join(str(x) for x in secret[i:i + 8]).encode() for i in (0, CHUNK)]
         for reply in replies:
             for p in probes:
