@@ -91,9 +91,10 @@ ABSL_FLAG(double, priority_aging_s, 0,
 ABSL_FLAG(bool, prefix_sharing, true, "share KV chunks of common prompt prefixes across requests");
 ABSL_FLAG(int, join_timeout_s, 120, "bound on a worker join (weights loading included), seconds");
 ABSL_FLAG(int, collective_timeout_s, 30, "bound on the workers' rendezvous and each collective, seconds");
-ABSL_FLAG(double, step_timeout_s, 30,
+ABSL_FLAG(double, step_timeout_s, -1,
           "a step some worker has not answered in this long fails (a hung worker): the requests in flight end "
-          "with UNAVAILABLE and the workers are re-joined; 0 = no bound");
+          "with UNAVAILABLE, health turns NOT_SERVING and the workers are re-joined; 0 = no bound; -1 (auto) = "
+          "20x the slowest of the last 64 steps, within [5 s, 120 s] (60 s for a session's first 8 steps)");
 ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM: readiness turns NOT_SERVING and new requests get UNAVAILABLE at once, running ones "
           "finish for up to this long; 0 = end them at once");
@@ -386,10 +387,13 @@ int main(int argc, char** argv) {
   options.workers.channel = worker_channel;
   const double step_timeout = absl::GetFlag(FLAGS_step_timeout_s);
   const double drain_timeout = absl::GetFlag(FLAGS_drain_timeout_s);
-  if (!(step_timeout >= 0 && step_timeout <= 86400) || !(drain_timeout >= 0 && drain_timeout <= 86400)) {
-    return Fail(absl::StrFormat("--step_timeout_s and --drain_timeout_s must be in [0, 86400], got %g and %g",
-                                step_timeout, drain_timeout));
+  if (!((step_timeout >= 0 || step_timeout == -1) && step_timeout <= 86400) ||
+      !(drain_timeout >= 0 && drain_timeout <= 86400)) {
+    return Fail(absl::StrFormat(
+        "--step_timeout_s must be -1 (auto) or in [0, 86400] and --drain_timeout_s in [0, 86400], got %g and %g",
+        step_timeout, drain_timeout));
   }
+  options.workers.adaptive_step_timeout = step_timeout == -1;
   options.workers.step_timeout = step_timeout > 0 ? absl::Seconds(step_timeout) : absl::InfiniteDuration();
   auto& join = options.workers.join;
   join.set_model(model);
@@ -401,6 +405,12 @@ int main(int argc, char** argv) {
   join.set_max_step_tokens(options.scheduler.max_tokens_per_step);
   join.set_max_batch_size(options.scheduler.max_batch_size);
   join.set_collective_timeout_ms(static_cast<uint32_t>(absl::GetFlag(FLAGS_collective_timeout_s)) * 1000);
+
+  // The HTTP front's limits, checked whether or not it is on.
+  http::Options http_limits;
+  if (absl::Status s = SetHttpLimits(config->max_context, &http_limits); !s.ok()) return Fail(std::string(s.message()));
+  const int64_t max_sequences = absl::GetFlag(FLAGS_max_sequences_per_request);
+  if (max_sequences < 1 || max_sequences > 1 << 16) return Fail("--max_sequences_per_request must be in [1, 65536]");
 
   metrics::Registry registry;
   Engine engine(options, &*config, tokenizer.get(), &registry);
@@ -427,16 +437,13 @@ int main(int argc, char** argv) {
   std::atomic<const openai::OpenAiServer*> http_front{nullptr};  // for the scrapes, once started
   if (http_port > 0) {
     openai::ServerOptions http;
+    http.http = http_limits;
     http.http.host = absl::GetFlag(FLAGS_http_host);
     http.http.port = http_port;
-    if (absl::Status s = SetHttpLimits(config->max_context, &http.http); !s.ok()) return Fail(std::string(s.message()));
     http.http.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
     http.http.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
     http.http.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
-    http.model = {served_name, config->max_context, absl::GetFlag(FLAGS_max_sequences_per_request)};
-    if (http.model.max_sequences < 1 || http.model.max_sequences > 1 << 16) {
-      return Fail("--max_sequences_per_request must be in [1, 65536]");
-    }
+    http.model = {served_name, config->max_context, max_sequences};
     http.version = CHUNKATTN_VERSION;
     http.metrics_tokens = metrics_tokens;
     absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> started = openai::OpenAiServer::Start(

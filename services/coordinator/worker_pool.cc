@@ -60,7 +60,15 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
         grpc::CreateCustomChannel(address, options_.channel.credentials, args));
     ranks_.push_back(std::move(rank));
   }
-  if (options_.step_timeout != absl::InfiniteDuration()) watchdog_ = std::thread(&WorkerPool::Watchdog, this);
+  if (options_.step_timeout != absl::InfiniteDuration() || options_.adaptive_step_timeout) {
+    watchdog_ = std::thread(&WorkerPool::Watchdog, this);
+  }
+}
+
+absl::Duration AdaptiveStepTimeout(const std::deque<absl::Duration>& recent) {
+  if (recent.size() < kStepHistory / 8) return absl::Seconds(60);
+  const absl::Duration slowest = *std::max_element(recent.begin(), recent.end());
+  return std::clamp(20 * slowest, absl::Seconds(5), absl::Seconds(120));
 }
 
 WorkerPool::~WorkerPool() {
@@ -77,12 +85,14 @@ WorkerPool::~WorkerPool() {
 void WorkerPool::Watchdog() {
   // Polls at a tenth of the timeout (at most 100 ms): a step is noticed
   // overdue within timeout + 100 ms.
-  const absl::Duration poll = std::min(options_.step_timeout / 10, absl::Milliseconds(100));
+  const absl::Duration poll = options_.adaptive_step_timeout
+                                  ? absl::Milliseconds(100)
+                                  : std::min(options_.step_timeout / 10, absl::Milliseconds(100));
   absl::MutexLock lock(&watch_mu_);
   while (!stop_watchdog_) {
     auto stopping = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_watchdog_; };
     watch_mu_.AwaitWithTimeout(absl::Condition(&stopping), poll);
-    if (stop_watchdog_ || absl::Now() - step_started_ < options_.step_timeout) continue;
+    if (stop_watchdog_ || absl::Now() - step_started_ < step_timeout_) continue;
     step_timed_out_ = true;
     for (auto& r : ranks_) {
       if (r->context != nullptr) r->context->TryCancel();
@@ -171,6 +181,7 @@ absl::Status WorkerPool::Probe() {
 }
 
 absl::Status WorkerPool::Connect() {
+  step_times_.clear();  // a new session: warm-up first, then its own step times
   Disconnect();
   draining_.clear();
   // A cheap probe first: joining blocks in the collective rendezvous until
@@ -236,9 +247,13 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
   }
   first_failed_ = nullptr;
   step_timed_out_ = false;
+  const absl::Time started = absl::Now();
+  absl::Duration timeout;
   {
     absl::MutexLock lock(&watch_mu_);
-    step_started_ = absl::Now();
+    step_started_ = started;
+    step_timeout_ = options_.adaptive_step_timeout ? AdaptiveStepTimeout(step_times_) : options_.step_timeout;
+    timeout = step_timeout_;
   }
   if (stream_threads_.empty()) {
     RunRank(ranks_[0].get());
@@ -262,9 +277,12 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
       for (auto& rank : ranks_) silent.push_back(rank->address);
     }
     Disconnect();
-    return absl::UnavailableError(absl::StrCat("worker ", absl::StrJoin(silent, ", "), " did not answer within ",
-                                               absl::FormatDuration(options_.step_timeout),
-                                               " (--step_timeout_s): hung or overloaded"));
+    step_times_.clear();  // the next session measures afresh
+    return absl::UnavailableError(absl::StrCat(
+        "worker ", absl::StrJoin(silent, ", "), " did not answer within ", absl::FormatDuration(timeout),
+        options_.adaptive_step_timeout ? " (--step_timeout_s auto: 20x the slowest recent step, at least 5 s)"
+                                       : " (--step_timeout_s)",
+        ": hung or overloaded"));
   }
   if (first_failed_.load() != nullptr) {
     // Each failed worker's own status says why. Name first the ranks whose
@@ -290,6 +308,8 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
   for (auto& rank : ranks_) {
     if (rank->result.draining() && draining_.empty()) draining_ = rank->address;
   }
+  step_times_.push_back(absl::Now() - started);
+  if (step_times_.size() > kStepHistory) step_times_.pop_front();
   StepResult result;
   FromProto(ranks_[0]->result, &result);
   return result;

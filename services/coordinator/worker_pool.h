@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -55,7 +56,17 @@ struct WorkerPoolOptions {
   // A step not answered by every rank within this fails (UNAVAILABLE);
   // InfiniteDuration = wait as long as the connections live.
   absl::Duration step_timeout = absl::InfiniteDuration();
+  // Instead of step_timeout: AdaptiveStepTimeout of the steps just run.
+  bool adaptive_step_timeout = false;
 };
+
+// The step deadline from the steps just run (`recent`, the last up to
+// kStepHistory): 20 times the slowest, within [5 s, 120 s], so that a worker
+// whose steps are slow but steady (a long prefill on a CPU) is not taken for
+// hung, and a hung one is noticed in seconds when steps are fast. Until
+// kStepHistory / 8 steps have run since a join (warm-up, graph capture): 60 s.
+inline constexpr size_t kStepHistory = 64;
+absl::Duration AdaptiveStepTimeout(const std::deque<absl::Duration>& recent);
 
 class WorkerPool final : public WorkerGroup {
  public:
@@ -134,6 +145,8 @@ class WorkerPool final : public WorkerGroup {
   // when the step is over.
   absl::Mutex watch_mu_;
   absl::Time step_started_ ABSL_GUARDED_BY(watch_mu_) = absl::InfiniteFuture();  // none in flight
+  absl::Duration step_timeout_ ABSL_GUARDED_BY(watch_mu_);  // the step in flight's
+  std::deque<absl::Duration> step_times_;  // Step()'s caller only: the last kStepHistory, since the join
   bool stop_watchdog_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::atomic<bool> step_timed_out_{false};
   std::thread watchdog_;

@@ -245,14 +245,15 @@ ParsedHead ParseHead(absl::string_view text) {
 // Loop thread only; freed by the filter's finalizer (Free).
 struct HttpServer::Guard {
   enum class State { kHead, kBody, kDiscard };
-  enum class Timer { kAdmit, kIdle, kHeadDeadline, kBodyDeadline, kKill, kDead };
+  enum class Timer { kIdle, kHeadDeadline, kBodyDeadline, kKill, kDead };
 
   HttpServer* server;
   bufferevent* bev = nullptr;  // the filter: what evhttp reads and writes
-  event* timer = nullptr;
+  event* admit = nullptr;   // the caps, once, on the loop turn after the accept
+  event* timer = nullptr;   // the one deadline (or the close) in force
   event* flush = nullptr;   // moves a reply on to the socket
   event* refill = nullptr;  // passes the next request once evhttp took the last
-  Timer timer_role = Timer::kAdmit;
+  Timer timer_role = Timer::kIdle;
   State state = State::kHead;
   bool head_started = false;  // bytes of the next head have arrived
   bool admitted = false;      // counted in per_peer_
@@ -337,7 +338,7 @@ struct HttpServer::Guard {
       reserved = body_left;
       server->receiving_body_bytes_ += reserved;
       Arm(Timer::kBodyDeadline, o.body_timeout);
-    } else if (timer_role != Timer::kAdmit) {
+    } else {
       Disarm();
     }
   }
@@ -403,36 +404,42 @@ struct HttpServer::Guard {
     return evbuffer_get_length(dst) > before ? BEV_OK : BEV_NEED_MORE;
   }
 
+  // The caps: the peer is known once evhttp has given the bufferevent its
+  // socket. A head that came first keeps its own deadline.
+  static void OnAdmit(evutil_socket_t, short, void* arg) {
+    auto* g = static_cast<Guard*>(arg);
+    HttpServer* s = g->server;
+    if (!g->Alive() || g->timer_role == Timer::kDead) return;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const evutil_socket_t fd = bufferevent_getfd(g->bev);
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (fd >= 0 && getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      const void* a = addr.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr);
+      evutil_inet_ntop(addr.ss_family, a, host, sizeof(host));
+    }
+    int& from_peer = s->per_peer_[host];
+    if (s->open_connections_.load() > s->options_.max_connections ||
+        from_peer >= s->options_.max_connections_per_peer) {
+      if (from_peer == 0) s->per_peer_.erase(host);
+      ++s->refused_connections_;
+      return g->Kill();
+    }
+    ++from_peer;
+    g->admitted = true;
+    g->peer = host;
+    // The first head's clock runs from the connection's start.
+    if (g->timer_role == Timer::kIdle && g->state == State::kHead) {
+      g->Arm(Timer::kHeadDeadline, s->options_.header_timeout);
+    }
+  }
+
   static void OnTimer(evutil_socket_t, short, void* arg) {
     auto* g = static_cast<Guard*>(arg);
     HttpServer* s = g->server;
     switch (g->timer_role) {
-      case Timer::kAdmit: {
-        if (!g->Alive()) return;
-        sockaddr_storage addr{};
-        socklen_t len = sizeof(addr);
-        const evutil_socket_t fd = bufferevent_getfd(g->bev);
-        char host[INET6_ADDRSTRLEN] = "?";
-        if (fd >= 0 && getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-          const void* a = addr.ss_family == AF_INET6
-                              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr)
-                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr);
-          evutil_inet_ntop(addr.ss_family, a, host, sizeof(host));
-        }
-        int& from_peer = s->per_peer_[host];
-        if (s->open_connections_.load() > s->options_.max_connections ||
-            from_peer >= s->options_.max_connections_per_peer) {
-          if (from_peer == 0) s->per_peer_.erase(host);
-          ++s->refused_connections_;
-          return g->Kill();
-        }
-        ++from_peer;
-        g->admitted = true;
-        g->peer = host;
-        // The first head's clock runs from the connection's start.
-        g->Arm(Timer::kHeadDeadline, s->options_.header_timeout);
-        return;
-      }
       case Timer::kHeadDeadline:
       case Timer::kBodyDeadline:
         ++s->deadlines_;
@@ -508,6 +515,7 @@ struct HttpServer::Guard {
     g->ReleaseBody();
     --s->open_connections_;
     if (g->timer != nullptr) event_free(g->timer);
+    if (g->admit != nullptr) event_free(g->admit);
     if (g->flush != nullptr) event_free(g->flush);
     if (g->refill != nullptr) event_free(g->refill);
     delete g;
@@ -655,11 +663,13 @@ bufferevent* HttpServer::NewConnection(event_base* base, void* arg) {
   bufferevent_setwatermark(socket, EV_READ, 0, kMaxHeaderBytes + (64 << 10));
   auto* guard = new Guard(self);
   guard->timer = evtimer_new(base, &Guard::OnTimer, guard);
-  bufferevent* filter = guard->timer == nullptr ? nullptr
+  guard->admit = event_new(base, -1, 0, &Guard::OnAdmit, guard);
+  bufferevent* filter = guard->timer == nullptr || guard->admit == nullptr ? nullptr
                                                 : bufferevent_filter_new(socket, &Guard::Filter, nullptr,
                                                                          BEV_OPT_CLOSE_ON_FREE, &Guard::Free, guard);
   if (filter == nullptr) {
     if (guard->timer != nullptr) event_free(guard->timer);
+    if (guard->admit != nullptr) event_free(guard->admit);
     delete guard;
     bufferevent_free(socket);
     return nullptr;
@@ -681,7 +691,7 @@ bufferevent* HttpServer::NewConnection(event_base* base, void* arg) {
   ++self->open_connections_;
   // Admitted (or closed) on the next loop turn, once evhttp has given the
   // bufferevent its socket and the peer is known.
-  event_active(guard->timer, EV_TIMEOUT, 0);
+  event_active(guard->admit, EV_TIMEOUT, 0);
   return filter;
 }
 

@@ -6,6 +6,7 @@ new requests refused, running ones finished within --drain_timeout_s) and a
 worker (running requests finished, queued ones kept until it is back), each
 within a bound."""
 import random
+import re
 import signal
 import threading
 import time
@@ -106,6 +107,52 @@ class HungWorkerTest(harness.ServiceTestCase):
         # A long healthy run never trips the deadline.
         long = c.generate(harness.make_request(prompt_ids=[9, 8, 7], max_new_tokens=300, ignore_eos=True))[0]
         self.assertEqual(long.completion_tokens, 300)
+
+
+class HungWorkerUnderLoadTest(harness.ServiceTestCase):
+    """The default step deadline (auto: 20x the slowest recent step, at least
+    5 s), under load: a worker SIGSTOPped while eight streams run fails the
+    step within the deadline the error names (+1 s), and health turns
+    NOT_SERVING within a second of that."""
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.cluster = cls.start_cluster('hung-load', tp=2)
+
+    def test_a_stopped_worker_under_load(self):
+        c = self.cluster
+        for _ in range(10):  # past the session's warm-up steps (a 60 s deadline until 8)
+            c.generate(harness.make_request(prompt_ids=[5, 6, 7], max_new_tokens=2, ignore_eos=True))
+        rng = random.Random(11)
+        calls = [c.stub.Generate(harness.make_request(prompt_ids=harness.random_ids(rng, 60), temperature=0.0,
+                                                      max_new_tokens=3000, ignore_eos=True), timeout=120)
+                 for _ in range(8)]
+        for call in calls:
+            next(call)  # all running
+        worker = c.workers[1].proc
+        worker.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            with self.assertRaises(grpc.RpcError) as e:
+                for _ in calls[0]:
+                    pass
+            failed_at = time.monotonic()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, e.exception.details())
+            m = re.search(r'did not answer within ([0-9.]+)(ms|s)', e.exception.details())
+            self.assertIsNotNone(m, e.exception.details())
+            deadline = float(m.group(1)) / (1000 if m.group(2) == 'ms' else 1)
+            self.assertIn('auto', e.exception.details())
+            self.assertGreaterEqual(deadline, 5.0)
+            self.assertLessEqual(deadline, 120.0)
+            self.assertLessEqual(failed_at - stopped_at, deadline + 1.0,
+                                 'UNAVAILABLE came %.1f s after SIGSTOP (deadline %.1f s)' % (failed_at - stopped_at,
+                                                                                               deadline))
+            c.wait_health(harness.NOT_SERVING, timeout=1.0, check_alive=False)
+        finally:
+            worker.send_signal(signal.SIGCONT)
+            for call in calls:
+                call.cancel()
+        c.wait_health(harness.SERVING, timeout=90)
 
 
 class DrainTest(harness.ServiceTestCase):
