@@ -27,8 +27,9 @@ inline int64_t RaiseOpenFileLimit() {
   return r.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20 : static_cast<int64_t>(r.rlim_cur);
 }
 
-// Descriptors kept out of the HTTP front's reach.
-inline int64_t ReservedDescriptors(int64_t limit) { return 256 + limit / 4; }
+// Descriptors kept out of the HTTP front's reach: 256 and a quarter of the
+// limit, at most half of it.
+inline int64_t ReservedDescriptors(int64_t limit) { return std::min(256 + limit / 4, limit / 2); }
 
 // The HTTP front's default connection cap for a soft limit of `limit`
 // descriptors: what the reserve leaves, at most 16,384, at least 16.

@@ -37,6 +37,7 @@
 #include "kernels/api/dtype.h"
 #include "services/coordinator/engine.h"
 #include "services/coordinator/generation_service.h"
+#include "services/coordinator/listener_probe.h"
 #include "services/coordinator/vllm_engine_service.h"
 #include "services/kv_events/curve.h"
 #include "base/fd_limit.h"
@@ -59,7 +60,7 @@ ABSL_FLAG(int64_t, http_max_buffered_body_bytes, 64 << 20,
           "HTTP request bodies being received at once, over every connection; beyond it a request gets 503");
 ABSL_FLAG(int64_t, http_max_connections, 0,
           "HTTP connections at once; beyond it a new one is closed at once. 0 = the descriptors left after a reserve "
-          "of 256 + a quarter of the limit (the soft limit is raised to the hard one), at most 16384");
+          "of 256 + a quarter of the limit, at most half (the soft limit is raised to the hard one), at most 16384");
 ABSL_FLAG(int64_t, http_max_connections_per_peer, 0,
           "HTTP connections from one address (behind an ingress, its addresses); 0 = a quarter of "
           "--http_max_connections");
@@ -169,10 +170,11 @@ absl::Status SetHttpLimits(int32_t max_context, chunkattn::http::Options* o) {
   const int64_t body = absl::GetFlag(FLAGS_http_max_body_bytes);
   const int64_t buffered = absl::GetFlag(FLAGS_http_max_buffered_body_bytes);
   const double head_s = absl::GetFlag(FLAGS_http_header_timeout_s), body_s = absl::GetFlag(FLAGS_http_body_timeout_s);
-  if (conns < 0 || conns > fds - ReservedDescriptors(fds)) {
+  if (conns < 0 || conns > std::max<int64_t>(16, fds - ReservedDescriptors(fds))) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--http_max_connections must be in [0, %d] (0: %d): the descriptor limit is %d, %d kept in reserve",
-        fds - ReservedDescriptors(fds), DefaultHttpConnections(fds), fds, ReservedDescriptors(fds)));
+        std::max<int64_t>(16, fds - ReservedDescriptors(fds)), DefaultHttpConnections(fds), fds,
+        ReservedDescriptors(fds)));
   }
   o->max_connections = conns > 0 ? static_cast<int>(conns) : DefaultHttpConnections(fds);
   if (per_peer < 0 || per_peer > o->max_connections) {
@@ -495,6 +497,19 @@ int main(int argc, char** argv) {
     SetReady(health, false);
     health->SetServingStatus("liveness", true);
   }
+  // A plaintext API port is probed from inside (listener_probe.h): should its
+  // listener stop accepting, liveness turns NOT_SERVING and the pod restarts.
+  // (A probe of a TLS port would log a failed handshake every few seconds;
+  // there the HTTP front's caps are what keep descriptors in reserve.)
+  std::unique_ptr<ListenerProbe> listener_probe;
+  if (absl::GetFlag(FLAGS_tls_cert_file).empty()) {
+    ListenerProbeOptions probe;
+    probe.host = listen_address->host;
+    probe.port = bound;
+    listener_probe = std::make_unique<ListenerProbe>(probe, [healths] {
+      for (grpc::HealthCheckServiceInterface* health : healths) health->SetServingStatus("liveness", false);
+    });
+  }
   // Once draining, readiness stays NOT_SERVING whatever the workers do.
   std::atomic<bool> draining{false};
   engine.SetReadyCallback([healths, &draining](bool ready) {
@@ -544,6 +559,7 @@ int main(int argc, char** argv) {
   const bool drained = engine.Drain(absl::Seconds(drain_timeout));
   std::fprintf(stderr, "coordinator: %s; shutting down\n",
                drained ? "drained" : "drain timeout: ending the requests still running");
+  listener_probe.reset();  // before the health services it reports to
   for (grpc::HealthCheckServiceInterface* health : healths) health->Shutdown();
   // The engine first: it ends every stream (so the server's shutdown does not
   // wait on them) and makes its last ready callback while `health` lives.

@@ -332,11 +332,59 @@ class HttpGuardTest(harness.ServiceTestCase):
             except OSError:
                 time.sleep(0.05)
         self.assertEqual(status, 200)
-        fresh = self.cluster.open_channel()
-        self.assertEqual(harness.health(fresh), harness.SERVING)
-        fresh.close()
+        with grpc.insecure_channel('127.0.0.1:%d' % self.cluster.port,
+                                   options=[('grpc.use_local_subchannel_pool', 1)]) as fresh:
+            self.assertEqual(harness.health(fresh), harness.SERVING)  # a new connection, accepted
         metrics = harness.scrape_metrics(self.cluster.metrics_port)
         self.assertGreater(metrics.value('chunkattn_http_guard_events_total', event='refused_connection'), 0)
+
+
+class GrpcListenerTest(harness.ServiceTestCase):
+    """Idle connections to the gRPC port past the descriptor limit (prlimit
+    256): gRPC 1.51's listener may stop accepting for good after a failed
+    accept. Either it serves again within 2 s of the flood's end, or the
+    coordinator's own probe (listener_probe.h) turns liveness NOT_SERVING on
+    the health port, so that Kubernetes restarts the pod."""
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.health_port = harness.free_port()
+        cls.cluster = cls.start_cluster('grpc-listener', tp=1,
+                                        coordinator_prefix=['prlimit', '--nofile=256:256', '--'],
+                                        coordinator_args=['--health_port', str(cls.health_port)])
+
+    def liveness(self):
+        with grpc.insecure_channel('127.0.0.1:%d' % self.health_port,
+                                   options=[('grpc.use_local_subchannel_pool', 1)]) as ch:
+            return harness.health(ch, service='liveness')
+
+    def serves_on_a_new_connection(self):
+        """gRPC shares connections between channels to one target unless told
+        not to: this one opens its own, so the listener must accept it."""
+        with grpc.insecure_channel('127.0.0.1:%d' % self.cluster.port,
+                                   options=[('grpc.use_local_subchannel_pool', 1)]) as ch:
+            return harness.health(ch, timeout=0.5) == harness.SERVING
+
+    def test_flooded_listener_serves_or_liveness_fails(self):
+        self.assertEqual(self.liveness(), harness.SERVING)
+        socks = []
+        try:
+            for _ in range(400):
+                socks.append(socket.create_connection(('127.0.0.1', self.cluster.port), timeout=5))
+            time.sleep(1.0)  # gRPC accepts what it can, then fails
+        finally:
+            for s in socks:
+                s.close()
+        t0 = time.monotonic()
+        served = False
+        while time.monotonic() - t0 < 2.0 and not served:
+            served = self.serves_on_a_new_connection()
+        if served:
+            self.assertEqual(self.liveness(), harness.SERVING)
+            return
+        # The listener is gone: liveness must say so (3 probes 5 s apart, 2 s each).
+        harness.wait_for(lambda: self.liveness() == harness.NOT_SERVING, timeout=25, interval=0.5,
+                         what='liveness NOT_SERVING after the API listener stopped accepting')
 
 
 if __name__ == '__main__':
