@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -269,20 +270,40 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
     step_started_ = absl::InfiniteFuture();
   }
   if (step_timed_out_) {
-    std::vector<std::string> silent;
+    std::vector<Rank*> silent;
     for (auto& rank : ranks_) {
-      if (!rank->status.ok()) silent.push_back(rank->address);  // its result never came
+      if (!rank->status.ok()) silent.push_back(rank.get());  // its result never came
     }
     if (silent.empty()) {  // answered as the watchdog fired: the streams are cancelled all the same
-      for (auto& rank : ranks_) silent.push_back(rank->address);
+      for (auto& rank : ranks_) silent.push_back(rank.get());
     }
+    // Which one hangs: a rank that waits on a peer in a collective still
+    // answers a probe at once; a stopped or stuck process does not. Probed
+    // together, 300 ms each, so the failure is reported within the second.
+    std::vector<std::future<bool>> answers;
+    for (Rank* rank : silent) {
+      answers.push_back(std::async(std::launch::async, [this, rank] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(Deadline(absl::Milliseconds(300)));
+        options_.auth.Attach(&ctx);
+        internal::v1::StoreGetRequest req;  // no keys: answered at once
+        internal::v1::StoreGetResponse resp;
+        return rank->stub->StoreGet(&ctx, req, &resp).ok();
+      }));
+    }
+    std::vector<std::string> hung, waiting;
+    for (size_t i = 0; i < silent.size(); ++i) (answers[i].get() ? waiting : hung).push_back(silent[i]->address);
     Disconnect();
     step_times_.clear();  // the next session measures afresh
     return absl::UnavailableError(absl::StrCat(
-        "worker ", absl::StrJoin(silent, ", "), " did not answer within ", absl::FormatDuration(timeout),
+        "worker ", absl::StrJoin(hung.empty() ? waiting : hung, ", "), " did not answer within ",
+        absl::FormatDuration(timeout),
         options_.adaptive_step_timeout ? " (--step_timeout_s auto: 20x the slowest recent step, at least 5 s)"
                                        : " (--step_timeout_s)",
-        ": hung or overloaded"));
+        hung.empty() ? ": overloaded (it answers a probe)" : ": hung (it answers no probe either)",
+        !hung.empty() && !waiting.empty() ? absl::StrCat("; ", absl::StrJoin(waiting, ", "),
+                                                         " answers a probe (waiting on its peers)")
+                                          : ""));
   }
   if (first_failed_.load() != nullptr) {
     // Each failed worker's own status says why. Name first the ranks whose

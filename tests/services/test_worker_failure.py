@@ -89,7 +89,9 @@ class HungWorkerTest(harness.ServiceTestCase):
             self.assertIsNotNone(stopped_at)
             self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, e.exception.details())
             self.assertIn('did not answer', e.exception.details())
-            self.assertIn(':%d' % c.worker_ports[1], e.exception.details())
+            # The stopped worker is named as hung; the other as waiting on it.
+            self.assertRegex(e.exception.details(), r'worker 127\.0\.0\.1:%d did not answer.*: hung' % c.worker_ports[1])
+            self.assertIn('127.0.0.1:%d answers a probe' % c.worker_ports[0], e.exception.details())
             # The step in flight at the stop began before it: its deadline is
             # at most the timeout after the stop; one second of slack.
             self.assertLessEqual(failed_at - stopped_at, self.STEP_TIMEOUT_S + 1.0,
