@@ -158,6 +158,14 @@ int BoundPort(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
 }
 
+// The accept error callback gets the listener's user data, which evhttp set
+// to itself: the server is found by its listener.
+ABSL_CONST_INIT absl::Mutex listeners_mu(absl::kConstInit);
+std::unordered_map<evconnlistener*, HttpServer*>& Listeners() ABSL_EXCLUSIVE_LOCKS_REQUIRED(listeners_mu) {
+  static auto* servers = new std::unordered_map<evconnlistener*, HttpServer*>();
+  return *servers;
+}
+
 constexpr absl::Duration kMinAcceptBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kMaxAcceptBackoff = absl::Seconds(1);
 
@@ -591,6 +599,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, H
   server->listener_ = evhttp_bound_socket_get_listener(bound);
   server->accept_retry_ = evtimer_new(server->base_, &HttpServer::OnAcceptRetry, server.get());
   server->accept_backoff_ = kMinAcceptBackoff;
+  {
+    absl::MutexLock lock(&listeners_mu);
+    Listeners()[server->listener_] = server.get();
+  }
   evconnlistener_set_error_cb(server->listener_, &HttpServer::OnAcceptError);
   evhttp_set_max_body_size(server->http_, static_cast<ev_ssize_t>(o.max_body_bytes));
   // Read (and drop) the rest of an oversized body before the 413, so a
@@ -622,6 +634,10 @@ HttpServer::~HttpServer() {
     if (wake_ != nullptr) event_active(wake_, EV_READ, 0);
   }
   if (thread_.joinable()) thread_.join();
+  if (listener_ != nullptr) {
+    absl::MutexLock lock(&listeners_mu);
+    Listeners().erase(listener_);
+  }
   // The loop has ended: this thread owns everything now.
   std::unordered_map<evhttp_connection*, std::shared_ptr<Reply>> open;
   open.swap(open_);
@@ -695,9 +711,15 @@ bufferevent* HttpServer::NewConnection(event_base* base, void* arg) {
   return filter;
 }
 
-void HttpServer::OnAcceptError(evconnlistener* listener, void* arg) {
-  auto* self = static_cast<HttpServer*>(arg);
+void HttpServer::OnAcceptError(evconnlistener* listener, void*) {
   const int err = EVUTIL_SOCKET_ERROR();
+  HttpServer* self = nullptr;
+  {
+    absl::MutexLock lock(&listeners_mu);
+    auto it = Listeners().find(listener);
+    if (it != Listeners().end()) self = it->second;
+  }
+  if (self == nullptr) return;
   ++self->accept_errors_;
   ++self->accept_errors_logged_;
   evconnlistener_disable(listener);

@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <thread>
@@ -436,6 +438,49 @@ TEST(HttpServerGuardTest, PipelinedRequestsAreAnsweredInOrder) {
   ASSERT_NE(three, std::string::npos) << got;
   EXPECT_LT(one, two);
   EXPECT_LT(two, three);
+}
+
+// In a child process (its own descriptor limit): the server's accept()
+// fails for want of descriptors, pauses and retries rather than spinning,
+// and serves again once some are free.
+void OutOfDescriptorsChild() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) std::_Exit(10);
+  r.rlim_cur = 64;
+  if (setrlimit(RLIMIT_NOFILE, &r) != 0) std::_Exit(11);
+  Options o{"127.0.0.1", 0};
+  o.max_connections = 1000;  // past the descriptors: accept() itself must fail
+  o.max_connections_per_peer = 1000;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
+      o, [](Request, std::shared_ptr<Reply> reply) { reply->Send(200, "text/plain", "served"); });
+  if (!server.ok()) std::_Exit(12);
+  std::vector<std::unique_ptr<Client>> held;
+  while (held.size() < 200) {  // until this process has no descriptor left
+    auto c = std::make_unique<Client>((*server)->port());
+    if (!c->connected()) break;
+    held.push_back(std::move(c));
+  }
+  for (int i = 0; i < 200 && (*server)->stats().accept_errors == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if ((*server)->stats().accept_errors == 0) std::_Exit(13);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Backoff, not a spin: a few failures in 300 ms, not thousands.
+  if ((*server)->stats().accept_errors > 50) std::_Exit(14);
+  held.clear();
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Client c((*server)->port());
+    if (c.connected()) {
+      c.Send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+      if (absl::StrContains(c.ReadUntil("served"), "served")) std::_Exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::_Exit(15);
+}
+
+TEST(HttpServerGuardDeathTest, OutOfDescriptorsAcceptPausesAndRecovers) {
+  EXPECT_EXIT(OutOfDescriptorsChild(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(HttpServerTest, BadOptions) {
