@@ -25,7 +25,14 @@
 //    a body that would take the bodies being received past
 //    max_buffered_body_bytes (503);
 //  - a body must arrive whole within body_timeout of its head (a total, not
-//    an inactivity timeout: a trickle is cut).
+//    an inactivity timeout: a trickle is cut);
+//  - requests pass one at a time (a pipelined one waits in the socket's
+//    buffer, bounded by its read watermark), and while a reply is pending the
+//    connection is watched, so a client that leaves is noticed at once
+//    (OnClose), streamed or not;
+//  - a reply that ends the connection (Connection: close, a refusal) is sent
+//    whole before the close: a refused body is read and dropped meanwhile,
+//    for header_timeout at most.
 // A connection idles request_timeout between requests. While a reply is
 // pending the connection may stay silent for up to reply_timeout (a long
 // prefill). A client that reads slower than its reply is written, letting
