@@ -958,10 +958,7 @@ def main():
     if soft < 4096 and hard > soft:  # the flood's client side needs its own descriptors
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
 
-    tmp = harness.temp_dir('chunkattn-attack-')
-    tokens = os.path.join(tmp, 'tokens')
-    with open(tokens, 'w') as f:
-        f.write(TOKENS)
+    tokens = harness.token_file(TOKENS, 'chunkattn-attack-')
     pub = 'tcp://127.0.0.1:%d' % harness.free_port()
     replay = 'tcp://127.0.0.1:%d' % harness.free_port()
     cluster = harness.Cluster('attack', tp=1, coordinator_prefix=['prlimit', '--nofile=1024:1024', '--'],

@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
 #include "base/address.h"
 #include "base/flags.h"
@@ -201,8 +202,12 @@ absl::Status SetHttpLimits(int32_t max_context, chunkattn::http::Options* o) {
 }
 
 // The HTTP front's guard, as metrics (at each scrape; nothing when it is off).
+// Scrapes come from two servers' threads: one at a time, so that a total is
+// never raised twice by the same difference.
 void PublishHttpStats(const chunkattn::openai::OpenAiServer* server, chunkattn::metrics::Registry& r) {
   if (server == nullptr) return;
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  absl::MutexLock lock(&mu);
   const chunkattn::http::HttpServer::Stats s = server->http_stats();
   r.GetGauge("chunkattn_http_connections", "Open connections to the HTTP API.").Set(static_cast<double>(s.open_connections));
   const std::pair<const char*, int64_t> totals[] = {
@@ -437,6 +442,11 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<openai::OpenAiServer> openai_server;
   std::atomic<const openai::OpenAiServer*> http_front{nullptr};  // for the scrapes, once started
+  // /metrics on both the HTTP front and the metrics port.
+  auto render_metrics = [&registry, &http_front] {
+    PublishHttpStats(http_front.load(), registry);
+    return registry.Serialize();
+  };
   if (http_port > 0) {
     openai::ServerOptions http;
     http.http = http_limits;
@@ -449,10 +459,7 @@ int main(int argc, char** argv) {
     http.version = CHUNKATTN_VERSION;
     http.metrics_tokens = metrics_tokens;
     absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> started = openai::OpenAiServer::Start(
-        std::move(http), &engine, &*config, prompt_text, text_pool.get(), &*auth, [&registry, &http_front] {
-          PublishHttpStats(http_front.load(), registry);
-          return registry.Serialize();
-        });
+        std::move(http), &engine, &*config, prompt_text, text_pool.get(), &*auth, render_metrics);
     if (!started.ok()) return Fail("--http_port: " + started.status().ToString());
     openai_server = std::move(*started);
     http_front = openai_server.get();
@@ -461,12 +468,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<metrics::MetricsHttpServer> http;
   if (metrics_port > 0) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> started = metrics::MetricsHttpServer::Start(
-        absl::GetFlag(FLAGS_metrics_host), metrics_port,
-        [&registry, &http_front] {
-          PublishHttpStats(http_front.load(), registry);
-          return registry.Serialize();
-        },
-        metrics_tokens);
+        absl::GetFlag(FLAGS_metrics_host), metrics_port, render_metrics, metrics_tokens);
     if (!started.ok()) return Fail("--metrics_port: " + started.status().ToString());
     http = std::move(*started);
   }

@@ -491,20 +491,23 @@ void Engine::UpdateGauges() {
   m_waiting_->Set(static_cast<double>(ss.waiting_requests));
   // Per tenant: the label values are the token file's tenants (one, "",
   // without tokens), so the series stay few. A tenant gone idle reads 0.
-  std::map<std::string, TenantLoad> loads = scheduler_->tenant_loads();
-  for (const std::string& seen : tenants_seen_) loads.emplace(seen, TenantLoad{});
+  const std::map<std::string, TenantLoad> loads = scheduler_->tenant_loads();
   for (const auto& [tenant, load] : loads) {
-    tenants_seen_.insert(tenant);
-    const std::pair<const char*, int64_t> figures[] = {{"running", load.running_requests},
-                                                       {"waiting", load.waiting_requests}};
-    for (const auto& [state, n] : figures) {
-      metrics_->GetGauge("chunkattn_tenant_requests", "Requests running or waiting, per tenant.",
-                         {{"tenant", tenant}, {"state", state}})
-          .Set(static_cast<double>(n));
-    }
-    metrics_->GetGauge("chunkattn_tenant_running_sequences", "Live samples of the running requests, per tenant.",
-                       {{"tenant", tenant}})
-        .Set(static_cast<double>(load.running_sequences));
+    if (tenant_gauges_.count(tenant) > 0) continue;
+    tenant_gauges_[tenant] = {
+        &metrics_->GetGauge("chunkattn_tenant_requests", "Requests running or waiting, per tenant.",
+                            {{"tenant", tenant}, {"state", "running"}}),
+        &metrics_->GetGauge("chunkattn_tenant_requests", "Requests running or waiting, per tenant.",
+                            {{"tenant", tenant}, {"state", "waiting"}}),
+        &metrics_->GetGauge("chunkattn_tenant_running_sequences",
+                            "Live samples of the running requests, per tenant.", {{"tenant", tenant}})};
+  }
+  for (const auto& [tenant, gauges] : tenant_gauges_) {
+    auto it = loads.find(tenant);
+    const TenantLoad load = it == loads.end() ? TenantLoad{} : it->second;
+    gauges[0]->Set(static_cast<double>(load.running_requests));
+    gauges[1]->Set(static_cast<double>(load.waiting_requests));
+    gauges[2]->Set(static_cast<double>(load.running_sequences));
   }
   m_vllm_running_->Set(static_cast<double>(ss.running_requests));
   m_vllm_waiting_->Set(static_cast<double>(ss.waiting_requests));

@@ -22,13 +22,13 @@
 #ifndef CHUNKATTN_SERVICES_COORDINATOR_ENGINE_H_
 #define CHUNKATTN_SERVICES_COORDINATOR_ENGINE_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -210,7 +210,8 @@ class Engine {
   std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;
   int64_t preemptions_seen_ = 0;
-  std::set<std::string> tenants_seen_;  // their per-tenant series, kept at 0 once idle
+  // Per tenant seen: its running, waiting and sequence gauges (kept at 0 once idle).
+  std::map<std::string, std::array<metrics::Gauge*, 3>> tenant_gauges_;
   // Queued requests kept for the next worker session (see ReleaseWorkers).
   std::vector<std::pair<int64_t, RequestSpec>> held_;
   absl::Time next_probe_ = absl::InfinitePast();

@@ -85,6 +85,15 @@ def temp_dir(prefix, add_cleanup=None):
     return folder
 
 
+def token_file(text, prefix='chunkattn-tokens-', add_cleanup=None):
+    """A bearer-token file (--auth_token_file) holding `text`, in a new
+    temp_dir(prefix, add_cleanup); its path."""
+    path = os.path.join(temp_dir(prefix, add_cleanup), 'tokens')
+    with open(path, 'w') as f:
+        f.write(text)
+    return path
+
+
 def remove_temp_dir(folder):
     shutil.rmtree(folder, ignore_errors=True)
     with _live_lock:

@@ -60,10 +60,8 @@ class AbortTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        tmp = harness.temp_dir('chunkattn-abort-', cls.addClassCleanup)
-        tokens = os.path.join(tmp, 'tokens')
-        with open(tokens, 'w') as f:
-            f.write('a-1 acme\na-2 acme\nb-1 globex\nops-1 role:operator\n')
+        tokens = harness.token_file('a-1 acme\na-2 acme\nb-1 globex\nops-1 role:operator\n', 'chunkattn-abort-',
+                                    cls.addClassCleanup)
         cls.cluster = cls.start_cluster('abort', tp=1, coordinator_args=[
             '--auth_token_file', tokens, '--max_batch_size', '1'])
 

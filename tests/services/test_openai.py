@@ -367,10 +367,8 @@ class OpenAiTenancyTest(OpenAiTestBase):
     @harness.setup_class_or_dump
     def setUpClass(cls):
         cls.sdk_dir()
-        tmp = harness.temp_dir('chunkattn-openai-tokens-', cls.addClassCleanup)
-        tokens = os.path.join(tmp, 'tokens')
-        with open(tokens, 'w') as f:
-            f.write('# token tenant\nalpha-1 acme\nalpha-2 acme\nbeta-1 globex\nloner\n')
+        tokens = harness.token_file('# token tenant\nalpha-1 acme\nalpha-2 acme\nbeta-1 globex\nloner\n',
+                                    'chunkattn-openai-tokens-', cls.addClassCleanup)
         cls.cluster = cls.start_cluster('openai-auth', tp=1, coordinator_args=[
             '--auth_token_file', tokens, '--served_model_name', SERVED, '--max_batch_size', '1',
             '--max_waiting_requests', '1'])

@@ -11,7 +11,6 @@ JSON, its text). The router's KV-event stream, which must carry A's token ids,
 is the control that shows the detector finds them.
 """
 import json
-import os
 import random
 import socket
 import time
@@ -32,10 +31,7 @@ class TenantIsolationTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        tmp = harness.temp_dir('chunkattn-tenancy-', cls.addClassCleanup)
-        tokens = os.path.join(tmp, 'tokens')
-        with open(tokens, 'w') as f:
-            f.write(TOKENS)
+        tokens = harness.token_file(TOKENS, 'chunkattn-tenancy-', cls.addClassCleanup)
         cls.cluster = cls.start_cluster('tenancy', tp=1, coordinator_args=[
             '--auth_token_file', tokens, '--kv_events=true', '--served_model_name', 'demo'])
         vllm.generate_vllm_stubs(harness.SOURCE)
@@ -78,6 +74,11 @@ class TenantIsolationTest(harness.ServiceTestCase):
         rng = random.Random(1)
         prompt = harness.random_ids(rng, 3 * CHUNK + 5)
         self.generate('a-1', prompt, namespace='x')
+        # Per-tenant figures: series for the tenant that ran, idle again (0).
+        m = harness.scrape_metrics(self.cluster.metrics_port)
+        for state in ('running', 'waiting'):
+            self.assertEqual(m.get('chunkattn_tenant_requests', tenant='t:acme', state=state), 0.0)
+        self.assertEqual(m.get('chunkattn_tenant_running_sequences', tenant='t:acme'), 0.0)
         stub, v = self.cluster.stub, self.v
         for token in ('a-1', 'b-1', 'u-1', 'ops-1'):
             with self.subTest(token=token):
@@ -247,10 +248,7 @@ class HttpGuardTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        tmp = harness.temp_dir('chunkattn-guard-', cls.addClassCleanup)
-        tokens = os.path.join(tmp, 'tokens')
-        with open(tokens, 'w') as f:
-            f.write('t-1 acme\no-1 role:operator\n')
+        tokens = harness.token_file('t-1 acme\no-1 role:operator\n', 'chunkattn-guard-', cls.addClassCleanup)
         cls.cluster = cls.start_cluster('http-guard', tp=1, coordinator_prefix=['prlimit', '--nofile=1024:1024', '--'],
                                         coordinator_args=['--auth_token_file', tokens, '--served_model_name', 'demo',
                                                           '--http_header_timeout_s', '2', '--http_body_timeout_s', '3'])
