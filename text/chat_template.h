@@ -16,7 +16,7 @@
 // and keyword arguments), call-free filter-free raw, generation (rendered as
 // its body). Expressions: literals, lists, dicts, tuples, arithmetic,
 // comparisons, in, and/or/not, `x if c else y`, `~`, attributes, subscripts,
-// slices, calls, filters and tests (the sets listed in chat_template.cc).
+// slices, calls, filters and tests (the sets listed in jinja/filters.cc).
 // Anything else is INVALID_ARGUMENT when the template is parsed, naming it.
 //
 // A ChatTemplate is immutable once parsed and safe for concurrent Render calls.
