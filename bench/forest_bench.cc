@@ -22,7 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "nlohmann/json.hpp"
-#include "services/cache/prefix_forest.h"
+#include "services/core/prefix_forest.h"
 
 ABSL_FLAG(int, sequences, 10000, "live sequences");
 ABSL_FLAG(int, system_prompts, 16, "distinct system prompts");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer harness in fuzz/ for SECONDS each (default 300) from
+# Runs every libFuzzer harness in tests/fuzz/ for SECONDS each (default 300) from
 # its committed seeds, in the ASan + UBSan build (scripts/sanitize.sh asan
 # builds it), and reports per harness: executions, executions per second,
 # edges covered (libFuzzer's "cov") out of the binary's instrumented ones,
@@ -40,7 +40,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTION
 for n in "${names[@]}"; do
   echo "fuzzing $n for ${seconds}s ..." >&2
   status=0
-  sh fuzz/run_fuzzer.sh "$dir/bin/chunkattn-fuzz-$n" "fuzz/corpus/$n" "$dir/fuzz-artifacts/$n" "$seconds" \
+  sh tests/fuzz/run_fuzzer.sh "$dir/bin/chunkattn-fuzz-$n" "tests/fuzz/corpus/$n" "$dir/fuzz-artifacts/$n" "$seconds" \
     >"$work/$n.log" 2>&1 || status=$?
   echo "$status" >"$work/$n.status"
 done

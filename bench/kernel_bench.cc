@@ -45,7 +45,7 @@
 #include "kernels/api/attention.h"
 #include "kernels/cpu/attention.h"
 #include "nlohmann/json.hpp"
-#include "services/cache/prefix_forest.h"
+#include "services/core/prefix_forest.h"
 #if CHUNKATTN_BENCH_CUDA
 #include <cuda_runtime_api.h>
 

@@ -46,7 +46,7 @@
 #include "chunkattn/v1/generation.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "services/client/client.h"
-#include "services/openai/http_client.h"
+#include "services/http/http_client.h"
 
 ABSL_FLAG(std::string, server, "", "the coordinator, HOST:PORT");
 ABSL_FLAG(double, rate, 1.0, "mean arrivals per second (Poisson)");

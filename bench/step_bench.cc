@@ -24,9 +24,9 @@
 #include "base/status_macros.h"
 #include "bench/bench_util.h"
 #include "nlohmann/json.hpp"
-#include "plan/plan_proto.h"
-#include "services/scheduler/null_executor.h"
-#include "services/scheduler/scheduler.h"
+#include "proto/plan/plan_proto.h"
+#include "services/core/null_executor.h"
+#include "services/core/scheduler.h"
 
 ABSL_FLAG(int, batch, 256, "requests decoding together");
 ABSL_FLAG(int, shared_len, 2048, "tokens of the prefix every request shares");

@@ -7,9 +7,10 @@
 # Here (the build machine, no GPU):
 #   scripts/cuda_session.sh bundle
 #       builds the seven binaries the session runs (in $BUILD_DIR, default
-#       build/: sm_80 and sm_90a kernels) and packs them, stripped, with the
-#       libraries a bare GPU host lacks into gpu-bundle.tar.xz (at most 60 MiB)
-#       and their commit into gpu-bundle.commit. Carry both.
+#       build/: sm_80 and sm_90a kernels by default, CI's build sm_90a alone;
+#       a folder without sm_90a gets it added) and packs them, stripped, with
+#       the libraries a bare GPU host lacks into gpu-bundle.tar.xz (at most
+#       60 MiB) and their commit into gpu-bundle.commit. Carry both.
 #   scripts/cuda_session.sh collect DIR...
 #       unpacks the archives that came back (each call's files_at folder) into
 #       bench/results/ (JSON) and tests/fixtures/transformers/, and prints each
@@ -71,6 +72,16 @@ case "$mode" in
     if [ ! -f "$build/build.ninja" ]; then
       cmake -S "$root" -B "$build" -G Ninja -DCHUNKATTN_CUDA=ON >/dev/null
     fi
+    # The GPU hosts are Hopper (H100, H200): the kernels must include sm_90a,
+    # whatever the folder was configured for (CI's build has sm_90a alone).
+    archs=$(sed -n 's/^CHUNKATTN_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")
+    case ";$archs;" in
+      *";90a;"*) ;;
+      *)
+        echo "cuda_session: $build builds CUDA for \"$archs\": adding 90a" >&2
+        cmake -S "$root" -B "$build" "-DCHUNKATTN_CUDA_ARCHITECTURES=${archs:+$archs;}90a" >/dev/null
+        ;;
+    esac
     # A build without CUDA has no chunkattn_kernels_cuda_test target: this fails.
     # shellcheck disable=SC2086
     cmake --build "$build" --target $BINS
@@ -147,10 +158,11 @@ failed=0
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 # Rewrites the two files of $OUT from the work folder (atomically: a call cut
-# off mid-pack keeps the previous archive).
+# off mid-pack keeps the previous archive). The archive first: a summary in
+# $OUT never lists a step its archive lacks.
 pack() {
-  cp "$summary" "$OUT/.$call-summary.txt" && mv "$OUT/.$call-summary.txt" "$OUT/$call-summary.txt"
   tar -C "$work" -czf "$OUT/.$call.tar.gz" . && mv "$OUT/.$call.tar.gz" "$OUT/$call.tar.gz"
+  cp "$summary" "$OUT/.$call-summary.txt" && mv "$OUT/.$call-summary.txt" "$OUT/$call-summary.txt"
 }
 
 # Appends a row to the step table and packs.

@@ -8,17 +8,70 @@
 # the main build and every test; the main ctest's summary comes last. Any
 # failure fails the run, after the rest has run. CHUNKATTN_SANITIZERS=0
 # skips the sanitizer builds (a quick local run).
+#
+# Each phase is timed, and a table of the phases' seconds is printed at the
+# end, also when one failed (then the ctest summary line is repeated under
+# it). A main build folder this script configures itself (a clean clone, as
+# in CI) gets one CUDA architecture, sm_90a (the GPU sessions' Hopper; the
+# default builds sm_80 too), and line tables for debug information
+# (CHUNKATTN_DEBUG_INFO, cmake/Common.cmake): what a CI run needs, in less
+# time. An existing folder keeps its settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+export BUILD_DIR=${BUILD_DIR:-build}
+phases=()   # "name seconds result"
+summary=""  # the main ctest's summary line
+
+# phase NAME COMMAND...: runs COMMAND, records its seconds and result.
+phase() {
+  local name=$1 start=$SECONDS status=0
+  shift
+  echo "test.sh: --- $name" >&2
+  "$@" || status=$?
+  phases+=("$name $((SECONDS - start)) $([ $status = 0 ] && echo ok || echo "failed($status)")")
+  return $status
+}
+
+report() {
+  local total=0 row name seconds result
+  echo
+  echo "test.sh: phase times"
+  printf '  %-12s %8s  %s\n' phase seconds result
+  for row in "${phases[@]}"; do
+    read -r name seconds result <<<"$row"
+    printf '  %-12s %8d  %s\n' "${name/_/ }" "$seconds" "$result"
+    total=$((total + seconds))
+  done
+  printf '  %-12s %8d  (%d min %02d s)\n' total "$total" $((total / 60)) $((total % 60))
+  [ -z "$summary" ] || echo "$summary"
+}
+trap report EXIT
+
+phase deps scripts/install-deps.sh
 failed=()
 if [ "${CHUNKATTN_SANITIZERS:-1}" != 0 ]; then
-  scripts/sanitize.sh asan || failed+=("sanitize asan")
-  scripts/sanitize.sh tsan || failed+=("sanitize tsan")
+  for mode in asan tsan; do
+    if phase "${mode}_build" scripts/sanitize.sh "$mode" --build-only; then
+      phase "${mode}_tests" scripts/sanitize.sh "$mode" --test-only || failed+=("sanitize $mode")
+    else
+      failed+=("sanitize $mode (build)")
+    fi
+  done
 fi
-scripts/build.sh
+configure=()
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  configure=(-DCHUNKATTN_CUDA_ARCHITECTURES=90a -DCHUNKATTN_DEBUG_INFO=lines)
+fi
+phase main_build scripts/build.sh "${configure[@]}"
 status=0
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900) || status=$?
+log=$(mktemp "${TMPDIR:-/tmp}/chunkattn-ctest-XXXXXX")
+run_main_tests() {
+  (cd "$BUILD_DIR" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900) 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+phase main_tests run_main_tests || status=$?
+summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1 || true)
+rm -f "$log"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test.sh: FAILED: ${failed[*]} (see above)" >&2
   exit 1

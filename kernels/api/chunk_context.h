@@ -1,6 +1,6 @@
 // The (C, i, j) context: how the live sequences of a prefix forest map onto
 // physical KV chunks, as plain arrays the decode kernels consume (section 3.3
-// of the ChunkAttention paper). Host-only; built by services/cache/PrefixForest,
+// of the ChunkAttention paper). Host-only; built by services/core/PrefixForest,
 // copied to the device only when `version` changes.
 //
 // Sequences are numbered 0..num_seqs-1 in "context order": an order in which

@@ -37,21 +37,20 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "chunkattn/v1/generation.pb.h"
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "services/coordinator/output_processor.h"
 #include "services/coordinator/worker_group.h"
 #include "services/coordinator/worker_pool.h"
 #include "services/kv_events/kv_events.h"
 #include "services/kv_events/publisher.h"
 #include "services/metrics/metrics.h"
-#include "services/scheduler/scheduler.h"
+#include "services/core/scheduler.h"
 #include "text/tokenizer.h"
 
 namespace chunkattn {
 
-// A request as the engine runs it (the API front has validated and
-// tokenized it).
+// A request as the engine runs it: checked and tokenized by the input
+// processor (input_processor.h).
 struct EngineRequest {
   std::string request_id;  // the client's, echoed
   std::string owner;       // the caller's tenant (TokenAuth::Authenticate): whose Abort reaches it

@@ -9,11 +9,11 @@
 
 namespace chunkattn {
 
-const char* VllmFinishReason(v1::FinishReason reason) {
+const char* VllmFinishReason(FinishReason reason) {
   switch (reason) {
-    case v1::FINISH_REASON_LENGTH:
+    case FinishReason::kLength:
       return "length";
-    case v1::FINISH_REASON_CANCELLED:
+    case FinishReason::kCancelled:
       return "abort";
     default:
       return "stop";
@@ -21,22 +21,6 @@ const char* VllmFinishReason(v1::FinishReason reason) {
 }
 
 namespace {
-
-v1::FinishReason ToProto(FinishReason r) {
-  switch (r) {
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStopToken:
-      return v1::FINISH_REASON_STOP_TOKEN;
-    case FinishReason::kStopString:
-      return v1::FINISH_REASON_STOP_STRING;
-    case FinishReason::kCancelled:
-      return v1::FINISH_REASON_CANCELLED;
-    case FinishReason::kNone:
-      break;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
 
 const char* ReasonLabel(FinishReason r) {
   switch (r) {
@@ -250,38 +234,31 @@ void OutputProcessor::HandleEvent(const SampleEvent& e, absl::Time now) {
     }
     end = sample.text.size() - hold;
   }
-  v1::GenerateResponse response;
-  response.set_request_id(live.request.request_id);
-  response.set_index(static_cast<uint32_t>(e.index));
-  response.add_token_ids(e.token);
+  GenerationOutput output;
+  output.request_id = live.request.request_id;
+  output.index = e.index;
+  output.token_ids.push_back(e.token);
   if (end > sample.sent) {
-    response.set_text(sample.text.substr(sample.sent, end - sample.sent));
+    output.text = sample.text.substr(sample.sent, end - sample.sent);
     sample.sent = end;
   }
   if (live.request.return_logprobs) {
-    response.add_logprobs(e.logprob);
+    output.logprobs.push_back(e.logprob);
     // The scheduler gives a sample's every event its entries, or none: one
-    // TopLogprobs per token_ids entry, as the responses are sent or dropped whole.
-    if (!e.top_token_ids.empty()) {
-      v1::TopLogprobs* top = response.add_top_logprobs();
-      top->mutable_token_ids()->Add(e.top_token_ids.begin(), e.top_token_ids.end());
-      top->mutable_logprobs()->Add(e.top_logprobs.begin(), e.top_logprobs.end());
-    }
+    // TopLogprobs per token_ids entry, as the outputs are sent or dropped whole.
+    if (!e.top_token_ids.empty()) output.top_logprobs.push_back({e.top_token_ids, e.top_logprobs});
   }
   if (finish != FinishReason::kNone || live.sink->WantsRunningUsage()) {
-    auto* usage = response.mutable_usage();
-    usage->set_prompt_tokens(static_cast<uint32_t>(e.prompt_tokens));
-    usage->set_cached_prompt_tokens(static_cast<uint32_t>(e.cached_prompt_tokens));
-    usage->set_completion_tokens(static_cast<uint32_t>(e.completion_tokens));
+    output.usage = GenerationOutput::Usage{e.prompt_tokens, e.cached_prompt_tokens, e.completion_tokens};
   }
   if (finish != FinishReason::kNone) {
     sample.finished = true;
     live.last_reason = finish;
-    response.set_finish_reason(ToProto(finish));
-    if (finish == FinishReason::kStopString && matched != nullptr) response.set_stop_string(*matched);
+    output.finish_reason = finish;
+    if (finish == FinishReason::kStopString && matched != nullptr) output.stop_string = *matched;
     if (finish == FinishReason::kStopString && e.finish == FinishReason::kNone) finish_sample_(e.request, e.index);
   }
-  live.sink->Send(std::move(response));
+  live.sink->Send(std::move(output));
 }
 
 void OutputProcessor::EndLive(int64_t id, const absl::Status& status, const std::string& reason) {

@@ -1,8 +1,8 @@
 // The coordinator's output side: turns the scheduler's sampled-token events
-// into responses on its own thread, so the engine loop only schedules and
+// into outputs on its own thread, so the engine loop only schedules and
 // steps. Per sample it detokenizes (text/detokenizer.h), applies stop strings
 // (the text ends before the earliest match; text that could still become a
-// match is held back) and fans the response out to the request's sink; per
+// match is held back) and fans the output out to the request's sink; per
 // request it records latency metrics and ends the call.
 //
 // A stop string is found here, after the scheduler already produced the
@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,29 +29,57 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "chunkattn/v1/generation.pb.h"
 #include "services/metrics/metrics.h"
-#include "services/scheduler/scheduler.h"
+#include "services/core/scheduler.h"
 #include "text/tokenizer.h"
 
 namespace chunkattn {
 
-// Where a request's responses go. Called on the output processor's thread
+// What one sample of a request produced at one step, in no API's terms:
+// each front translates it to its own wire format.
+struct GenerationOutput {
+  // The most likely tokens at one position, most likely first (ties: lower
+  // id first), with their logprobs.
+  struct TopLogprobs {
+    std::vector<int32_t> token_ids;
+    std::vector<float> logprobs;
+  };
+  struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t cached_prompt_tokens = 0;  // whose KV came from the prefix cache (not computed)
+    int64_t completion_tokens = 0;     // of this sample, so far
+  };
+
+  std::string request_id;  // the client's
+  int32_t index = 0;       // sample, 0 .. n-1
+  std::vector<int32_t> token_ids;  // new tokens
+  std::string text;                // new text (never splits a UTF-8 character)
+  std::vector<float> logprobs;     // of token_ids, nats, if the request asked
+  // One per token_ids entry when the request asked for top logprobs.
+  std::vector<TopLogprobs> top_logprobs;
+  FinishReason finish_reason = FinishReason::kNone;  // set on the sample's last output
+  std::string stop_string;  // with kStopString: the stop string that matched (the earliest in the text)
+  // On the sample's last output, and on every one for a sink that
+  // WantsRunningUsage.
+  std::optional<Usage> usage;
+};
+
+// Where a request's outputs go. Called on the output processor's thread
 // only; must not block. Finish is the last call.
 class ResponseSink {
  public:
   virtual ~ResponseSink() = default;
-  virtual void Send(v1::GenerateResponse response) = 0;
+  virtual void Send(GenerationOutput output) = 0;
   virtual void Finish(absl::Status status) = 0;
-  // Whether every response should carry the sample's usage so far (the
-  // vLLM engine API's chunks report it); otherwise only each sample's last.
+  // Whether every output should carry the sample's usage so far (the vLLM
+  // engine API's chunks report it); otherwise only each sample's last.
   virtual bool WantsRunningUsage() const { return false; }
 };
 
-// vLLM's finish_reason for a sample's last response, as both its OpenAI API
+// vLLM's finish_reason for a sample's last output, as both its OpenAI API
 // and its gRPC engine API say it: "length", "stop" (EOS, stop tokens and
 // strings) or "abort".
-const char* VllmFinishReason(v1::FinishReason reason);
+const char* VllmFinishReason(FinishReason reason);
 
 // The per-request series the processor records (owned by a registry).
 struct OutputMetrics {

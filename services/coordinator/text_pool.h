@@ -25,6 +25,10 @@
 
 namespace chunkattn {
 
+// Texts waiting for the coordinator's pool beyond which new ones are refused
+// (every front's).
+inline constexpr int kMaxQueuedTexts = 4096;
+
 class TextPool {
  public:
   TextPool(int threads, int max_queued, absl::Duration trim_after = absl::Seconds(1));

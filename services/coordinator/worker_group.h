@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "plan/step_plan.h"
+#include "proto/plan/step_plan.h"
 
 namespace chunkattn {
 

@@ -14,7 +14,7 @@
 #include "base/grpc_status.h"
 #include "base/status_macros.h"
 #include "grpcpp/create_channel.h"
-#include "plan/plan_proto.h"
+#include "proto/plan/plan_proto.h"
 
 namespace chunkattn {
 

@@ -34,7 +34,7 @@
 #include "absl/time/time.h"
 #include "base/grpc_security.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
-#include "plan/step_plan.h"
+#include "proto/plan/step_plan.h"
 #include "services/coordinator/worker_group.h"
 
 namespace chunkattn {

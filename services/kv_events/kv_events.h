@@ -22,7 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "services/cache/prefix_forest.h"
+#include "services/core/prefix_forest.h"
 #include "services/kv_events/block_hash.h"
 
 namespace chunkattn {

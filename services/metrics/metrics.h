@@ -1,6 +1,6 @@
 // Prometheus metrics for the cache coordinator: counters, gauges and
 // histograms in a Registry that renders the text exposition format 0.0.4
-// (what a Prometheus server scrapes from /metrics; see http_server.h).
+// (what a Prometheus server scrapes from /metrics; see metrics_server.h).
 //
 // A metric *family* has a name, help text, a kind and a fixed, ordered list of
 // label names; its *series* are told apart by their label values. Callers look

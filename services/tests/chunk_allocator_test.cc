@@ -1,4 +1,4 @@
-#include "services/cache/chunk_allocator.h"
+#include "services/core/chunk_allocator.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // A walk of mixed operations on a small prefix forest, checked after every
 // step against a brute-force model; each choice comes from a source, so the
-// unit test drives it with a seeded generator and fuzz/ with arbitrary bytes.
+// unit test drives it with a seeded generator and tests/fuzz/ with arbitrary bytes.
 // Failures are GoogleTest assertions (outside a test, GoogleTest records
 // them all the same: the fuzzer reads them back).
 //
@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "services/cache/prefix_forest.h"
+#include "services/core/prefix_forest.h"
 
 namespace chunkattn {
 namespace testing {
@@ -56,7 +56,7 @@ struct WalkCase {
 };
 
 // Every choice of the walk: an integer in [lo, hi]. A seeded generator in the
-// unit test, the fuzzer's bytes in fuzz/.
+// unit test, the fuzzer's bytes in tests/fuzz/.
 using UniformSource = std::function<int(int lo, int hi)>;
 
 class RandomWalk {

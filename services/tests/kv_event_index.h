@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "services/cache/prefix_forest.h"
+#include "services/core/prefix_forest.h"
 #include "services/kv_events/kv_events.h"
 
 namespace chunkattn {

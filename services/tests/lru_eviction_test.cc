@@ -1,12 +1,12 @@
 // LruEviction alone (against a list model), then its age through the forest.
-#include "services/cache/lru_eviction.h"
+#include "services/core/lru_eviction.h"
 
 #include <algorithm>
 #include <list>
 
 #include "absl/random/random.h"
 #include "gtest/gtest.h"
-#include "services/cache/prefix_forest.h"
+#include "services/core/prefix_forest.h"
 
 namespace chunkattn {
 namespace {

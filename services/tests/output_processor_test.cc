@@ -35,13 +35,13 @@ const Tokenizer& DemoTokenizer() {
 // one thread, nothing after Finish, Finish once.
 class RecordingSink : public ResponseSink {
  public:
-  void Send(v1::GenerateResponse r) override {
+  void Send(GenerationOutput r) override {
     Check();
     if (finished_) ++after_finish_;
-    const uint32_t i = r.index();
-    text_[i] += r.text();
-    tokens_[i] += r.token_ids_size();
-    if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) reason_[i] = r.finish_reason();
+    const uint32_t i = static_cast<uint32_t>(r.index);
+    text_[i] += r.text;
+    tokens_[i] += static_cast<int>(r.token_ids.size());
+    if (r.finish_reason != FinishReason::kNone) reason_[i] = r.finish_reason;
   }
   void Finish(absl::Status status) override {
     Check();
@@ -53,7 +53,7 @@ class RecordingSink : public ResponseSink {
 
   std::map<uint32_t, std::string> text_;
   std::map<uint32_t, int> tokens_;
-  std::map<uint32_t, v1::FinishReason> reason_;
+  std::map<uint32_t, FinishReason> reason_;
   bool finished_ = false;
   int finishes_ = 0;
   int after_finish_ = 0;
@@ -196,7 +196,7 @@ TEST(OutputProcessorTest, StreamedTextAndStopStringsMatchTheReference) {
       for (const std::string& stop : c.stops) cut = std::min(cut, full.find(stop));
       const bool stops = cut != std::string::npos;
       EXPECT_EQ(c.sink->text_.at(s), stops ? full.substr(0, cut) : full) << id << "/" << s;
-      EXPECT_EQ(c.sink->reason_.at(s), stops ? v1::FINISH_REASON_STOP_STRING : v1::FINISH_REASON_LENGTH);
+      EXPECT_EQ(c.sink->reason_.at(s), stops ? FinishReason::kStopString : FinishReason::kLength);
       if (stops) ++stopped;
     }
   }
@@ -204,17 +204,17 @@ TEST(OutputProcessorTest, StreamedTextAndStopStringsMatchTheReference) {
   // The callback named each sample a stop string ended before its last token.
   absl::MutexLock lock(&f.mu);
   for (const auto& [id, index] : f.finished_samples) {
-    EXPECT_EQ(cases[id].sink->reason_.at(index), v1::FINISH_REASON_STOP_STRING);
+    EXPECT_EQ(cases[id].sink->reason_.at(index), FinishReason::kStopString);
   }
   EXPECT_GT(f.finished_samples.size(), 0u);
 }
 
-// Keeps every response.
+// Keeps every output.
 class KeepingSink : public ResponseSink {
  public:
-  void Send(v1::GenerateResponse r) override { responses.push_back(std::move(r)); }
+  void Send(GenerationOutput r) override { responses.push_back(std::move(r)); }
   void Finish(absl::Status status) override { this->status = std::move(status); }
-  std::vector<v1::GenerateResponse> responses;
+  std::vector<GenerationOutput> responses;
   absl::Status status;
 };
 
@@ -263,25 +263,24 @@ TEST(OutputProcessorTest, LogprobsAndTopLogprobsStayAlignedWithTokens) {
   f.processor->Flush();
   for (int id = 0; id < 4; ++id) {
     size_t tokens = 0;
-    for (const v1::GenerateResponse& r : sinks[id]->responses) {
-      ASSERT_EQ(r.token_ids_size(), 1);
-      ASSERT_EQ(r.logprobs_size(), cases[id].logprobs ? 1 : 0) << id;
-      ASSERT_EQ(r.top_logprobs_size(), cases[id].logprobs ? 1 : 0) << id;
-      EXPECT_EQ(r.token_ids(0), said[tokens]) << id;
+    for (const GenerationOutput& r : sinks[id]->responses) {
+      ASSERT_EQ(r.token_ids.size(), 1u);
+      ASSERT_EQ(r.logprobs.size(), cases[id].logprobs ? 1u : 0u) << id;
+      ASSERT_EQ(r.top_logprobs.size(), cases[id].logprobs ? 1u : 0u) << id;
+      EXPECT_EQ(r.token_ids[0], said[tokens]) << id;
       if (cases[id].logprobs) {
-        const v1::TopLogprobs& top = r.top_logprobs(0);
-        ASSERT_EQ(top.token_ids_size(), 3);
-        ASSERT_EQ(top.logprobs_size(), 3);
-        EXPECT_EQ(top.token_ids(0), r.token_ids(0));
-        EXPECT_EQ(top.logprobs(0), r.logprobs(0));
-        EXPECT_EQ(top.token_ids(2), r.token_ids(0) + 2);
-        EXPECT_EQ(top.logprobs(2), r.logprobs(0) - 2);
+        const GenerationOutput::TopLogprobs& top = r.top_logprobs[0];
+        ASSERT_EQ(top.token_ids.size(), 3u);
+        ASSERT_EQ(top.logprobs.size(), 3u);
+        EXPECT_EQ(top.token_ids[0], r.token_ids[0]);
+        EXPECT_EQ(top.logprobs[0], r.logprobs[0]);
+        EXPECT_EQ(top.token_ids[2], r.token_ids[0] + 2);
+        EXPECT_EQ(top.logprobs[2], r.logprobs[0] - 2);
       }
       ++tokens;
     }
     const bool stops = !cases[id].stops.empty();
-    EXPECT_EQ(sinks[id]->responses.back().finish_reason(),
-              stops ? v1::FINISH_REASON_STOP_STRING : v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(sinks[id]->responses.back().finish_reason, stops ? FinishReason::kStopString : FinishReason::kLength);
     if (stops) {
       EXPECT_LT(tokens, said.size()) << id << ": the tokens after the stop string are dropped";
     } else {

@@ -9,8 +9,8 @@
 #include <cstdint>
 
 #include "gtest/gtest.h"
-#include "plan/step_plan.h"
-#include "services/scheduler/scheduler.h"
+#include "proto/plan/step_plan.h"
+#include "services/core/scheduler.h"
 
 namespace chunkattn {
 namespace testing {

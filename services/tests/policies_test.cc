@@ -1,6 +1,6 @@
 // The admission and preemption policies alone (against brute-force orders),
 // then through the Scheduler with a manual clock and the null executor.
-#include "services/scheduler/policies.h"
+#include "services/core/policies.h"
 
 #include <algorithm>
 #include <map>
@@ -8,8 +8,8 @@
 
 #include "absl/random/random.h"
 #include "gtest/gtest.h"
-#include "services/scheduler/null_executor.h"
-#include "services/scheduler/scheduler.h"
+#include "services/core/null_executor.h"
+#include "services/core/scheduler.h"
 #include "services/tests/plan_limits.h"
 
 namespace chunkattn {

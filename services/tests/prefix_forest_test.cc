@@ -1,5 +1,5 @@
 // Contract tests: one behaviour of PrefixForest per test, on chunk size 16.
-#include "services/cache/prefix_forest.h"
+#include "services/core/prefix_forest.h"
 
 #include <numeric>
 

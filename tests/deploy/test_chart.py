@@ -84,13 +84,14 @@ def one(docs, kind, component=None):
 
 
 def binary_flags(name):
-    """The flags a binary defines in its own main file, from --helpfull."""
+    """The flags a binary defines in its own main file (or, for the coordinator,
+    the config file its main reads them through), from --helpfull."""
     r = subprocess.run([harness.bin_path(name), '--helpfull'], capture_output=True, text=True,
                        timeout=30)
     flags, in_main = set(), False
     for line in (r.stdout + r.stderr).splitlines():
         if line.strip().startswith('Flags from '):
-            in_main = '_main.cc' in line
+            in_main = line.rstrip().endswith(('_main.cc:', 'coordinator_config.cc:'))
         elif in_main:
             m = re.match(r'^\s+--(\w+) \(', line)
             if m:

@@ -20,6 +20,7 @@ import argparse
 import atexit
 import ctypes
 import dataclasses
+import importlib
 import os
 import shutil
 import signal
@@ -406,6 +407,10 @@ class Cluster:
                     self.start_worker(i)
                 self.coordinator = Process('%s-coordinator-%d' % (self.name, attempt),
                                            self.coordinator_argv()).start()
+                # A channel whose first connection is refused waits out gRPC's
+                # reconnect backoff (1 s, 1.6 s, 2.6 s ...): opened before the
+                # coordinator listened, it saw SERVING ~4.5 s after the fact.
+                self.wait_listening(timeout)
                 self.channel = self.open_channel()
                 self.stub = pb_grpc.GenerationStub(self.channel)
                 self.wait_health(SERVING, timeout)
@@ -426,6 +431,18 @@ class Cluster:
             return grpc.insecure_channel(target)
         options = [('grpc.ssl_target_name_override', self.target_name)] if self.target_name else []
         return grpc.secure_channel(target, credentials, options=options)
+
+    def wait_listening(self, timeout):
+        """Waits until the API port accepts connections; StartupError as soon
+        as a process has exited, AssertionError on timeout."""
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port, timeout=0.2):
+            for p in self.processes():
+                if not p.alive():
+                    raise StartupError('%s exited with %s' % (p.name, p.returncode()))
+            if time.monotonic() >= deadline:
+                raise AssertionError('the coordinator did not listen on %d within %.0f s' % (self.port, timeout))
+            time.sleep(0.02)
 
     def wait_health(self, expected, timeout, check_alive=None):
         """Waits until health is `expected`. With check_alive (the default when
@@ -615,14 +632,50 @@ def fresh_namespace(tag):
     return '%s-%s' % (tag, uuid.uuid4().hex)
 
 
+_shared_clusters = {}  # (tp, coordinator_args, worker_args) -> the process's Cluster
+
+
+def shared_cluster(name, tp=1, coordinator_args=(), worker_args=()):
+    """The process's cluster of this configuration: started by the first
+    caller, kept until the process exits (stop_shared_clusters), and checked
+    to be SERVING for each later one."""
+    key = (tp, tuple(coordinator_args), tuple(worker_args))
+    c = _shared_clusters.get(key)
+    if c is None:
+        c = Cluster('shared-' + name, tp=tp, coordinator_args=coordinator_args, worker_args=worker_args).start()
+        _shared_clusters[key] = c
+    else:
+        c.wait_health(SERVING, 10)
+    return c
+
+
+def stop_shared_clusters():
+    for c in _shared_clusters.values():
+        c.stop()
+    _shared_clusters.clear()
+
+
 class ServiceTestCase(unittest.TestCase):
     """Base: subclasses start their cluster(s) in setUpClass through
     start_cluster(); a failing test prints every process's log tail."""
 
-    clusters = []
+    clusters = []         # the class's own, stopped when it is done
+    shared_clusters = []  # the process's, that the class uses
 
     @classmethod
-    def start_cluster(cls, name, **kwargs):
+    def start_cluster(cls, name, shared=False, **kwargs):
+        """A cluster of `tp` workers and a coordinator (Cluster's arguments).
+        shared=True (tp, coordinator_args and worker_args only): the process's
+        cluster of that configuration, which the classes run in one process
+        share (tests/services/CMakeLists.txt runs several classes per
+        process) instead of each starting its own. A class that shares one
+        kills, stops and reconfigures nothing of it, and its tests use their
+        own namespaces and request ids and measure deltas, so that they pass
+        in any order and after any other class."""
+        if shared:
+            c = shared_cluster(name, **kwargs)
+            cls.shared_clusters = cls.shared_clusters + [c]
+            return c
         c = Cluster(name, **kwargs)
         cls.clusters = cls.clusters + [c]
         c.start()
@@ -633,13 +686,14 @@ class ServiceTestCase(unittest.TestCase):
         for c in cls.clusters:
             c.stop()
         cls.clusters = []
+        cls.shared_clusters = []
 
     def run(self, result=None):
         result = result if result is not None else self.defaultTestResult()
         before = len(result.failures) + len(result.errors)
         out = super().run(result)
         if len(result.failures) + len(result.errors) > before:
-            for c in type(self).clusters:
+            for c in type(self).clusters + type(self).shared_clusters:
                 c.dump_logs()
         return out
 
@@ -650,7 +704,7 @@ def setup_class_or_dump(fn):
         try:
             fn(cls)
         except BaseException:
-            for c in cls.clusters:
+            for c in cls.clusters + cls.shared_clusters:
                 c.dump_logs()
             for c in cls.clusters:
                 c.stop()
@@ -674,15 +728,24 @@ def setup(source, build=None):
 
 
 def main():
+    """Runs the tests named in the arguments: classes of the calling module
+    (CancelTest), or of another test module here (test_prefix_cache.CacheSurvivesTest),
+    all in this process, so that they can share clusters (start_cluster's shared)."""
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument('--source', default=os.path.dirname(os.path.dirname(here)))
     parser.add_argument('--build', default=None)
     args, rest = parser.parse_known_args()
     setup(args.source, args.build)
+    main_module = sys.modules['__main__']
+    for name in rest:
+        module = name.split('.')[0]
+        if not hasattr(main_module, module) and os.path.isfile(os.path.join(here, module + '.py')):
+            setattr(main_module, module, importlib.import_module(module))
     sys.stderr.write('logs: %s%s\n' % (log_dir(), '' if keep_logs() else
                                          ' (removed at exit; CHUNKATTN_KEEP_TEST_LOGS=1 keeps them)'))
     program = unittest.main(module='__main__', argv=[sys.argv[0]] + rest, verbosity=2, exit=False)
     ok = program.result.wasSuccessful()
+    stop_shared_clusters()
     _cleanup()
     sys.exit(0 if ok else 1)

@@ -19,7 +19,7 @@ class CancelTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('cancel', tp=1)
+        cls.cluster = cls.start_cluster('cancel', shared=True, tp=1)
 
     def test_cancel_mid_stream_releases_everything(self):
         before = self.cluster.metrics().value('chunkattn_requests_finished_total', reason='cancelled')
@@ -394,7 +394,7 @@ class ParallelSamplesTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('samples', tp=1)
+        cls.cluster = cls.start_cluster('samples', shared=True, tp=1)
 
     def test_n3_seeded(self):
         prompt = harness.random_ids(random.Random(3), 90)
@@ -426,7 +426,7 @@ class StopStringTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('stop', tp=1)
+        cls.cluster = cls.start_cluster('stop', shared=True, tp=1)
 
     def test_text_ends_before_the_stop_string(self):
         prompt = 'To be, or not to be, that is the question:'
@@ -450,7 +450,7 @@ class MetricsFormatTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('metrics', tp=1)
+        cls.cluster = cls.start_cluster('metrics', shared=True, tp=1)
 
     def test_metrics_are_exported(self):
         before = self.cluster.metrics()

@@ -63,7 +63,7 @@ class ChatTest(harness.ServiceTestCase):
         with open(os.path.join(cls.model, 'tokenizer_config.json'), 'w') as f:
             json.dump(cls.config, f)
         cls.cluster = cls.start_cluster('chat', tp=1, model=cls.model)
-        cls.plain = cls.start_cluster('chat-none', tp=1)
+        cls.plain = cls.start_cluster('chat-none', shared=True, tp=1)
         cls.reference = chat_reference.Renderer(cls.config)
         with open(os.path.join(harness.SOURCE, 'data', 'demo', 'shakespeare.txt'), encoding='utf-8') as f:
             cls.prose = f.read()

@@ -44,7 +44,7 @@ class CliTest(harness.ServiceTestCase):
     def setUpClass(cls):
         if not os.access(harness.bin_path('chunkattn'), os.X_OK):
             raise unittest.SkipTest('build/bin/chunkattn is missing')
-        cls.cluster = cls.start_cluster('cli', tp=1)
+        cls.cluster = cls.start_cluster('cli', shared=True, tp=1)
         cls.server = '127.0.0.1:%d' % cls.cluster.port
 
     def check(self, r, rc=0):

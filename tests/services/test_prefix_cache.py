@@ -19,7 +19,7 @@ class SharedPrefixTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('shared', tp=1)
+        cls.cluster = cls.start_cluster('shared', shared=True, tp=1)
 
     def test_concurrent_requests_share_the_system_prompt(self):
         rng = random.Random(1234)
@@ -95,7 +95,7 @@ class CacheSurvivesTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('survives', tp=1)
+        cls.cluster = cls.start_cluster('survives', shared=True, tp=1)
 
     def test_finished_prompt_stays_cached_in_its_namespace(self):
         rng = random.Random(99)

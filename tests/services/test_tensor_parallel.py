@@ -23,10 +23,9 @@ class TensorParallelTest(harness.ServiceTestCase):
         return outputs
 
     def test_tp2_equals_tp1(self):
-        tp1 = self.start_cluster('tp1', tp=1)
+        tp1 = self.start_cluster('tp1', shared=True, tp=1)
         self.assertEqual(tp1.model_info().tensor_parallel_size, 1)
         out1 = self.run_prompts(tp1)
-        tp1.stop()
         tp2 = self.start_cluster('tp2', tp=2)
         self.assertEqual(tp2.model_info().tensor_parallel_size, 2)
         out2 = self.run_prompts(tp2)

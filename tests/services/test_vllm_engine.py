@@ -256,7 +256,8 @@ class VllmTestCase(harness.ServiceTestCase):
     @harness.setup_class_or_dump
     def setUpClass(cls):
         generate_vllm_stubs(harness.SOURCE)
-        cls.cluster = cls.start_cluster(cls.name, tp=1, coordinator_args=list(cls.cluster_args))
+        cls.cluster = cls.start_cluster(cls.name, shared=not cls.cluster_args, tp=1,
+                                        coordinator_args=list(cls.cluster_args))
         cls.v = vpb_grpc.VllmEngineStub(cls.cluster.channel)
         cls.info = cls.cluster.model_info()
 

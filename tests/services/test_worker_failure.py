@@ -268,10 +268,16 @@ class WorkerDrainTest(harness.ServiceTestCase):
 
     def test_sigterm_finishes_the_running_and_keeps_the_queued(self):
         c = self.cluster
-        # References first, undisturbed (greedy: the same tokens afterwards).
+        # References first, undisturbed (greedy: the same tokens afterwards),
+        # side by side as the disturbed ones run.
         reference = {}
-        for seed, n in ((1, 600), (2, 600), (3, 20)):
-            self.stream(seed, n, reference)
+        refs = [threading.Thread(target=self.stream, args=(seed, n, reference), daemon=True)
+                for seed, n in ((1, 600), (2, 600), (3, 20))]
+        for t in refs:
+            t.start()
+        for t in refs:
+            t.join(120)
+        self.assertEqual(sorted(reference), [1, 2, 3])
         results = {}
         threads = []
         for seed in (1, 2):

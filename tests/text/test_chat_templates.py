@@ -30,6 +30,11 @@ The contract of chunkattn-chat-render (the same as chat_reference.py's):
           {"error": "..."} (other keys are ignored here)
   exit status 0 when every line was answered.
 
+--count sets the conversations per template (default 2,500, the full corpus
+that bench/text_differential.sh runs); CI runs 500 (tests/CMakeLists.txt),
+with the branch counts below scaled to it, so a slice that stops reaching a
+branch fails.
+
 The reference files come from scripts/install-hf-reference.sh; when it
 fails, or a file or the binary is missing, the test fails (it never skips).
 Corpora and outputs live in a temporary folder removed at the end, passed,

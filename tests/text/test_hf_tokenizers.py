@@ -13,6 +13,13 @@ With add_special_tokens (the post-processor's BOS/EOS) the full corpus runs
 for Llama 2 and Llama 3.1, whose templates add tokens, and a 2,000-string one
 for the other four.
 
+Those are the defaults, the full corpora (bench/text_differential.sh). CI
+runs a slice (tests/CMakeLists.txt: --count, --prose-mb, --special-count,
+--special-prose-mb): the same seed and generators with fewer strings, every
+tokenizer, both settings, every fixed edge case and every kind of string;
+each corpus must hold at least MIN_PER_KIND strings of each kind, so a slice
+cut too thin fails rather than passing on less.
+
 The reference comes from scripts/install-hf-reference.sh (npm packages at
 the versions of hf_reference/package-lock.json, cached outside the source
 tree). When it cannot be installed, or a tokenizer file or the binary is
@@ -26,9 +33,11 @@ about two minutes.
 
 Usage:
   test_hf_tokenizers.py --build BUILD --source SRC [--seed N] [--only NAME,...]
-                        [--jobs N] [unittest args]
+                        [--jobs N] [--count N] [--prose-mb MB] [--special-count N]
+                        [--special-prose-mb MB] [unittest args]
 """
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -39,13 +48,20 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_harness as harness  # noqa: E402 (the path above)
+from make_tokenizer_corpus import WEIGHTS  # noqa: E402
+
+# Every kind of string the corpus generator makes: its fixed cases, the prose
+# passages, one kind per weighted generator, and the mixtures.
+KINDS = ("edge", "prose", "fuzz") + tuple(k for k in WEIGHTS if k != "prose")
 
 TOKENIZERS = ("llama2", "llama3", "llama3_1", "qwen3", "gemma3", "deepseek_v3")
 # add_special_tokens on the full corpus for these; a small corpus for the rest.
 FULL_SPECIAL = ("llama2", "llama3_1")
 COUNT = 20000
+PROSE_MB = 3.0
 SMALL_COUNT = 2000
 SMALL_PROSE_MB = 0.2
+MIN_PER_KIND = 20  # strings of each generator's kind in a full-size (not small) corpus
 JOB_TIMEOUT_S = 300
 SHOW_MISMATCHES = 5
 
@@ -161,7 +177,7 @@ class HfTokenizerDifferentialTest(unittest.TestCase):
                 if small:
                     argv += ["--count", str(SMALL_COUNT), "--prose-mb", str(SMALL_PROSE_MB)]
                 else:
-                    argv += ["--count", str(COUNT)]
+                    argv += ["--count", str(COUNT), "--prose-mb", str(PROSE_MB)]
                 corpus_jobs.append(Job("corpus " + os.path.basename(corpus), argv, os.devnull,
                                        os.devnull, corpus + ".err"))
             for special in (False, True):
@@ -205,6 +221,11 @@ class HfTokenizerDifferentialTest(unittest.TestCase):
         self.assertEqual(len(ours), len(corpus), "chunkattn-hf-encode wrote %d lines for %d:\n%s"
                          % (len(ours), len(corpus), tail(case["ours"].stderr)))
         self.assertGreaterEqual(len(corpus), SMALL_COUNT if special and name not in FULL_SPECIAL else COUNT)
+        if not (special and name not in FULL_SPECIAL):
+            kinds = collections.Counter(json.loads(line)["kind"] for line in corpus)
+            thin = {k: kinds[k] for k in KINDS if kinds[k] < MIN_PER_KIND}
+            self.assertFalse(thin, "%s: the corpus has too few strings of these kinds (want >= %d each): %s"
+                             % (name, MIN_PER_KIND, thin))
         mismatches, shown = 0, []
         tokens = 0
         for number, (line, ref_line, our_line) in enumerate(zip(corpus, ref, ours), 1):
@@ -244,7 +265,7 @@ def add_tests():
 
 
 def main():
-    global BUILD, SOURCE, SEED, JOBS, ONLY
+    global BUILD, SOURCE, SEED, JOBS, ONLY, COUNT, PROSE_MB, SMALL_COUNT, SMALL_PROSE_MB
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--source", default=os.path.dirname(os.path.dirname(here)))
@@ -252,10 +273,17 @@ def main():
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--jobs", type=int, default=max(1, min(os.cpu_count() or 1, 4)))
     parser.add_argument("--only", help="comma-separated tokenizers (default: all six)")
+    parser.add_argument("--count", type=int, default=COUNT, help="strings per corpus")
+    parser.add_argument("--prose-mb", type=float, default=PROSE_MB, help="megabytes of prose per corpus")
+    parser.add_argument("--special-count", type=int, default=SMALL_COUNT,
+                        help="strings per add_special_tokens corpus of the tokenizers not in %s" % (FULL_SPECIAL,))
+    parser.add_argument("--special-prose-mb", type=float, default=SMALL_PROSE_MB,
+                        help="megabytes of prose in those")
     args, rest = parser.parse_known_args()
     SOURCE = os.path.abspath(args.source)
     BUILD = os.path.abspath(args.build or os.path.join(SOURCE, "build"))
     SEED, JOBS = args.seed, max(1, args.jobs)
+    COUNT, PROSE_MB, SMALL_COUNT, SMALL_PROSE_MB = args.count, args.prose_mb, args.special_count, args.special_prose_mb
     if args.only:
         ONLY = tuple(args.only.split(","))
         unknown = [n for n in ONLY if n not in TOKENIZERS]

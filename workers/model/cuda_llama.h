@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workers/model/gpu_model.h"
 #include "workers/model/model.h"
 #include "workers/model/weights.h"
 #include "workers/sampler/row_sampling.h"
@@ -46,16 +47,8 @@ namespace chunkattn {
 
 class NcclCommunicator;
 
-struct CudaModelOptions {
-  int device = 0;
-  // Most rows (tokens) one step may have: sizes the activation workspace.
-  int64_t max_rows = 2048;
-  // Most sequences one step decodes (the scheduler's max batch size).
-  int max_batch = 256;
-  // Largest decode batch replayed from a CUDA graph; larger ones run eagerly.
-  int max_graph_batch = 256;
-  bool cuda_graphs = true;
-};
+// Its options are the factory's (gpu_model.h).
+using CudaModelOptions = GpuModelOptions;
 
 // The graph bucket of a decode batch of `n` rows: the smallest of 1, 2, 4, 8,
 // 16, 32, 48, ... that holds it (0 for n < 1).
@@ -68,7 +61,7 @@ int GraphBucket(int n);
 int64_t KvChunksForMemory(int64_t free_bytes, int64_t total_bytes, double fraction,
                           int64_t reserve_bytes, int64_t chunk_bytes);
 
-class CudaLlamaModel final : public Model {
+class CudaLlamaModel final : public GpuModel {
  public:
   // `weights` are converted to options.kv_dtype (fp16 or bf16: the one dtype
   // of weights, activations and KV on the GPU) and uploaded; their host copy
@@ -86,11 +79,8 @@ class CudaLlamaModel final : public Model {
   std::string device() const override;
   const ShardLayout& layout() const { return layout_; }
 
-  // KV chunks that fit in what the device has free now, keeping the process
-  // within `gpu_memory_fraction` of the device's memory.
-  absl::StatusOr<int64_t> KvCapacity(double gpu_memory_fraction) const;
-  // Allocates the pool once (FAILED_PRECONDITION the second time).
-  absl::Status AllocateKvPool(int64_t num_chunks);
+  absl::StatusOr<int64_t> KvCapacity(double gpu_memory_fraction) const override;
+  absl::Status AllocateKvPool(int64_t num_chunks) override;
 
   absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override;
   bool has_device_greedy() const override { return true; }

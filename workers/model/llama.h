@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"

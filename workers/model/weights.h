@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "kernels/api/dtype.h"
 
 namespace chunkattn {

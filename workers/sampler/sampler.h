@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "plan/sampling_params.h"
+#include "proto/plan/sampling_params.h"
 
 namespace chunkattn {
 

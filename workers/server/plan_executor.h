@@ -1,4 +1,4 @@
-// Runs the coordinator's per-iteration plans (plan/step_plan.h) on one
+// Runs the coordinator's per-iteration plans (proto/plan/step_plan.h) on one
 // rank's model shard: decodes the plan into a ForwardBatch, keeps the decode
 // context between versions (a plan carries the (C, i, j) context only when it
 // changed, and the new lengths every step), and on rank 0 samples the rows
@@ -27,7 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/api/chunk_context.h"
-#include "plan/step_plan.h"
+#include "proto/plan/step_plan.h"
 #include "workers/model/model.h"
 #include "workers/sampler/sampler.h"
 

@@ -24,13 +24,11 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#if CHUNKATTN_WITH_CUDA
-#include "kernels/cuda/device.h"
-#endif
 #include "base/flags.h"
 #include "base/grpc_security.h"
 #include "base/grpc_server.h"
 #include "base/signals.h"
+#include "workers/model/gpu_model.h"
 #include "workers/server/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50061", "host:port of the worker's gRPC server");
@@ -85,17 +83,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", std::string(device.status().message()).c_str());
     return 2;
   }
-  if (device->cuda) {
-#if CHUNKATTN_WITH_CUDA
-    const int visible = chunkattn::cuda::DeviceCount();
-    if (device->index >= visible) {
-      std::fprintf(stderr, "error: --device %s: %d CUDA devices visible\n", device->ToString().c_str(), visible);
-      return 2;
-    }
-#else
-    std::fprintf(stderr, "error: --device %s: this build has no CUDA\n", device->ToString().c_str());
+  if (absl::Status usable = chunkattn::CheckDevice(*device); !usable.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(usable.message()).c_str());
     return 2;
-#endif
   }
   const double drain_timeout = absl::GetFlag(FLAGS_drain_timeout_s);
   if (!(drain_timeout >= 0 && drain_timeout <= 86400)) {

@@ -12,20 +12,16 @@
 #include "absl/time/clock.h"
 #include "base/grpc_status.h"
 #include "base/status_macros.h"
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "gloo/rendezvous/store.h"
 #include "grpcpp/create_channel.h"
 #include "kernels/api/dtype.h"
-#include "plan/plan_proto.h"
+#include "proto/plan/plan_proto.h"
 #include "workers/collectives/gloo_communicator.h"
+#include "workers/model/gpu_model.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
-#if CHUNKATTN_WITH_CUDA
-#include "kernels/cuda/device.h"
-#include "workers/collectives/nccl_communicator.h"
-#include "workers/model/cuda_llama.h"
-#endif
 
 namespace chunkattn {
 
@@ -123,10 +119,8 @@ struct WorkerService::Session {
   ModelWeights weights;  // moved into the model at the first Execute
   ModelOptions model_options;
   std::unique_ptr<Communicator> comm;
-#if CHUNKATTN_WITH_CUDA
-  std::unique_ptr<NcclCommunicator> nccl;  // declared before the model: outlives it
-  CudaLlamaModel* cuda_model = nullptr;    // the model, while its KV pool is unallocated
-#endif
+  std::unique_ptr<GpuGroup> gpu_group;  // declared before the model: outlives it
+  GpuModel* gpu_model = nullptr;        // the model, while its KV pool is unallocated
   int64_t capacity_chunks = 0;
 
   absl::Mutex mu;  // serializes Execute streams on this session
@@ -141,11 +135,9 @@ struct WorkerService::Session {
 };
 
 WorkerService::WorkerService(const WorkerOptions& options)
-    : options_(options), pool_(options.device.cuda ? 1 : options.threads), device_name_(options.device.ToString()) {
-#if CHUNKATTN_WITH_CUDA
-  if (options.device.cuda) device_name_ += " (" + cuda::DeviceDescription(options.device.index) + ")";
-#endif
-}
+    : options_(options),
+      pool_(options.device.cuda ? 1 : options.threads),
+      device_name_(DescribeDevice(options.device)) {}
 
 WorkerService::~WorkerService() = default;
 
@@ -284,11 +276,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   }
 
   if (options_.device.cuda) {
-#if CHUNKATTN_WITH_CUDA
-    if (grpc::Status s = JoinCuda(*req, session.get(), store, timeout_ms, chunk_bytes); !s.ok()) return s;
-#else
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this worker was built without CUDA");
-#endif
+    if (grpc::Status s = JoinGpu(*req, session.get(), store, timeout_ms, chunk_bytes); !s.ok()) return s;
   } else {
     const int64_t budget = options_.kv_cache_bytes > 0 ? options_.kv_cache_bytes : int64_t{1} << 30;
     session->capacity_chunks = std::min<int64_t>(budget / chunk_bytes, int64_t{1} << 30);
@@ -319,8 +307,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   return grpc::Status::OK;
 }
 
-#if CHUNKATTN_WITH_CUDA
-grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
+grpc::Status WorkerService::JoinGpu(const JoinRequest& req, Session* session,
                                      const std::shared_ptr<gloo::rendezvous::Store>& store,
                                      uint32_t timeout_ms, int64_t chunk_bytes) {
   if (req.world_size() > 1) {
@@ -329,7 +316,7 @@ grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
     std::string id;
     try {
       if (req.rank() == 0) {
-        absl::StatusOr<std::string> made = NcclCommunicator::MakeUniqueId();
+        absl::StatusOr<std::string> made = MakeGpuGroupId();
         if (!made.ok()) return ToGrpcStatus(made.status());
         id = *made;
         store->set("nccl-id", std::vector<char>(id.begin(), id.end()));
@@ -340,12 +327,12 @@ grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
     } catch (const std::exception& e) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("NCCL id rendezvous: ") + e.what());
     }
-    absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl = NcclCommunicator::Create(
-        req.rank(), req.world_size(), id, options_.device.index, absl::Milliseconds(timeout_ms));
-    if (!nccl.ok()) return ToGrpcStatus(nccl.status());
-    session->nccl = std::move(*nccl);
+    absl::StatusOr<std::unique_ptr<GpuGroup>> group =
+        JoinGpuGroup(req.rank(), req.world_size(), id, options_.device.index, absl::Milliseconds(timeout_ms));
+    if (!group.ok()) return ToGrpcStatus(group.status());
+    session->gpu_group = std::move(*group);
   }
-  CudaModelOptions co;
+  GpuModelOptions co;
   co.device = options_.device.index;
   if (req.max_step_tokens() > 0) co.max_rows = req.max_step_tokens();
   if (req.max_batch_size() > 0) {
@@ -353,8 +340,8 @@ grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
     co.max_graph_batch = std::min(req.max_batch_size(), 512);
   }
   co.cuda_graphs = options_.cuda_graphs;
-  absl::StatusOr<std::unique_ptr<CudaLlamaModel>> model = CudaLlamaModel::Create(
-      session->config, std::move(session->weights), session->model_options, co, session->nccl.get());
+  absl::StatusOr<std::unique_ptr<GpuModel>> model = CreateGpuModel(
+      session->config, std::move(session->weights), session->model_options, co, session->gpu_group.get());
   if (!model.ok()) return ToGrpcStatus(model.status());
   absl::StatusOr<int64_t> capacity = (*model)->KvCapacity(options_.gpu_memory_fraction);
   if (!capacity.ok()) return ToGrpcStatus(capacity.status());
@@ -362,12 +349,11 @@ grpc::Status WorkerService::JoinCuda(const JoinRequest& req, Session* session,
   if (options_.kv_cache_bytes > 0) {
     session->capacity_chunks = std::min(session->capacity_chunks, options_.kv_cache_bytes / chunk_bytes);
   }
-  session->cuda_model = model->get();
+  session->gpu_model = model->get();
   absl::MutexLock lock(&session->mu);
   session->model = std::move(*model);
   return grpc::Status::OK;
 }
-#endif
 
 grpc::Status WorkerService::Execute(grpc::ServerContext* context,
                                     grpc::ServerReaderWriter<internal::v1::StepResult, internal::v1::StepPlan>* stream) {
@@ -425,12 +411,10 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
         ready = model.status();
         if (model.ok()) session->model = std::move(*model);
       }
-#if CHUNKATTN_WITH_CUDA
-      if (session->cuda_model != nullptr) {
-        ready = session->cuda_model->AllocateKvPool(chunks);
-        session->cuda_model = nullptr;
+      if (session->gpu_model != nullptr) {
+        ready = session->gpu_model->AllocateKvPool(chunks);
+        session->gpu_model = nullptr;
       }
-#endif
       if (!ready.ok()) {
         session->broken = true;
         return ToGrpcStatus(ready);

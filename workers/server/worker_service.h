@@ -94,15 +94,15 @@ class WorkerService final : public internal::v1::Worker::Service {
  private:
   struct Session;
 
-  // The GPU half of Join: the NCCL group, the model on the device, the KV
-  // capacity (defined in builds with CUDA, called only there).
   // Refuses a Join by another coordinator while the owner is live, else makes
   // the caller the owner. `joining` counts Joins in flight (they hold it).
   grpc::Status ClaimOwnership(const std::string& coordinator);
   static grpc::Status Draining();
-  grpc::Status JoinCuda(const internal::v1::JoinRequest& req, Session* session,
-                        const std::shared_ptr<gloo::rendezvous::Store>& store, uint32_t timeout_ms,
-                        int64_t chunk_bytes);
+  // The GPU half of Join: the device group, the model on the device, the KV
+  // capacity (FAILED_PRECONDITION in a build without CUDA: gpu_model.h).
+  grpc::Status JoinGpu(const internal::v1::JoinRequest& req, Session* session,
+                       const std::shared_ptr<gloo::rendezvous::Store>& store, uint32_t timeout_ms,
+                       int64_t chunk_bytes);
 
   WorkerOptions options_;
   cpu::ThreadPool pool_;

@@ -1,5 +1,5 @@
 // A test stand-in for a GPU model: the CPU model posing as one that samples
-// on its device, so the callers' device paths (PlanExecutor, LocalEngine)
+// on its device, so the callers' device paths (PlanExecutor, OfflineEngine)
 // run without a GPU. Greedy picks are made here from the host logits (argmax,
 // ties to the lowest id; log-softmax), full sampling by the GPU sampler's own
 // row algorithm run on the host (workers/sampler/row_sampling.h).

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "gtest/gtest.h"
 #include "workers/model/safetensors.h"
 #include "workers/model/weights.h"
@@ -84,7 +84,7 @@ TEST(ConfigTest, Llama3ScalingMistralWindowQwen2BiasAndTransformers5) {
   EXPECT_EQ(qwen->max_context, 32768);
   // Qwen2's q/k/v always have biases: transformers ignores attention_bias
   // there, so a false one must not survive (nor break the JSON round trip;
-  // found by fuzz/).
+  // found by tests/fuzz/).
   auto qwen_no_bias = ParseModelConfig(R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100,
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
     "attention_bias": false})",
@@ -178,7 +178,7 @@ TEST(ConfigTest, RejectsBadConfigsNamingTheField) {
       {"\"num_attention_heads\": 32", "\"num_attention_heads\": 32, \"num_key_value_heads\": 5",
        "num_key_value_heads", absl::StatusCode::kInvalidArgument},
       {"{", "[", "JSON", absl::StatusCode::kInvalidArgument},
-      // A head_dim derived from the sizes has the explicit one's bound (found by fuzz/).
+      // A head_dim derived from the sizes has the explicit one's bound (found by tests/fuzz/).
       {"\"num_attention_heads\": 32", "\"num_attention_heads\": 2", "head_dim 2048",
        absl::StatusCode::kInvalidArgument},
   };

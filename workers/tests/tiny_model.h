@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 

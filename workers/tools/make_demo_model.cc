@@ -24,7 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "config/model_config.h"
+#include "proto/model/model_config.h"
 #include "text/tokenizer.h"
 #include "text/train.h"
 #include "workers/model/weights.h"

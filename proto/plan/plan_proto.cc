@@ -1,0 +1,151 @@
+#include "proto/plan/plan_proto.h"
+
+namespace chunkattn {
+namespace {
+
+template <typename T, typename Repeated>
+void Append(const std::vector<T>& from, Repeated* to) {
+  to->Add(from.begin(), from.end());
+}
+
+template <typename T, typename Repeated>
+void Assign(const Repeated& from, std::vector<T>* to) {
+  to->assign(from.begin(), from.end());
+}
+
+}  // namespace
+
+void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
+  out->Clear();
+  out->set_step(plan.step);
+  out->set_num_kv_chunks(plan.num_kv_chunks);
+  for (const SamplerStart& s : plan.sampler_starts) {
+    auto* start = out->add_sampler_starts();
+    start->set_key(s.key);
+    auto* p = start->mutable_params();
+    p->set_temperature(s.params.temperature);
+    p->set_top_k(s.params.top_k);
+    p->set_top_p(s.params.top_p);
+    p->set_min_p(s.params.min_p);
+    p->set_repetition_penalty(s.params.repetition_penalty);
+    p->set_seed(s.params.seed);
+    p->set_top_logprobs(s.params.top_logprobs);
+    Append(s.history, start->mutable_history());
+    start->set_min_tokens(s.min_tokens);
+    Append(s.suppress_ids, start->mutable_suppress_ids());
+  }
+  Append(plan.sampler_ends, out->mutable_sampler_ends());
+  for (const KvCopy& c : plan.copies) {
+    auto* kc = out->add_copies();
+    kc->set_src_chunk(c.src_chunk);
+    kc->set_dst_chunk(c.dst_chunk);
+    kc->set_num_tokens(c.num_tokens);
+  }
+  Append(plan.tokens, out->mutable_tokens());
+  Append(plan.prefill.prefix_len, out->mutable_prefill_prefix_len());
+  Append(plan.prefill.q_begin, out->mutable_prefill_q_begin());
+  Append(plan.prefill.chunk_begin, out->mutable_prefill_chunk_begin());
+  Append(plan.prefill.chunk_ids, out->mutable_prefill_chunk_ids());
+  if (plan.has_context) {
+    const ChunkContext& c = plan.context;
+    auto* dc = out->mutable_context();
+    dc->set_version(c.version);
+    Append(c.seq_ids, dc->mutable_seq_ids());
+    Append(c.shared_chunk, dc->mutable_shared_chunk());
+    Append(c.shared_begin, dc->mutable_shared_begin());
+    Append(c.shared_end, dc->mutable_shared_end());
+    Append(c.shared_tokens, dc->mutable_shared_tokens());
+    Append(c.private_begin, dc->mutable_private_begin());
+    Append(c.private_end, dc->mutable_private_end());
+    Append(c.private_chunk, dc->mutable_private_chunk());
+    Append(c.private_tokens, dc->mutable_private_tokens());
+  }
+  out->set_has_decode(plan.has_decode);
+  Append(plan.seq_len, out->mutable_seq_len());
+  Append(plan.logits_rows, out->mutable_logits_rows());
+  for (const SampleRow& s : plan.samples) {
+    auto* row = out->add_samples();
+    row->set_row(s.row);
+    row->set_key(s.key);
+    row->set_step(s.step);
+  }
+}
+
+void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
+  out->step = plan.step();
+  out->num_kv_chunks = plan.num_kv_chunks();
+  out->sampler_starts.resize(plan.sampler_starts_size());
+  for (int k = 0; k < plan.sampler_starts_size(); ++k) {
+    const auto& s = plan.sampler_starts(k);
+    SamplerStart& start = out->sampler_starts[k];
+    start.key = s.key();
+    start.params = SamplingParams();
+    start.params.temperature = s.params().temperature();
+    start.params.top_k = s.params().top_k();
+    start.params.top_p = s.params().top_p();
+    start.params.min_p = s.params().min_p();
+    start.params.repetition_penalty = s.params().repetition_penalty();
+    start.params.seed = s.params().seed();
+    start.params.top_logprobs = s.params().top_logprobs();
+    Assign(s.history(), &start.history);
+    start.min_tokens = s.min_tokens();
+    Assign(s.suppress_ids(), &start.suppress_ids);
+  }
+  Assign(plan.sampler_ends(), &out->sampler_ends);
+  out->copies.resize(plan.copies_size());
+  for (int k = 0; k < plan.copies_size(); ++k) {
+    const auto& c = plan.copies(k);
+    out->copies[k] = {c.src_chunk(), c.dst_chunk(), c.num_tokens()};
+  }
+  Assign(plan.tokens(), &out->tokens);
+  Assign(plan.prefill_prefix_len(), &out->prefill.prefix_len);
+  Assign(plan.prefill_q_begin(), &out->prefill.q_begin);
+  Assign(plan.prefill_chunk_begin(), &out->prefill.chunk_begin);
+  Assign(plan.prefill_chunk_ids(), &out->prefill.chunk_ids);
+  out->has_context = plan.has_context();
+  ChunkContext& c = out->context;
+  if (out->has_context) {
+    const auto& dc = plan.context();
+    c.version = dc.version();
+    Assign(dc.seq_ids(), &c.seq_ids);
+    Assign(dc.shared_chunk(), &c.shared_chunk);
+    Assign(dc.shared_begin(), &c.shared_begin);
+    Assign(dc.shared_end(), &c.shared_end);
+    Assign(dc.shared_tokens(), &c.shared_tokens);
+    Assign(dc.private_begin(), &c.private_begin);
+    Assign(dc.private_end(), &c.private_end);
+    Assign(dc.private_chunk(), &c.private_chunk);
+    Assign(dc.private_tokens(), &c.private_tokens);
+  } else {
+    c = ChunkContext();
+  }
+  out->has_decode = plan.has_decode();
+  Assign(plan.seq_len(), &out->seq_len);
+  Assign(plan.logits_rows(), &out->logits_rows);
+  out->samples.resize(plan.samples_size());
+  for (int k = 0; k < plan.samples_size(); ++k) {
+    const auto& s = plan.samples(k);
+    out->samples[k] = {s.row(), s.key(), s.step()};
+  }
+}
+
+void ToProto(const StepResult& result, internal::v1::StepResult* out) {
+  out->Clear();
+  out->set_step(result.step);
+  Append(result.tokens, out->mutable_tokens());
+  Append(result.logprobs, out->mutable_logprobs());
+  Append(result.top_token_ids, out->mutable_top_token_ids());
+  Append(result.top_logprobs, out->mutable_top_logprobs());
+  out->set_compute_seconds(result.compute_seconds);
+}
+
+void FromProto(const internal::v1::StepResult& result, StepResult* out) {
+  out->step = result.step();
+  Assign(result.tokens(), &out->tokens);
+  Assign(result.logprobs(), &out->logprobs);
+  Assign(result.top_token_ids(), &out->top_token_ids);
+  Assign(result.top_logprobs(), &out->top_logprobs);
+  out->compute_seconds = result.compute_seconds();
+}
+
+}  // namespace chunkattn

@@ -1,0 +1,25 @@
+// StepPlan / StepResult <-> worker.proto, at the gRPC boundary only (the
+// coordinator's worker pool, the worker's service). No checks here: a plan
+// from the network is checked field by field where it is run (PlanExecutor).
+#ifndef CHUNKATTN_PROTO_PLAN_PLAN_PROTO_H_
+#define CHUNKATTN_PROTO_PLAN_PLAN_PROTO_H_
+
+#include "chunkattn/internal/v1/worker.pb.h"
+#include "proto/plan/step_plan.h"
+
+namespace chunkattn {
+
+// Metadata of the Execute call naming the session (JoinRequest.session) the
+// stream belongs to; a worker refuses a stream for any other.
+inline constexpr char kSessionMetadata[] = "chunkattn-session";
+
+void ToProto(const StepPlan& plan, internal::v1::StepPlan* out);
+// Overwrites every field of `out`, reusing its vectors' memory.
+void FromProto(const internal::v1::StepPlan& plan, StepPlan* out);
+
+void ToProto(const StepResult& result, internal::v1::StepResult* out);
+void FromProto(const internal::v1::StepResult& result, StepResult* out);
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_PROTO_PLAN_PLAN_PROTO_H_

@@ -1,0 +1,70 @@
+// One iteration's plan, as the scheduler makes it and a worker runs it: every
+// memory decision (copies, chunk lists, the decode context) and which rows
+// are sampled with which sampler. Plain C++; plan_proto.h converts it to and
+// from worker.proto at the gRPC boundary only, so an in-process engine
+// never serializes.
+//
+// Row order: the prefill pieces' tokens first (prefill.q_begin offsets),
+// then one decode row per context sequence when has_decode.
+#ifndef CHUNKATTN_PROTO_PLAN_STEP_PLAN_H_
+#define CHUNKATTN_PROTO_PLAN_STEP_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/api/attention.h"
+#include "kernels/api/chunk_context.h"
+#include "proto/plan/sampling_params.h"
+
+namespace chunkattn {
+
+// A sample stream the sampling rank keeps between steps (repetition-penalty
+// history and parameters), named by a key unique within the session.
+struct SamplerStart {
+  int64_t key = 0;
+  SamplingParams params;  // return_logprobs is not carried: the front end's
+  std::vector<int32_t> history;  // tokens so far (prompt, and any generated)
+  // Tokens never sampled while the sample's step (SampleRow::step) is below
+  // min_tokens: EOS and stop tokens, for the request's min_tokens.
+  int32_t min_tokens = 0;
+  std::vector<int32_t> suppress_ids;
+};
+
+struct SampleRow {
+  int32_t row = 0;    // index into logits_rows
+  int64_t key = 0;    // SamplerStart::key
+  uint64_t step = 0;  // index of the token being generated for this sample
+};
+
+struct StepPlan {
+  uint64_t step = 0;
+  int64_t num_kv_chunks = 0;  // first plan of a session only: the pool size
+  std::vector<SamplerStart> sampler_starts;
+  std::vector<int64_t> sampler_ends;  // applied after the step's samples
+  std::vector<KvCopy> copies;         // applied before any KV write of the step
+  std::vector<int32_t> tokens;        // every input row
+  PrefillBatch prefill;
+  // The decode context when its version changed (seq_len not set: that is
+  // the per-step seq_len below); else the worker keeps the last one.
+  bool has_context = false;
+  ChunkContext context;
+  bool has_decode = false;
+  std::vector<int32_t> seq_len;      // per context sequence, every step with decode rows
+  std::vector<int32_t> logits_rows;  // rows whose logits are computed
+  std::vector<SampleRow> samples;    // the sampling rank samples these
+};
+
+struct StepResult {
+  uint64_t step = 0;
+  std::vector<int32_t> tokens;  // per StepPlan::samples (the sampling rank only)
+  std::vector<float> logprobs;
+  // Per StepPlan::samples, its sampler's params.top_logprobs entries (most
+  // likely first), concatenated: token ids and their logprobs.
+  std::vector<int32_t> top_token_ids;
+  std::vector<float> top_logprobs;
+  double compute_seconds = 0;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_PROTO_PLAN_STEP_PLAN_H_

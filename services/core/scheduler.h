@@ -1,0 +1,296 @@
+// The iteration-level scheduler of the cache coordinator: it owns the prefix
+// forest (and so the chunk allocator) and turns the requests in flight into
+// one StepPlan per iteration for the tensor-parallel workers (section 4.6 of
+// the vLLM paper: one scheduler and one KV manager, SPMD workers that receive
+// every memory decision with the step).
+//
+// A request's life:
+//  - Add(): checked against the pool (RESOURCE_EXHAUSTED if it could never
+//    fit alone), queued in the AdmissionPolicy's order (by priority, then
+//    arrival; policies.h).
+//  - Admission (in Schedule): its prompt is inserted into the forest, which
+//    finds the longest cached prefix; the rest is prefilled, possibly over
+//    several steps when the per-step token budget is short (chunked prefill).
+//    A request whose prompt shares at least one more chunk with a prompt
+//    still being prefilled waits a step, so it reuses that KV instead of
+//    computing a second copy (in-batch prefix sharing).
+//  - The last prompt token always runs as a decode row over the (C, i, j)
+//    context (its logits give the first token), so every row that is
+//    sampled is a decode row and prefill never needs logits. A fully cached
+//    prompt therefore still recomputes its last token.
+//  - Each sampled token is appended (a new chunk when the tail is full,
+//    copy-on-write when the tail is shared) and fed back the next step.
+//    n > 1 samples all come from the prompt's last row, then fork and share
+//    every prompt chunk.
+//  - When an Append finds no chunk, the PreemptionPolicy's victim (the
+//    running request admission would take last) is preempted:
+//    its sequences leave the forest (their computed KV stays cached) and it
+//    goes back to the queue, to be recomputed from prompt + generated tokens
+//    (mostly a cache hit) when memory allows.
+//
+// The decode context sent to workers holds only the sequences with a decode
+// row in the step (the forest's context also holds sequences mid-prefill):
+// SubsetContext() drops the others. It is resent only when its version
+// changes (the forest's structure or the decode set changed); otherwise a
+// plan carries only the new lengths.
+//
+// Not thread-safe: owned by the coordinator's loop thread.
+#ifndef CHUNKATTN_SERVICES_CORE_SCHEDULER_H_
+#define CHUNKATTN_SERVICES_CORE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "kernels/api/chunk_context.h"
+#include "proto/plan/sampling_params.h"
+#include "proto/plan/step_plan.h"
+#include "services/core/prefix_forest.h"
+#include "services/core/policies.h"
+
+namespace chunkattn {
+
+using RequestId = int64_t;
+
+// The most parallel samples (n) one request may ask for.
+inline constexpr int kMaxSamples = 64;
+
+enum class FinishReason { kNone, kLength, kStopToken, kStopString, kCancelled };
+
+// A validated request (the input processor, services/coordinator/input_processor.h,
+// checks every field before the engine sees it).
+struct RequestSpec {
+  std::vector<TokenId> prompt;
+  std::string cache_namespace;
+  // return_logprobs is the front end's. The worker returns min(top_logprobs,
+  // vocab) entries and Complete() expects top_logprobs: the front clamps it
+  // to the vocabulary.
+  SamplingParams sampling;
+  int32_t max_new_tokens = 16;
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  // The first min_tokens tokens of each sample are never EOS (unless
+  // ignore_eos) nor a stop token: the worker masks them. <= max_new_tokens.
+  int32_t min_tokens = 0;
+  int32_t n = 1;
+  int32_t priority = 0;  // lower first, in [kMinPriority, kMaxPriority]
+  // Who sent it (the front's caller identity): admission takes next the
+  // waiting request of the tenant running the fewest sequences, so one
+  // tenant's flood queues behind every other tenant's next request. Priority
+  // orders requests within that (it is the caller's to set, so it cannot
+  // outrank another tenant's share). Empty: one shared tenant.
+  std::string tenant;
+};
+
+// Marks Add's RESOURCE_EXHAUSTED for a request that can never fit the pool
+// (the client's to change), as against a full queue (worth a retry).
+inline constexpr char kNeverFitsPayload[] = "chunkattn.scheduler.never_fits";
+
+// The tokens that end a sample of `spec`: its stop_token_ids, then the
+// model's `eos` unless ignore_eos (what min_tokens holds off).
+std::vector<TokenId> StopTokens(const RequestSpec& spec, const std::vector<TokenId>& eos);
+
+struct SchedulerOptions {
+  int chunk_size = kDefaultChunkSize;
+  int32_t num_chunks = 0;            // the KV pool, chunks
+  int32_t max_context = 4096;        // tokens
+  int32_t max_batch_size = 256;      // sequences with rows in one step
+  int32_t max_tokens_per_step = 2048;  // input rows in one step
+  // The most of max_batch_size one named tenant (RequestSpec::tenant not
+  // empty) may hold: the rest stays free for the others, so a flood leaves
+  // another tenant's next request a slot at once. 1 = no bound.
+  double tenant_max_batch_share = 1.0;
+  bool prefix_sharing = true;        // false: no cross-request sharing (the baseline)
+  std::vector<TokenId> eos_token_ids;
+  absl::Duration priority_aging = absl::ZeroDuration();  // see AdmissionPolicy
+  const Clock* clock = nullptr;  // borrowed: arrivals, cache ages (null: the wall clock)
+  bool record_block_events = false;  // the forest records BlockEvents (KV events; TakeBlockEvents)
+};
+
+// One sampled token of one sample, in the order they were produced.
+struct SampleEvent {
+  RequestId request = 0;
+  int32_t index = 0;  // sample index
+  TokenId token = 0;
+  float logprob = 0;
+  // With sampling.top_logprobs = N > 0: the N most likely tokens at this
+  // position, most likely first, and their logprobs; else empty.
+  std::vector<TokenId> top_token_ids;
+  std::vector<float> top_logprobs;
+  FinishReason finish = FinishReason::kNone;  // set when this token ends the sample
+  bool request_done = false;                  // every sample of the request has finished
+  int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // of the first admission
+  int32_t completion_tokens = 0;     // of this sample, so far
+};
+
+// One tenant's share of the scheduler (RequestSpec::tenant).
+struct TenantLoad {
+  int64_t running_requests = 0;
+  int64_t waiting_requests = 0;
+  int64_t running_sequences = 0;  // live samples of its running requests
+};
+
+struct SchedulerStats {
+  int64_t running_requests = 0;
+  int64_t waiting_requests = 0;
+  int64_t waiting_prompt_tokens = 0;  // the prompts of the waiting requests
+  int64_t preemptions_total = 0;
+  int64_t unshared_chunks = 0;       // chunks the live sequences would need without sharing
+  int64_t peak_used_chunks = 0;
+  int64_t peak_unshared_chunks = 0;  // at the step of peak_used_chunks
+};
+
+// The decode context of the sequences of `full` with keep[s] (context
+// order preserved). A shared entry left with one kept reader becomes that
+// reader's private chunk; since a chunk's readers are a subset of its
+// parent's, such chunks are always at the end of the reader's shared part,
+// so they go before its private chunks. O(num_shared + table size).
+// REQUIRES: keep.size() == full.num_seqs().
+void SubsetContext(const ChunkContext& full, const std::vector<bool>& keep, uint64_t version,
+                   ChunkContext* out);
+
+class Scheduler {
+ public:
+  // INVALID_ARGUMENT for a bad chunk size, pool or budget.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. INVALID_ARGUMENT: duplicate id, empty prompt, n < 1,
+  // max_new_tokens < 1, prompt + max_new_tokens over max_context, priority
+  // out of range.
+  // RESOURCE_EXHAUSTED: its n sequences at full length need more chunks than
+  // the pool holds, so it could never run.
+  absl::Status Add(RequestId id, RequestSpec spec);
+
+  // Ends a request now (cancelled, deadline, stop string on every sample):
+  // its sequences leave the forest and their chunks are released. Unknown
+  // ids are ignored. REQUIRES: not between Schedule() and Complete().
+  void Abort(RequestId id);
+  // Ends one sample (a stop string matched). Returns true when that was the
+  // request's last running sample (the request is gone).
+  bool FinishSample(RequestId id, int32_t index);
+
+  // Fills `plan` with the next step. Returns false (and leaves the plan
+  // empty) when there is nothing to run. INTERNAL only on a broken invariant.
+  absl::StatusOr<bool> Schedule(StepPlan* plan);
+
+  // Applies the result of the last scheduled plan (rank 0's sampled tokens)
+  // and appends one event per sampled token. INTERNAL if the result has not
+  // one token per sample and each sample's top_logprobs entries.
+  absl::Status Complete(const StepResult& result, std::vector<SampleEvent>* events);
+
+  // While false, requests that never ran stay queued; running and preempted
+  // ones go on (the engine finishes what runs before its workers restart).
+  void set_admitting(bool admitting) { admitting_ = admitting; }
+  // Requests admitted at least once (running, or preempted to be recomputed).
+  int64_t num_started() const;
+  // Removes every request and returns them in admission order, to be Add()ed
+  // to the scheduler of the next worker session. REQUIRES: num_started() == 0
+  // and not between Schedule() and Complete().
+  std::vector<std::pair<RequestId, RequestSpec>> TakeQueued();
+
+  bool HasWork() const { return !requests_.empty(); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  // Ids of every request in flight (running or waiting), oldest first.
+  std::vector<RequestId> RequestIds() const;
+  SchedulerStats stats() const;
+  // Per tenant with a request running or waiting.
+  std::map<std::string, TenantLoad> tenant_loads() const;
+  // Restarts the peaks of stats() from the current use.
+  void ResetPeaks();
+  CacheStats cache_stats() const { return forest_->stats(); }
+  const PrefixForest& forest() const { return *forest_; }
+  // The forest's block events since the last call (record_block_events).
+  std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Request;
+  struct Seq;
+
+  explicit Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixForest> forest);
+
+  std::string Namespace(const Request& r) const;
+  // Inserts the request's sequences; all or nothing.
+  absl::Status Admit(Request* r, std::vector<KvCopy>* copies);
+  // True when `r` should wait for a prompt being prefilled that it shares.
+  bool ShouldDefer(const Request& r) const;
+  void ReleaseSeqs(Request* r);   // every sequence leaves the forest
+  void Preempt(Request* r);
+  // Inserts into waiting_ at its admission key.
+  void Enqueue(Request* r);
+  Request* PreemptionVictim();
+  void EndSampler(int64_t key);
+  void EraseRequest(RequestId id);
+  void UpdatePeaks();
+
+  // Schedule's phases (scheduler.cc says what each does).
+  struct Work {
+    Seq* seq;
+    int32_t begin;  // first row's position
+    int32_t end;    // one past the last prefill row
+    bool decode;    // plus the decode row at tokens.size() - 1
+  };
+  std::vector<Request*> RunningInAdmissionOrder() const;
+  absl::Status FeedBackTokens(std::vector<Request*>* running, std::vector<KvCopy>* copies);
+  absl::Status AdmitWaiting(std::vector<Request*>* running, std::vector<KvCopy>* copies);
+  std::vector<Work> ChooseRows(const std::vector<Request*>& running) const;
+  absl::Status WritePrefill(const std::vector<Work>& work, StepPlan* plan);
+  absl::Status WriteDecode(const std::vector<Work>& work, StepPlan* plan);
+
+  SchedulerOptions options_;
+  const Clock* clock_;
+  AdmissionPolicy admission_;
+  PreemptionPolicy preemption_;
+  std::unique_ptr<PrefixForest> forest_;
+  std::map<RequestId, std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;  // by admission key
+  int64_t next_arrival_ = 0;
+  int64_t next_sampler_key_ = 1;
+  absl::flat_hash_map<SeqId, Seq*> seqs_;
+
+  // The decode context last sent, and how to refresh it.
+  ChunkContext decode_ctx_;
+  uint64_t forest_version_ = ~uint64_t{0};  // never a forest's: the first decode sends the context
+  std::vector<SeqId> decode_set_;
+  uint64_t decode_version_ = 0;
+
+  // What the scheduled step does, for Complete().
+  struct StepSeq {
+    SeqId seq = 0;
+    int32_t computed_after = 0;
+  };
+  struct StepSample {
+    RequestId request = 0;
+    int32_t index = 0;
+    int32_t top_logprobs = 0;  // its entries in StepResult::top_*, kept for aborted requests too
+  };
+  std::vector<StepSeq> step_seqs_;
+  std::vector<StepSample> step_samples_;
+  std::vector<SamplerStart> pending_starts_;
+  std::vector<int64_t> pending_sampler_ends_;
+  uint64_t step_ = 0;
+  bool in_step_ = false;
+
+  bool admitting_ = true;
+  int64_t preemptions_ = 0;
+  int64_t peak_used_ = 0;
+  int64_t peak_unshared_ = 0;
+  int64_t unshared_now_ = 0;
+};
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_SERVICES_CORE_SCHEDULER_H_

@@ -1,0 +1,494 @@
+// The scheduler against the real model: a seeded random workload (shared
+// system prompts, staggered arrivals, n > 1, chunked prefill, a pool small
+// enough to preempt) must give every request the tokens it gets when it runs
+// alone, and leave no chunk in use. Plus SubsetContext against the full
+// context it filters.
+#include "services/core/scheduler.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <random>
+
+#include "base/status_macros.h"
+#include "gtest/gtest.h"
+#include "services/tests/plan_limits.h"
+#include "workers/model/llama.h"
+#include "workers/model/weights.h"
+#include "workers/server/plan_executor.h"
+#include "workers/tests/device_sampling_model.h"
+#include "workers/tests/tiny_model.h"
+
+namespace chunkattn {
+namespace {
+
+using testing::TinyConfig;
+
+// A scheduler wired to an in-process model: the coordinator's loop without
+// the network.
+class Harness {
+ public:
+  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_sampling = false) {
+    config_ = TinyConfig();
+    auto weights = DummyWeights(config_, {0, 1}, 7);
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    ModelOptions mo;
+    mo.chunk_size = 16;
+    mo.num_kv_chunks = num_chunks;
+    auto model = LlamaModel::Create(config_, std::move(*weights), mo, nullptr, nullptr);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (device_sampling) {
+      auto wrapped = std::make_unique<testing::DeviceSamplingModel>(std::move(*model));
+      device_model_ = wrapped.get();
+      model_ = std::move(wrapped);
+    } else {
+      model_ = std::move(*model);
+    }
+    executor_ = std::make_unique<PlanExecutor>(model_.get(), true);
+    SchedulerOptions so;
+    so.chunk_size = 16;
+    so.num_chunks = num_chunks;
+    so.max_context = config_.max_context;
+    so.max_batch_size = 8;
+    so.max_tokens_per_step = budget;
+    so.prefix_sharing = sharing;
+    so.eos_token_ids = config_.eos_token_ids;
+    auto scheduler = Scheduler::Create(so);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
+  // Runs until idle, adding arrivals[k] at step k. Returns tokens per
+  // (request, sample).
+  std::map<std::pair<RequestId, int>, std::vector<TokenId>> Run(
+      std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals) {
+    std::map<std::pair<RequestId, int>, std::vector<TokenId>> out;
+    for (int step = 0; step < 10000; ++step) {
+      for (auto& [id, spec] : arrivals[step]) EXPECT_TRUE(scheduler_->Add(id, spec).ok());
+      arrivals.erase(step);
+      if (!scheduler_->HasWork() && arrivals.empty()) break;
+      if (hand_over_at_ >= 0 && step >= hand_over_at_) {  // as when a worker drains
+        scheduler_->set_admitting(false);
+        if (scheduler_->num_started() == 0 && arrivals.empty()) break;
+      }
+      StepPlan plan;
+      auto scheduled = scheduler_->Schedule(&plan);
+      EXPECT_TRUE(scheduled.ok()) << scheduled.status();
+      if (!scheduled.ok()) break;
+      if (!*scheduled) continue;
+      testing::ExpectPlanWithinLimits(plan, scheduler_->options());
+      if (plan.has_context) ++contexts_sent_;
+      if (on_plan_) on_plan_(plan);
+      StepResult result;
+      absl::Status s = executor_->Execute(plan, &result);
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) break;
+      std::vector<SampleEvent> events;
+      s = scheduler_->Complete(result, &events);
+      EXPECT_TRUE(s.ok()) << s;
+      for (const SampleEvent& e : events) {
+        out[{e.request, e.index}].push_back(e.token);
+        cached_[e.request] = e.cached_prompt_tokens;
+      }
+      EXPECT_TRUE(scheduler_->forest().CheckInvariants().ok());
+      ++steps_;
+    }
+    return out;
+  }
+
+  Scheduler& scheduler() { return *scheduler_; }
+  std::function<void(const StepPlan&)> on_plan_;  // sees each plan before it runs
+  int hand_over_at_ = -1;  // from this step admit nothing new; stop once nothing has started
+  std::map<RequestId, int32_t> cached_;
+  int steps_ = 0;
+  int contexts_sent_ = 0;
+  testing::DeviceSamplingModel* device_model_ = nullptr;
+
+ private:
+  ModelConfig config_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<PlanExecutor> executor_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+struct Workload {
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+  std::vector<std::pair<RequestId, RequestSpec>> all;
+};
+
+// Greedy requests, or with `sampled` each request's own mix of temperature,
+// top-k, top-p, min-p and repetition penalty, seeded.
+Workload MakeWorkload(uint64_t seed, int requests, int max_new, bool sampled = false) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> tok(0, 95);  // never EOS in prompts
+  std::vector<std::vector<TokenId>> systems(3);
+  for (auto& s : systems) {
+    s.resize(std::uniform_int_distribution<int>(20, 70)(rng));
+    for (auto& t : s) t = tok(rng);
+  }
+  Workload w;
+  for (int r = 0; r < requests; ++r) {
+    RequestSpec spec;
+    spec.prompt = systems[rng() % systems.size()];
+    const int suffix = std::uniform_int_distribution<int>(1, 25)(rng);
+    for (int k = 0; k < suffix; ++k) spec.prompt.push_back(tok(rng));
+    spec.sampling.temperature = 0;
+    if (sampled) {
+      spec.sampling.temperature = std::vector<float>{0.0f, 0.6f, 1.0f, 1.3f}[rng() % 4];
+      spec.sampling.top_k = std::vector<int>{0, 5, 40}[rng() % 3];
+      spec.sampling.top_p = std::vector<float>{1.0f, 0.9f, 0.5f}[rng() % 3];
+      spec.sampling.min_p = std::vector<float>{0.0f, 0.05f}[rng() % 2];
+      spec.sampling.repetition_penalty = std::vector<float>{1.0f, 1.2f, 0.9f}[rng() % 3];
+      spec.sampling.seed = rng();
+    }
+    spec.max_new_tokens = std::uniform_int_distribution<int>(1, max_new)(rng);
+    spec.n = (r % 4 == 3) ? 2 : 1;
+    spec.ignore_eos = r % 2 == 0;
+    const int at = std::uniform_int_distribution<int>(0, 12)(rng);
+    w.arrivals[at].emplace_back(r + 1, spec);
+    w.all.emplace_back(r + 1, spec);
+  }
+  return w;
+}
+
+void ExpectSameAsAlone(int32_t chunks, int32_t budget, bool sharing, uint64_t seed, bool expect_preemption,
+                       int max_new = 24, bool device_sampling = false, bool sampled = false) {
+  Workload w = MakeWorkload(seed, 14, max_new, sampled);
+  Harness h(chunks, budget, sharing, device_sampling);
+  auto together = h.Run(w.arrivals);
+  for (const auto& [id, spec] : w.all) {
+    Harness alone(256, 2048, false);
+    auto ref = alone.Run({{0, {{id, spec}}}});
+    for (int i = 0; i < spec.n; ++i) {
+      const std::pair<RequestId, int> key(id, i);
+      EXPECT_EQ(together[key], ref[key]) << "request " << id << " sample " << i;
+      EXPECT_FALSE(ref[key].empty());
+    }
+  }
+  const CacheStats cs = h.scheduler().cache_stats();
+  EXPECT_EQ(cs.used_chunks, 0);
+  EXPECT_EQ(cs.used_chunks + cs.cached_chunks + cs.free_chunks, chunks);
+  EXPECT_FALSE(h.scheduler().HasWork());
+  if (sharing) {
+    EXPECT_GT(cs.total_matched_tokens, 0);
+  }
+  if (expect_preemption) {
+    EXPECT_GT(h.scheduler().stats().preemptions_total, 0);
+  }
+  // The context goes out only when it changed, not every step.
+  EXPECT_LT(h.contexts_sent_, h.steps_);
+}
+
+TEST(SchedulerTest, SharedPrefixesMatchAloneRuns) { ExpectSameAsAlone(256, 2048, true, 1, false); }
+
+TEST(SchedulerTest, ChunkedPrefillMatchesAloneRuns) { ExpectSameAsAlone(256, 24, true, 2, false); }
+
+TEST(SchedulerTest, PreemptionUnderMemoryPressureMatchesAloneRuns) {
+  ExpectSameAsAlone(24, 64, true, 3, true, 80);
+}
+
+TEST(SchedulerTest, NoSharingBaselineMatchesAloneRuns) { ExpectSameAsAlone(256, 2048, false, 4, false); }
+
+// All-greedy steps take the device-greedy path (the GPU's), and give the
+// tokens the host Sampler gives alone runs.
+TEST(SchedulerTest, DeviceGreedyPathMatchesSamplerPath) {
+  ExpectSameAsAlone(256, 24, true, 5, false, 24, /*device_sampling=*/true);
+  Harness h(256, 2048, true, /*device_sampling=*/true);
+  Workload w = MakeWorkload(6, 6, 8);
+  h.Run(w.arrivals);
+  EXPECT_GT(h.device_model_->greedy_calls, 0);
+  EXPECT_EQ(h.device_model_->sample_calls, 0);
+  EXPECT_EQ(h.device_model_->host_calls, 0);
+  // One request sampling at temperature 1 sends its steps through the
+  // device's full sampler, still with no logits to the host.
+  Harness mixed(256, 2048, true, /*device_sampling=*/true);
+  RequestSpec hot = w.all[0].second;
+  hot.sampling.temperature = 1;
+  hot.sampling.seed = 3;
+  hot.max_new_tokens = 4;
+  mixed.Run({{0, {{100, hot}}}});
+  EXPECT_GT(mixed.device_model_->sample_calls, 0);
+  EXPECT_EQ(mixed.device_model_->host_calls, 0);
+}
+
+// Sampled requests (temperature, top-k/p, min-p, penalty histories, n = 2,
+// chunked prefill) through the device sampler's algorithm give the tokens
+// the host Sampler gives the same requests run alone.
+TEST(SchedulerTest, DeviceSamplingPathMatchesSamplerPath) {
+  ExpectSameAsAlone(256, 24, true, 7, false, 24, /*device_sampling=*/true, /*sampled=*/true);
+  ExpectSameAsAlone(256, 2048, true, 8, false, 24, /*device_sampling=*/true, /*sampled=*/true);
+}
+
+TEST(SchedulerTest, InBatchSharingComputesTheCommonPrefixOnce) {
+  Harness h(256, 2048, true);
+  std::vector<TokenId> system(64);
+  for (int i = 0; i < 64; ++i) system[i] = (i * 7) % 90;
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+  for (int r = 0; r < 6; ++r) {
+    RequestSpec spec;
+    spec.prompt = system;
+    spec.prompt.push_back(r);
+    spec.prompt.push_back(r + 1);
+    spec.sampling.temperature = 0;
+    spec.max_new_tokens = 3;
+    arrivals[0].emplace_back(r + 1, spec);
+  }
+  h.Run(arrivals);
+  // Peaks are since the last reset: after one, an idle scheduler's are zero.
+  EXPECT_GT(h.scheduler().stats().peak_used_chunks, 0);
+  h.scheduler().ResetPeaks();
+  EXPECT_EQ(h.scheduler().stats().peak_used_chunks, 0);
+  EXPECT_EQ(h.scheduler().stats().peak_unshared_chunks, 0);
+  int zero = 0;
+  for (const auto& [id, cached] : h.cached_) {
+    if (cached == 0) {
+      ++zero;
+    } else {
+      EXPECT_EQ(cached, 64) << "request " << id;
+    }
+  }
+  EXPECT_EQ(zero, 1);
+}
+
+// Models keep their decode plan per context version, so the executor refuses
+// a changed context that reuses the version in force (a network input).
+TEST(PlanExecutorTest, RefusesANewContextWithTheVersionInForce) {
+  auto weights = DummyWeights(TinyConfig(), {0, 1}, 7);
+  ASSERT_TRUE(weights.ok());
+  ModelOptions mo;
+  mo.chunk_size = 16;
+  mo.num_kv_chunks = 8;
+  auto model = LlamaModel::Create(TinyConfig(), std::move(*weights), mo, nullptr, nullptr);
+  ASSERT_TRUE(model.ok());
+  PlanExecutor executor(model->get(), /*samples=*/false);
+  StepResult result;
+  StepPlan prefill;  // 5 tokens into chunk 0
+  prefill.tokens = {1, 2, 3, 4, 5};
+  prefill.prefill.prefix_len = {0};
+  prefill.prefill.q_begin = {0, 5};
+  prefill.prefill.chunk_begin = {0, 1};
+  prefill.prefill.chunk_ids = {0};
+  ASSERT_TRUE(executor.Execute(prefill, &result).ok());
+  auto decode = [](int32_t chunk, uint64_t version) {
+    StepPlan plan;
+    plan.tokens = {9};
+    plan.has_decode = true;
+    plan.seq_len = {6};
+    plan.has_context = true;
+    ChunkContext& ctx = plan.context;
+    ctx.version = version;
+    ctx.seq_ids = {1};
+    ctx.private_begin = {0};
+    ctx.private_end = {1};
+    ctx.private_chunk = {chunk};
+    ctx.private_tokens = {6};
+    return plan;
+  };
+  ASSERT_TRUE(executor.Execute(decode(0, 1), &result).ok());
+  EXPECT_EQ(executor.Execute(decode(3, 1), &result).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Finding 2 of the reliability issue: a worker died (SIGSEGV) on a decode
+// context with private_begin = -5, private_end = -4. Every field of a plan is
+// checked before use: each of thousands of plans with one field set to a
+// hostile value is rejected or executed, never a crash (run under ASan, never
+// a write outside an array). The victim executor also runs every valid plan,
+// so it holds real contexts and samplers when the bad ones arrive. (It found
+// a second way in: a refused context let an older version back in over the
+// model's cached plan for it. CHUNKATTN_TRACE_HOSTILE=1 prints each trial.)
+TEST(PlanExecutorTest, HostilePlansAreRejectedOrExecutedNeverACrash) {
+  Harness harness(96, 64, true);
+  ModelConfig config = TinyConfig();
+  ModelOptions mo;
+  mo.chunk_size = 16;
+  mo.num_kv_chunks = 96;
+  auto model = LlamaModel::Create(config, DummyWeights(config, {0, 1}, 7).value(), mo, nullptr, nullptr).value();
+  PlanExecutor victim(model.get(), true);
+  std::mt19937 rng(21);
+  int rejected = 0, executed = 0;
+  const int32_t hostile[] = {-5, -4, -1, 0, 1, 15, 16, 17, 95, 96, 97, 1 << 20, 1 << 30, INT32_MAX, INT32_MIN};
+  const bool trace = getenv("CHUNKATTN_TRACE_HOSTILE") != nullptr;
+  harness.on_plan_ = [&](const StepPlan& plan) {
+    // Usually the valid plan goes first, so the bad ones meet the context in
+    // force; sometimes a bad one races it for a new context's version.
+    const bool valid_first = !plan.has_context || rng() % 4 != 0;
+    StepResult result;
+    if (valid_first) (void)victim.Execute(plan, &result);
+    for (int trial = 0; trial < 200; ++trial) {
+      StepPlan bad = plan;
+      // Every int field the worker reads, one chosen at random.
+      std::vector<int32_t*> fields;
+      std::vector<const char*> names;  // for a failure's message
+      auto add = [&](std::vector<int32_t>& v, const char* name) {
+        for (int32_t& x : v) fields.push_back(&x), names.push_back(name);
+      };
+      add(bad.tokens, "tokens");
+      add(bad.prefill.prefix_len, "prefix_len");
+      add(bad.prefill.q_begin, "q_begin");
+      add(bad.prefill.chunk_begin, "chunk_begin");
+      add(bad.prefill.chunk_ids, "chunk_ids");
+      if (bad.has_context) {
+        add(bad.context.shared_chunk, "shared_chunk");
+        add(bad.context.shared_begin, "shared_begin");
+        add(bad.context.shared_end, "shared_end");
+        add(bad.context.shared_tokens, "shared_tokens");
+        add(bad.context.private_begin, "private_begin");
+        add(bad.context.private_end, "private_end");
+        add(bad.context.private_chunk, "private_chunk");
+        add(bad.context.private_tokens, "private_tokens");
+      }
+      add(bad.seq_len, "seq_len");
+      add(bad.logits_rows, "logits_rows");
+      for (KvCopy& c : bad.copies) {
+        fields.push_back(&c.src_chunk), names.push_back("copy.src");
+        fields.push_back(&c.dst_chunk), names.push_back("copy.dst");
+        fields.push_back(&c.num_tokens), names.push_back("copy.num_tokens");
+      }
+      for (SampleRow& r : bad.samples) fields.push_back(&r.row), names.push_back("sample.row");
+      for (SamplerStart& st : bad.sampler_starts) add(st.history, "history");
+      if (fields.empty()) break;
+      const size_t pick = rng() % fields.size();
+      int32_t* field = fields[pick];
+      if (trace) std::fprintf(stderr, "step %d: %s (was %d)\n", static_cast<int>(plan.step), names[pick], *field);
+      *field = rng() % 3 == 0 ? *field + static_cast<int32_t>(rng() % 3) - 1 : hostile[rng() % std::size(hostile)];
+      // Sometimes a length is off instead.
+      if (rng() % 8 == 0 && !bad.context.private_tokens.empty()) bad.context.private_tokens.pop_back();
+      if (rng() % 8 == 0 && !bad.seq_len.empty()) bad.seq_len.push_back(3);
+      if (rng() % 16 == 0 && bad.context.version > 0) --bad.context.version;  // an old version again
+      if (trace) std::fprintf(stderr, "  -> %d\n", *field);
+      const absl::Status st = victim.Execute(bad, &result);
+      if (trace) std::fprintf(stderr, "  : %s\n", st.ToString().c_str());
+      (st.ok() ? executed : rejected)++;
+    }
+    if (!valid_first) (void)victim.Execute(plan, &result);  // refused when a bad one took its version
+  };
+  Workload w = MakeWorkload(5, 12, 10);
+  harness.Run(w.arrivals);
+  EXPECT_GT(rejected, 100);
+  std::printf("hostile plans: %d rejected, %d executed\n", rejected, executed);
+}
+
+// A worker drains mid-workload: what started finishes (preempted requests
+// included), nothing new starts, and the queue handed to the next session's
+// scheduler (a fresh pool, as after the workers re-join) gives every request
+// its tokens of a run alone.
+TEST(SchedulerTest, HandOverFinishesTheStartedAndKeepsTheQueue) {
+  Workload w = MakeWorkload(3, 14, 80);
+  Harness first(24, 64, true);
+  first.hand_over_at_ = 70;
+  auto before = first.Run(w.arrivals);
+  EXPECT_EQ(first.scheduler().cache_stats().used_chunks, 0);
+  EXPECT_GT(first.scheduler().stats().preemptions_total, 0);  // a small pool: preempted ones count as started
+  const std::vector<RequestId> ids = first.scheduler().RequestIds();
+  auto queued = first.scheduler().TakeQueued();
+  ASSERT_EQ(queued.size(), ids.size());
+  ASSERT_FALSE(queued.empty());
+  EXPECT_FALSE(first.scheduler().HasWork());
+
+  Harness second(24, 64, true);
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> again;
+  for (size_t k = 0; k < queued.size(); ++k) {
+    EXPECT_EQ(queued[k].first, ids[k]);  // admission order kept
+    again[0].push_back(queued[k]);
+  }
+  auto after = second.Run(again);
+  int started = 0;
+  for (const auto& [id, spec] : w.all) {
+    const bool was_queued = std::count(ids.begin(), ids.end(), id) > 0;
+    started += !was_queued;
+    Harness alone(256, 2048, false);
+    auto ref = alone.Run({{0, {{id, spec}}}});
+    for (int i = 0; i < spec.n; ++i) {
+      const std::pair<RequestId, int> key(id, i);
+      EXPECT_EQ(was_queued ? before.count(key) : after.count(key), 0u) << "request " << id << " ran in both";
+      EXPECT_EQ(was_queued ? after[key] : before[key], ref[key]) << "request " << id << " sample " << i;
+    }
+  }
+  EXPECT_GT(started, 0);
+  EXPECT_EQ(second.scheduler().cache_stats().used_chunks, 0);
+}
+
+TEST(SchedulerTest, RejectsRequestsThatCanNeverFit) {
+  Harness h(8, 64, true);
+  RequestSpec spec;
+  spec.prompt.assign(100, 1);
+  spec.max_new_tokens = 40;  // 140 tokens = 9 chunks of 16
+  EXPECT_TRUE(absl::IsResourceExhausted(h.scheduler().Add(1, spec)));
+  spec.max_new_tokens = 500;
+  EXPECT_TRUE(absl::IsInvalidArgument(h.scheduler().Add(2, spec)));
+  spec.max_new_tokens = 4;
+  spec.n = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(h.scheduler().Add(3, spec)));
+  spec.n = 1;
+  EXPECT_TRUE(h.scheduler().Add(4, spec).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(h.scheduler().Add(4, spec)));
+  spec.prompt.clear();
+  EXPECT_TRUE(absl::IsInvalidArgument(h.scheduler().Add(5, spec)));
+}
+
+TEST(SchedulerTest, AbortMidStreamReleasesEverything) {
+  Harness h(64, 2048, true);
+  RequestSpec spec;
+  spec.prompt.assign(40, 3);
+  spec.max_new_tokens = 100;
+  spec.ignore_eos = true;
+  ASSERT_TRUE(h.scheduler().Add(1, spec).ok());
+  StepPlan plan;
+  ASSERT_TRUE(*h.scheduler().Schedule(&plan));
+  testing::ExpectPlanWithinLimits(plan, h.scheduler().options());
+  StepResult result;
+  result.tokens = {5};
+  result.logprobs = {-1};
+  std::vector<SampleEvent> events;
+  ASSERT_TRUE(h.scheduler().Complete(result, &events).ok());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_GT(h.scheduler().cache_stats().used_chunks, 0);
+  h.scheduler().Abort(1);
+  EXPECT_EQ(h.scheduler().cache_stats().used_chunks, 0);
+  EXPECT_FALSE(h.scheduler().HasWork());
+  EXPECT_TRUE(h.scheduler().forest().CheckInvariants().ok());
+}
+
+TEST(SubsetContextTest, KeepsEveryPathOfTheKeptSequences) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    PrefixForestOptions fo;
+    fo.chunk_size = 16;
+    fo.num_chunks = 400;
+    auto forest = PrefixForest::Create(fo);
+    ASSERT_TRUE(forest.ok());
+    std::vector<TokenId> base(80);
+    for (auto& t : base) t = rng() % 5;
+    for (int s = 0; s < 10; ++s) {
+      std::vector<TokenId> p(base.begin(), base.begin() + (rng() % 80) + 1);
+      for (int k = rng() % 40; k > 0; --k) p.push_back(rng() % 5);
+      auto ins = (*forest)->Insert(p);
+      ASSERT_TRUE(ins.ok());
+      ASSERT_TRUE((*forest)->MarkComputed(ins->seq_id).ok());
+    }
+    const ChunkContext& full = (*forest)->Context();
+    std::vector<bool> keep(full.num_seqs());
+    for (size_t s = 0; s < keep.size(); ++s) keep[s] = rng() % 2;
+    ChunkContext sub;
+    SubsetContext(full, keep, 9, &sub);
+    ASSERT_TRUE(ValidateChunkContext(sub, fo.num_chunks).ok()) << ValidateChunkContext(sub, 400);
+    EXPECT_EQ(sub.version, 9u);
+    int t = 0;
+    for (int s = 0; s < full.num_seqs(); ++s) {
+      if (!keep[s]) continue;
+      EXPECT_EQ(sub.seq_ids[t], full.seq_ids[s]);
+      EXPECT_EQ(SequenceChunks(sub, t), SequenceChunks(full, s));
+      ++t;
+    }
+    EXPECT_EQ(t, sub.num_seqs());
+    for (int k = 0; k < sub.num_shared(); ++k) EXPECT_GE(sub.shared_end[k] - sub.shared_begin[k], 2);
+  }
+}
+
+}  // namespace
+}  // namespace chunkattn

@@ -1,0 +1,106 @@
+// chunkattn-coordinator's flags into its config (coordinator_config.h): every
+// bad value is refused naming its flag before anything starts, and good ones
+// reach the engine, the workers' join and the HTTP guard.
+#include "services/coordinator/coordinator_config.h"
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+ABSL_DECLARE_FLAG(std::string, workers);
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(int, chunk_size);
+ABSL_DECLARE_FLAG(int, max_batch_size);
+ABSL_DECLARE_FLAG(int, max_tokens_per_step);
+ABSL_DECLARE_FLAG(double, tenant_max_batch_share);
+ABSL_DECLARE_FLAG(double, step_timeout_s);
+ABSL_DECLARE_FLAG(std::string, listen);
+ABSL_DECLARE_FLAG(std::string, kv_events_format);
+ABSL_DECLARE_FLAG(bool, kv_events);
+ABSL_DECLARE_FLAG(int64_t, http_max_body_bytes);
+ABSL_DECLARE_FLAG(std::string, served_model_name);
+
+namespace chunkattn {
+namespace {
+
+class CoordinatorConfigTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    absl::SetFlag(&FLAGS_workers, "127.0.0.1:50061,127.0.0.1:50062");
+    absl::SetFlag(&FLAGS_model, "/models/demo");
+  }
+  absl::FlagSaver saver_;  // every test starts from the defaults
+};
+
+TEST_F(CoordinatorConfigTest, GoodFlagsReachTheEngineAndTheJoin) {
+  absl::SetFlag(&FLAGS_chunk_size, 32);
+  absl::SetFlag(&FLAGS_max_batch_size, 8);
+  absl::SetFlag(&FLAGS_served_model_name, "demo");
+  absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.workers.addresses.size(), 2u);
+  EXPECT_EQ(c->engine.scheduler.chunk_size, 32);
+  EXPECT_EQ(c->engine.workers.join.chunk_size(), 32u);
+  EXPECT_EQ(c->engine.workers.join.max_batch_size(), 8u);
+  EXPECT_EQ(c->engine.workers.join.model(), "/models/demo");
+  EXPECT_EQ(c->engine.model_name, "demo");
+  EXPECT_TRUE(c->engine.workers.adaptive_step_timeout);  // -1: from measured steps
+  EXPECT_FALSE(c->kv_events.has_value());
+
+  ModelConfig model;
+  model.max_context = 4096;
+  model.eos_token_ids = {2};
+  const EngineOptions options = EngineOptionsFor(*c, model, nullptr);
+  EXPECT_EQ(options.scheduler.max_context, 4096);
+  EXPECT_EQ(options.scheduler.eos_token_ids, std::vector<int32_t>{2});
+  absl::StatusOr<http::Options> http = HttpOptionsFor(*c, model.max_context);
+  ASSERT_TRUE(http.ok()) << http.status();
+  EXPECT_GE(http->max_body_bytes, size_t{1} << 20);  // a whole-context text prompt fits
+  EXPECT_GT(http->max_connections, 0);
+}
+
+TEST_F(CoordinatorConfigTest, EachBadFlagIsRefusedByName) {
+  struct Case {
+    std::function<void()> set;
+    const char* flag;
+  };
+  const Case cases[] = {
+      {[] { absl::SetFlag(&FLAGS_workers, ""); }, "--workers"},
+      {[] { absl::SetFlag(&FLAGS_workers, "127.0.0.1:0x"); }, "--workers"},
+      {[] { absl::SetFlag(&FLAGS_model, ""); }, "--model"},
+      {[] { absl::SetFlag(&FLAGS_listen, "nowhere"); }, "--listen"},
+      {[] { absl::SetFlag(&FLAGS_chunk_size, 48); }, "--chunk_size"},
+      {[] { absl::SetFlag(&FLAGS_max_tokens_per_step, 4); }, "--max_tokens_per_step"},
+      {[] { absl::SetFlag(&FLAGS_tenant_max_batch_share, 0.0); }, "--tenant_max_batch_share"},
+      {[] { absl::SetFlag(&FLAGS_step_timeout_s, -2.0); }, "--step_timeout_s"},
+      {[] {
+         absl::SetFlag(&FLAGS_kv_events, true);
+         absl::SetFlag(&FLAGS_kv_events_format, "xml");
+       },
+       "--kv_events_format"},
+  };
+  for (const Case& c : cases) {
+    absl::FlagSaver restore;
+    c.set();
+    absl::StatusOr<CoordinatorConfig> config = CoordinatorConfigFromFlags();
+    ASSERT_FALSE(config.ok()) << c.flag;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+    EXPECT_TRUE(absl::StrContains(config.status().message(), c.flag)) << config.status();
+  }
+}
+
+TEST_F(CoordinatorConfigTest, TheHttpGuardIsCheckedWhetherOrNotTheApiIsOn) {
+  absl::SetFlag(&FLAGS_http_max_body_bytes, 10);
+  absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<http::Options> http = HttpOptionsFor(*c, 4096);
+  ASSERT_FALSE(http.ok());
+  EXPECT_TRUE(absl::StrContains(http.status().message(), "--http_max_body_bytes")) << http.status();
+}
+
+}  // namespace
+}  // namespace chunkattn
