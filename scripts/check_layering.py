@@ -150,7 +150,7 @@ def defined_targets(root):
                     if kind == 'chunkattn_fuzzer':
                         name = 'chunkattn-fuzz-' + name
                     exempt = kind in ('chunkattn_test', 'chunkattn_fuzzer') or name.endswith('_test')
-                    targets[name] = (layer, exempt)
+                    targets[name] = (layer, exempt, front_of(rel + '/CMakeLists.txt'))
     return targets
 
 
@@ -173,8 +173,13 @@ def link_violations(root, edges):
         deps.setdefault(src, []).append(dst)
         if src not in targets or dst not in targets:
             continue
-        (src_layer, exempt), (dst_layer, _) = targets[src], targets[dst]
-        if exempt or dst_layer == src_layer or dst_layer in ALLOWED.get(src_layer, set()):
+        (src_layer, exempt, src_front), (dst_layer, _, dst_front) = targets[src], targets[dst]
+        if exempt:
+            continue
+        if dst_front and src_front is not None and src_front != dst_front:
+            found.append((src, dst, f'{FRONTS}{src_front or "*"} may not link {FRONTS}{dst_front}'))
+            continue
+        if dst_layer == src_layer or dst_layer in ALLOWED.get(src_layer, set()):
             continue
         found.append((src, dst, f'{src_layer} may not link {dst_layer}'))
     for pure in PURE:

@@ -22,7 +22,9 @@
 #   scripts/sanitize.sh MODE [--build-only | --test-only] [ctest arguments]
 # --build-only stops after the build, --test-only runs the tests of a folder
 # built before (scripts/test.sh times the two apart). Other arguments go to
-# ctest (e.g. -R fuzz_plan).
+# ctest (e.g. -R fuzz_plan). Here each GoogleTest binary is one ctest test
+# (cmake/Common.cmake): -R chunkattn_http_test, or run the binary itself with
+# --gtest_filter for one TEST.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}

@@ -97,6 +97,8 @@ class LinkLayeringTest(unittest.TestCase):
         'services/coordinator/CMakeLists.txt': 'add_library(chunkattn_coordinator e.cc)\n',
         'workers/model/CMakeLists.txt': 'add_library(chunkattn_model m.cc)\n',
         'proto/CMakeLists.txt': 'add_library(chunkattn_proto p.cc)\n',
+        'services/fronts/grpc/CMakeLists.txt': 'add_library(chunkattn_front_grpc g.cc)\n',
+        'services/fronts/vllm/CMakeLists.txt': 'add_library(chunkattn_front_vllm v.cc)\n',
     }
 
     def check(self, *edges):
@@ -129,6 +131,12 @@ class LinkLayeringTest(unittest.TestCase):
         r = self.check(('chunkattn_coordinator', 'chunkattn_model'))
         self.assertEqual(r.returncode, 1, r.stdout)
         self.assertIn('link chunkattn_coordinator -> chunkattn_model: services may not link workers', r.stdout)
+
+    def test_a_front_may_not_link_another(self):
+        r = self.check(('chunkattn_front_vllm', 'chunkattn_coordinator'), ('chunkattn_front_vllm', 'chunkattn_front_grpc'))
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn('link chunkattn_front_vllm -> chunkattn_front_grpc: services/fronts/vllm may not link '
+                      'services/fronts/grpc', r.stdout)
 
     def test_the_core_may_not_reach_the_wire_by_any_chain(self):
         # The scheduler includes no protobuf; linking it through another
