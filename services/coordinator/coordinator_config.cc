@@ -270,7 +270,6 @@ absl::StatusOr<CoordinatorConfig> CoordinatorConfigFromFlags() {
   if (!IsPort(c.health_port)) return Invalid("--health_port must be in [0, 65535]");
   c.tls_files = {absl::GetFlag(FLAGS_tls_cert_file), absl::GetFlag(FLAGS_tls_key_file),
                  absl::GetFlag(FLAGS_tls_client_ca_file)};
-  c.tls = !c.tls_files.cert_chain.empty();
   ASSIGN_OR_RETURN(c.credentials, MakeServerCredentials(c.tls_files));
   ASSIGN_OR_RETURN(c.auth, TokenAuth::FromFile(absl::GetFlag(FLAGS_auth_token_file)));
   if (const std::string path = absl::GetFlag(FLAGS_metrics_token_file); !path.empty()) {

@@ -31,7 +31,7 @@ struct CoordinatorConfig {
   std::string listen;
   HostPort listen_address;
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  bool tls = false;
+  bool tls() const { return !tls_files.cert_chain.empty(); }  // the API ports serve TLS
   TlsFiles tls_files;     // also the HTTP API's
   TokenAuth auth;         // tenant, router and operator tokens (base/grpc_security.h)
   int health_port = 0;

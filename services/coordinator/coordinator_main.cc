@@ -86,7 +86,7 @@ void LogStarted(const chunkattn::CoordinatorConfig& c, const chunkattn::openai::
   std::fprintf(stderr,
                "chunkattn-coordinator listening on %s (%s%s, health %s, metrics %s, OpenAI HTTP %s), %zu "
                "worker(s)%s, model %s\n",
-               c.listen.c_str(), c.tls ? "TLS" : "plaintext",
+               c.listen.c_str(), c.tls() ? "TLS" : "plaintext",
                c.auth.enabled() ? ", bearer tokens" : "",
                c.health_port > 0 ? absl::StrCat(":", c.health_port).c_str() : "on the API port",
                c.metrics_port > 0 ? absl::StrCat(":", c.metrics_port).c_str() : "off",
@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
   // (A probe of a TLS port would log a failed handshake every few seconds;
   // there the HTTP front's caps are what keep descriptors in reserve.)
   std::unique_ptr<ListenerProbe> listener_probe;
-  if (!c.tls) {
+  if (!c.tls()) {
     ListenerProbeOptions probe;
     probe.host = c.listen_address.host;
     probe.port = bound;
