@@ -3,12 +3,13 @@
 # runs the tests that mode covers. Any sanitizer report fails the run. Each
 # mode builds only what its tests need (the unit_tests and tsan_tests targets
 # of CMakeLists.txt, the fuzzers), with line tables for debug information
-# (CHUNKATTN_DEBUG_INFO, cmake/Common.cmake).
+# (CHUNKATTN_DEBUG_INFO, cmake/Common.cmake). A folder it creates gets unity
+# batches when the environment says CHUNKATTN_UNITY=ON (scripts/test.sh does).
 #
 #   scripts/sanitize.sh asan   ASan + UBSan: every GoogleTest binary (label
 #                              "unit"), then each libFuzzer harness in tests/fuzz/
 #                              for CHUNKATTN_FUZZ_SECONDS (a CMake setting,
-#                              default 20) from its seed corpus (label
+#                              default 10) from its seed corpus (label
 #                              "fuzz"). bench/fuzz.sh fuzzes longer.
 #   scripts/sanitize.sh tsan   TSan: the GoogleTest binaries with threads
 #                              (label "unit_tsan": the CPU thread pool and
@@ -60,7 +61,7 @@ esac
 if [ "$steps" != test ]; then
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-      -DCHUNKATTN_CUDA=OFF "${cmake_flags[@]}"
+      -DCHUNKATTN_CUDA=OFF -DCHUNKATTN_UNITY="${CHUNKATTN_UNITY:-OFF}" "${cmake_flags[@]}"
   fi
   cmake --build "$dir" --parallel "$(nproc)" --target "${targets[@]}"
 fi

@@ -13,9 +13,11 @@
 # end, also when one failed (then the ctest summary line is repeated under
 # it). A main build folder this script configures itself (a clean clone, as
 # in CI) gets one CUDA architecture, sm_90a (the GPU sessions' Hopper; the
-# default builds sm_80 too), and line tables for debug information
-# (CHUNKATTN_DEBUG_INFO, cmake/Common.cmake): what a CI run needs, in less
-# time. An existing folder keeps its settings.
+# default builds sm_80 too), line tables for debug information
+# (CHUNKATTN_DEBUG_INFO) and unity batches (CHUNKATTN_UNITY; both in
+# cmake/Common.cmake): what a CI run needs, in less time. The sanitizer
+# folders it creates get unity batches too. An existing folder keeps its
+# settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build}
@@ -50,6 +52,7 @@ trap report EXIT
 phase deps scripts/install-deps.sh
 failed=()
 if [ "${CHUNKATTN_SANITIZERS:-1}" != 0 ]; then
+  export CHUNKATTN_UNITY=${CHUNKATTN_UNITY:-ON}  # for the folders sanitize.sh creates
   for mode in asan tsan; do
     if phase "${mode}_build" scripts/sanitize.sh "$mode" --build-only; then
       phase "${mode}_tests" scripts/sanitize.sh "$mode" --test-only || failed+=("sanitize $mode")
@@ -60,7 +63,7 @@ if [ "${CHUNKATTN_SANITIZERS:-1}" != 0 ]; then
 fi
 configure=()
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  configure=(-DCHUNKATTN_CUDA_ARCHITECTURES=90a -DCHUNKATTN_DEBUG_INFO=lines)
+  configure=(-DCHUNKATTN_CUDA_ARCHITECTURES=90a -DCHUNKATTN_DEBUG_INFO=lines -DCHUNKATTN_UNITY=ON)
 fi
 phase main_build scripts/build.sh "${configure[@]}"
 status=0

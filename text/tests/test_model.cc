@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -46,6 +48,11 @@ TempDirs& Dirs() {
 
 std::string SourcePath(const std::string& relative) {
   return (fs::path(CHUNKATTN_SOURCE_DIR) / relative).string();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::string MakeTempDir() { return Dirs().Make(); }

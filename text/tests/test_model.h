@@ -15,6 +15,9 @@ constexpr int32_t kDemoVocabSize = 2000;
 // `relative` under the repository root.
 std::string SourcePath(const std::string& relative);
 
+// The bytes of the file at `path` (empty if it cannot be read).
+std::string ReadFile(const std::string& path);
+
 // A new empty folder, removed when the test process exits.
 std::string MakeTempDir();
 

@@ -26,11 +26,7 @@ using tokenizer_test::DemoModelPath;
 using tokenizer_test::DemoTokenizer;
 using tokenizer_test::kDemoVocabSize;
 using tokenizer_test::MakeTempDir;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using tokenizer_test::ReadFile;
 
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

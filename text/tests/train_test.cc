@@ -18,14 +18,10 @@ namespace {
 
 using ::testing::HasSubstr;
 using tokenizer_test::MakeTempDir;
+using tokenizer_test::ReadFile;
 using tokenizer_test::SourcePath;
 
 std::string Corpus() { return SourcePath("data/demo/shakespeare.txt"); }
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 TEST(TrainTest, DemoCorpusIsShipped) {
   const std::string corpus = ReadFile(Corpus());

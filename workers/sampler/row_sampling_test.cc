@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
-namespace chunkattn {
+namespace chunkattn::row_sampling_test {  // its own: unity builds join this file with sampler_test.cc
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -312,4 +312,4 @@ TEST(RowSampling, PackChecksTheInputsAsTheSamplerDoes) {
 }
 
 }  // namespace
-}  // namespace chunkattn
+}  // namespace chunkattn::row_sampling_test
