@@ -28,6 +28,7 @@ struct WorkerPool::Rank {
   std::unique_ptr<grpc::ClientReaderWriter<WirePlan, WireResult>> stream;
   WireResult result;
   absl::Status status;
+  grpc::Status ended;  // the stream's own final status once it failed (stream then null)
 };
 
 namespace {
@@ -147,6 +148,11 @@ void WorkerPool::RunRank(Rank* rank) {
   rank->status = absl::OkStatus();
   if (!rank->stream->Write(wire_plan_) || !rank->stream->Read(&rank->result)) {
     rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
+    // Its own status before anything cancels it: once cancelled, Finish()
+    // says CANCELLED, and a lost connection (a stopped worker's keepalive
+    // timing out) would be reported as a cancellation of ours.
+    rank->ended = rank->stream->Finish();
+    rank->stream.reset();
     Rank* none = nullptr;
     first_failed_.compare_exchange_strong(none, rank);
     // A failed rank cancels every stream, so ranks blocked in a collective
@@ -313,7 +319,7 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
     std::vector<std::string> lost, errors, cancelled;
     for (auto& rank : ranks_) {
       if (rank->status.ok()) continue;
-      const grpc::Status s = rank->stream->Finish();
+      const grpc::Status s = rank->stream != nullptr ? rank->stream->Finish() : rank->ended;
       rank->stream.reset();
       const std::string what =
           absl::StrCat("worker ", rank->address, " failed: ", s.ok() ? "stream closed" : s.error_message());
