@@ -319,8 +319,7 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
     std::vector<std::string> lost, errors, cancelled;
     for (auto& rank : ranks_) {
       if (rank->status.ok()) continue;
-      const grpc::Status s = rank->stream != nullptr ? rank->stream->Finish() : rank->ended;
-      rank->stream.reset();
+      const grpc::Status& s = rank->ended;  // read by RunRank, which failed it
       const std::string what =
           absl::StrCat("worker ", rank->address, " failed: ", s.ok() ? "stream closed" : s.error_message());
       (s.error_code() == grpc::StatusCode::UNAVAILABLE ? lost
