@@ -500,7 +500,16 @@ void Engine::UpdateGauges() {
         &metrics_->GetGauge("chunkattn_tenant_requests", "Requests running or waiting, per tenant.",
                             {{"tenant", tenant}, {"state", "waiting"}}),
         &metrics_->GetGauge("chunkattn_tenant_running_sequences",
-                            "Live samples of the running requests, per tenant.", {{"tenant", tenant}})};
+                            "Live samples of the running requests, per tenant.", {{"tenant", tenant}}),
+        &metrics_->GetGauge("chunkattn_tenant_kv_chunks",
+                            "KV chunks (in use or cached) in the tenant's cache namespaces.", {{"tenant", tenant}})};
+  }
+  // A tenant's namespaces are "tenant" and "tenant/..." (TokenAuth::
+  // CacheNamespace; tenant names hold no '/'); without tokens the one
+  // tenant "" owns every namespace.
+  std::map<std::string, int64_t, std::less<>> ns_chunks;
+  for (const auto& [ns, chunks] : scheduler_->forest().ChunksPerNamespace()) {
+    ns_chunks[ns.substr(0, ns.find('/'))] += chunks;
   }
   for (const auto& [tenant, gauges] : tenant_gauges_) {
     auto it = loads.find(tenant);
@@ -508,6 +517,13 @@ void Engine::UpdateGauges() {
     gauges[0]->Set(static_cast<double>(load.running_requests));
     gauges[1]->Set(static_cast<double>(load.waiting_requests));
     gauges[2]->Set(static_cast<double>(load.running_sequences));
+    int64_t chunks = 0;
+    if (tenant.empty()) {
+      chunks = cs.used_chunks + cs.cached_chunks;
+    } else if (auto c = ns_chunks.find(tenant); c != ns_chunks.end()) {
+      chunks = c->second;
+    }
+    gauges[3]->Set(static_cast<double>(chunks));
   }
   m_vllm_running_->Set(static_cast<double>(ss.running_requests));
   m_vllm_waiting_->Set(static_cast<double>(ss.waiting_requests));

@@ -209,8 +209,8 @@ class Engine {
   std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;
   int64_t preemptions_seen_ = 0;
-  // Per tenant seen: its running, waiting and sequence gauges (kept at 0 once idle).
-  std::map<std::string, std::array<metrics::Gauge*, 3>> tenant_gauges_;
+  // Per tenant seen: its running, waiting, sequence and KV chunk gauges (kept at 0 once idle).
+  std::map<std::string, std::array<metrics::Gauge*, 4>> tenant_gauges_;
   // Queued requests kept for the next worker session (see ReleaseWorkers).
   std::vector<std::pair<int64_t, RequestSpec>> held_;
   absl::Time next_probe_ = absl::InfinitePast();

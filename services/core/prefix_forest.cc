@@ -25,6 +25,8 @@ struct PrefixForest::Node {
   int32_t num_computed = 0;  // leading tokens whose KV a worker has written
   int32_t refcount = 0;    // live sequences holding it; roots: live sequences in the tree
   int32_t pos_in_parent = -1;
+  NodeId root = kNone;     // chunk nodes: the namespace's root
+  int32_t chunks = 0;      // roots: chunk nodes below it
   bool live = false;              // chunk nodes: in the tree; roots: namespace exists
   std::vector<NodeId> children;   // sorted by tokens (lexicographic); equal runs allowed
   std::vector<Sequence*> tails;   // live sequences whose last chunk this is
@@ -216,6 +218,7 @@ absl::Status PrefixForest::FreeCachedLeaf(NodeId id) {
   lru_.Uncached(id);
   --stats_.cached_chunks;
   stats_.cached_tokens -= n.num_tokens;
+  --nodes_[n.root].chunks;
   EraseChild(id);
   n = Node{};
   return allocator_.Free(id);
@@ -247,6 +250,8 @@ absl::StatusOr<PrefixForest::NodeId> PrefixForest::NewChild(NodeId parent, absl:
   n = Node{};
   n.live = true;
   n.refcount = 1;
+  n.root = IsRoot(parent) ? parent : nodes_[parent].root;
+  ++nodes_[n.root].chunks;
   n.num_tokens = static_cast<int32_t>(tokens.size());
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<size_t>(id) * chunk_size_);
   ++stats_.used_chunks;
@@ -818,6 +823,14 @@ int32_t PrefixForest::RefCount(ChunkId chunk) const {
   return allocator_.IsAllocated(chunk) ? nodes_[chunk].refcount : 0;
 }
 
+std::vector<std::pair<std::string, int32_t>> PrefixForest::ChunksPerNamespace() const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (const auto& [ns, root] : roots_) {
+    if (nodes_[root].chunks > 0) out.emplace_back(ns, nodes_[root].chunks);
+  }
+  return out;
+}
+
 CacheStats PrefixForest::stats() const {
   CacheStats s = stats_;
   s.capacity_chunks = capacity();
@@ -862,6 +875,7 @@ absl::Status PrefixForest::CheckInvariants() const {
   }
   int32_t used = 0, cached = 0, shared = 0;
   int64_t physical = 0, cached_tokens = 0, tails = 0;
+  std::vector<int32_t> root_chunks(nodes_.size(), 0);
   for (NodeId id = 0; id < static_cast<NodeId>(nodes_.size()); ++id) {
     const Node& n = nodes_[id];
     const bool root = IsRoot(id);
@@ -887,6 +901,9 @@ absl::Status PrefixForest::CheckInvariants() const {
       if (n.refcount == 0 && n.children.empty()) return InvariantError("empty root %d kept", id);
       continue;
     }
+    const NodeId want_root = IsRoot(n.parent) ? n.parent : nodes_[n.parent].root;
+    if (n.root != want_root) return InvariantError("chunk %d: root %d, its parent's is %d", id, n.root, want_root);
+    ++root_chunks[n.root];
     if (n.num_tokens < 1 || n.num_tokens > c) return InvariantError("chunk %d holds %d tokens", id, n.num_tokens);
     if (n.num_computed < 0 || n.num_computed > n.num_tokens) {
       return InvariantError("chunk %d: %d of %d tokens computed", id, n.num_computed, n.num_tokens);
@@ -928,6 +945,11 @@ absl::Status PrefixForest::CheckInvariants() const {
     if (lru_rank[id] >= 0 && parent != kNone && !IsRoot(parent) && lru_rank[parent] >= 0 &&
         lru_rank[parent] < lru_rank[id]) {
       return InvariantError("cached chunk %d is older than its cached parent %d", parent, id);
+    }
+  }
+  for (NodeId id = capacity(); id < static_cast<NodeId>(nodes_.size()); ++id) {
+    if (nodes_[id].chunks != root_chunks[id]) {
+      return InvariantError("root %d counts %d chunks, holds %d", id, nodes_[id].chunks, root_chunks[id]);
     }
   }
   if (tails != static_cast<int64_t>(seqs_.size())) {

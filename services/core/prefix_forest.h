@@ -228,6 +228,9 @@ class PrefixForest {
   absl::Status CheckInvariants() const;
 
   CacheStats stats() const;
+  // Chunks (in use or cached) per namespace that holds any. O(namespaces):
+  // each root keeps its count as chunks are linked and freed.
+  std::vector<std::pair<std::string, int32_t>> ChunksPerNamespace() const;
   int chunk_size() const { return chunk_size_; }
   int32_t capacity() const { return allocator_.capacity(); }
 

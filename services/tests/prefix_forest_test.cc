@@ -1,6 +1,7 @@
 // Contract tests: one behaviour of PrefixForest per test, on chunk size 16.
 #include "services/core/prefix_forest.h"
 
+#include <map>
 #include <numeric>
 
 #include "gtest/gtest.h"
@@ -178,6 +179,25 @@ TEST_F(PrefixForestTest, NamespacesNeverShare) {
     for (ChunkId y : Chunks(c.seq_id)) EXPECT_NE(x, y);
   }
   EXPECT_EQ(Insert(prompt, "tenant-a").matched_tokens, 40);
+}
+
+TEST_F(PrefixForestTest, ChunksPerNamespaceCountsUsedAndCachedUntilFreed) {
+  auto counts = [&] {
+    auto v = forest_->ChunksPerNamespace();
+    return std::map<std::string, int32_t>(v.begin(), v.end());
+  };
+  const InsertResult a = Insert(Range(100, 40), "t:a");    // 3 chunks
+  const InsertResult b = Insert(Range(100, 40), "t:a/x");  // another namespace: 3 more
+  const InsertResult a2 = Insert(Range(100, 20), "t:a");   // shares 1 full chunk, copies into 1
+  EXPECT_EQ(counts(), (std::map<std::string, int32_t>{{"t:a", 4}, {"t:a/x", 3}}));
+  ASSERT_TRUE(forest_->Remove(a.seq_id).ok());
+  ASSERT_TRUE(forest_->Remove(a2.seq_id).ok());
+  EXPECT_EQ(counts(), (std::map<std::string, int32_t>{{"t:a", 4}, {"t:a/x", 3}}));  // cached still counts
+  EXPECT_EQ(forest_->EvictCached(64), 4);
+  EXPECT_EQ(counts(), (std::map<std::string, int32_t>{{"t:a/x", 3}}));
+  ASSERT_TRUE(forest_->Remove(b.seq_id).ok());
+  EXPECT_EQ(forest_->EvictCached(64), 3);
+  EXPECT_TRUE(counts().empty());
 }
 
 TEST_F(PrefixForestTest, AppendFillsTheTailThenGrowsAChunk) {

@@ -79,6 +79,8 @@ class TenantIsolationTest(harness.ServiceTestCase):
         for state in ('running', 'waiting'):
             self.assertEqual(m.get('chunkattn_tenant_requests', tenant='t:acme', state=state), 0.0)
         self.assertEqual(m.get('chunkattn_tenant_running_sequences', tenant='t:acme'), 0.0)
+        # Its prompt's chunks stay cached in its namespace 't:acme/x' and count as its own.
+        self.assertGreaterEqual(m.get('chunkattn_tenant_kv_chunks', tenant='t:acme'), 4.0)
         stub, v = self.cluster.stub, self.v
         for token in ('a-1', 'b-1', 'u-1', 'ops-1'):
             with self.subTest(token=token):
