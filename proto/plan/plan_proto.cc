@@ -68,6 +68,13 @@ void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
     row->set_row(s.row);
     row->set_key(s.key);
     row->set_step(s.step);
+    if (!s.allowed.empty()) {
+      std::string* bits = row->mutable_allowed_tokens();
+      bits->resize(s.allowed.size() * 4);
+      for (size_t w = 0; w < s.allowed.size(); ++w) {
+        for (int b = 0; b < 4; ++b) (*bits)[w * 4 + b] = static_cast<char>((s.allowed[w] >> (8 * b)) & 0xff);
+      }
+    }
   }
 }
 
@@ -125,7 +132,14 @@ void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
   out->samples.resize(plan.samples_size());
   for (int k = 0; k < plan.samples_size(); ++k) {
     const auto& s = plan.samples(k);
-    out->samples[k] = {s.row(), s.key(), s.step()};
+    out->samples[k] = {s.row(), s.key(), s.step(), {}};
+    // A partial last word (a peer's encoder may trim) reads as zero bits.
+    const std::string& bits = s.allowed_tokens();
+    std::vector<uint32_t>& allowed = out->samples[k].allowed;
+    allowed.assign((bits.size() + 3) / 4, 0);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      allowed[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(bits[i])) << (8 * (i % 4));
+    }
   }
 }
 

@@ -63,7 +63,11 @@ StepPlan RandomPlan(std::mt19937_64& rng) {
   p.seq_len = Ints(rng, 8, 1, 4096);
   p.logits_rows = Ints(rng, 8, 0, 60);
   for (int k = rng() % 6; k > 0; --k) {
-    p.samples.push_back({static_cast<int32_t>(rng() % 8), static_cast<int64_t>(rng() >> 1), rng()});
+    p.samples.push_back({static_cast<int32_t>(rng() % 8), static_cast<int64_t>(rng() >> 1), rng(), {}});
+    if (rng() % 2 == 0) {  // a constrained sample's mask
+      p.samples.back().allowed.resize(1 + rng() % 6);
+      for (uint32_t& w : p.samples.back().allowed) w = static_cast<uint32_t>(rng());
+    }
   }
   return p;
 }
@@ -112,6 +116,7 @@ void ExpectSamePlan(const StepPlan& a, const StepPlan& b) {
     EXPECT_EQ(a.samples[k].row, b.samples[k].row);
     EXPECT_EQ(a.samples[k].key, b.samples[k].key);
     EXPECT_EQ(a.samples[k].step, b.samples[k].step);
+    EXPECT_EQ(a.samples[k].allowed, b.samples[k].allowed);
   }
 }
 

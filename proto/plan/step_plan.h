@@ -34,6 +34,10 @@ struct SampleRow {
   int32_t row = 0;    // index into logits_rows
   int64_t key = 0;    // SamplerStart::key
   uint64_t step = 0;  // index of the token being generated for this sample
+  // A constrained output's (structured outputs) allowed next tokens: bit
+  // t % 32 of word t / 32 set for token t; tokens past the words are not
+  // allowed. Empty: no constraint.
+  std::vector<uint32_t> allowed;
 };
 
 struct StepPlan {

@@ -357,7 +357,8 @@ absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
       start.history = r->spec.prompt;
       start.history.insert(start.history.end(), s.generated.begin(), s.generated.end());
     }
-    if (static_cast<int32_t>(s.generated.size()) < r->spec.min_tokens) {
+    // A constrained sample's min_tokens is in its mask (ConstraintMask).
+    if (r->spec.constraint == nullptr && static_cast<int32_t>(s.generated.size()) < r->spec.min_tokens) {
       start.min_tokens = r->spec.min_tokens;
       start.suppress_ids = StopTokens(r->spec, options_.eos_token_ids);
     }
@@ -595,11 +596,43 @@ absl::Status Scheduler::WriteDecode(const std::vector<Work>& work, StepPlan* pla
     Request* r = seq->request;
     for (int32_t index : seq->samples) {
       plan->samples.push_back(
-          {static_cast<int32_t>(s), r->samples[index].sampler_key, r->samples[index].generated.size()});
+          {static_cast<int32_t>(s), r->samples[index].sampler_key, r->samples[index].generated.size(), {}});
+      if (r->spec.constraint != nullptr) ConstraintMask(*r, index, &plan->samples.back().allowed);
       step_samples_.push_back({r->id, index, r->spec.sampling.top_logprobs});
     }
   }
   return absl::OkStatus();
+}
+
+void Scheduler::ConstraintMask(const Request& r, int32_t index, std::vector<uint32_t>* mask) const {
+  TokenConstraint& constraint = *r.spec.constraint;
+  mask->assign(static_cast<size_t>(constraint.mask_words()), 0);
+  const std::vector<TokenId> stops = StopTokens(r.spec, options_.eos_token_ids);
+  auto set_stops = [&](bool on) {
+    for (TokenId t : stops) {
+      const size_t w = static_cast<size_t>(t) / 32;
+      if (t < 0 || w >= mask->size()) continue;
+      if (on) {
+        (*mask)[w] |= uint32_t{1} << (t % 32);
+      } else {
+        (*mask)[w] &= ~(uint32_t{1} << (t % 32));
+      }
+    }
+  };
+  if (!constraint.FillNextTokenMask(index, absl::MakeSpan(*mask))) {
+    // Broken (the matcher gave up): only a stop token, and Accept ends it.
+    std::fill(mask->begin(), mask->end(), 0);
+    set_stops(true);
+    if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; })) (*mask)[0] = 1;
+    return;
+  }
+  // Under min_tokens the stop tokens wait, unless the constraint allows
+  // nothing else: then it ends the output (its sampler suppresses nothing).
+  if (static_cast<int32_t>(r.samples[index].generated.size()) < r.spec.min_tokens) {
+    const std::vector<uint32_t> full = *mask;
+    set_stops(false);
+    if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; })) *mask = full;
+  }
 }
 
 absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEvent>* events) {
@@ -652,6 +685,11 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
       e.finish = FinishReason::kStopToken;
     } else if (static_cast<int32_t>(sample.generated.size()) >= r->spec.max_new_tokens) {
       e.finish = FinishReason::kLength;
+    }
+    // The constraint has the last word: it ends the output when a stop token
+    // completed it or nothing can follow (before max_new_tokens: "stop").
+    if (r->spec.constraint != nullptr && r->spec.constraint->Accept(e.index, token)) {
+      e.finish = FinishReason::kStopToken;
     }
     if (e.finish != FinishReason::kNone) {
       sample.finished = true;

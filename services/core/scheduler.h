@@ -56,6 +56,7 @@
 #include "proto/plan/step_plan.h"
 #include "services/core/prefix_forest.h"
 #include "services/core/policies.h"
+#include "services/core/token_constraint.h"
 
 namespace chunkattn {
 
@@ -89,6 +90,9 @@ struct RequestSpec {
   // orders requests within that (it is the caller's to set, so it cannot
   // outrank another tenant's share). Empty: one shared tenant.
   std::string tenant;
+  // Structured outputs: each sample draws only what this allows, and ends
+  // (kStopToken) when it says so, min_tokens or not. Null: none.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // Marks Add's RESOURCE_EXHAUSTED for a request that can never fit the pool
@@ -233,6 +237,9 @@ class Scheduler {
   void Enqueue(Request* r);
   Request* PreemptionVictim();
   void EndSampler(int64_t key);
+  // The allowed next tokens of a constrained sample (RequestSpec::constraint)
+  // into `mask`, min_tokens applied.
+  void ConstraintMask(const Request& r, int32_t index, std::vector<uint32_t>* mask) const;
   void EraseRequest(RequestId id);
   void UpdatePeaks();
 

@@ -176,6 +176,41 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// INVALID_ARGUMENT unless a constrained sample's mask fits the vocabulary
+// and allows at least one of its tokens (else the row would have no finite
+// logit, which fails the whole step).
+absl::Status CheckAllowedTokens(const std::vector<uint32_t>& allowed, int vocab, int sample) {
+  const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
+  if (allowed.size() > words) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sample %d: a token mask of %d words for a vocabulary of %d", sample, allowed.size(), vocab));
+  }
+  for (size_t w = 0; w < allowed.size(); ++w) {
+    uint32_t bits = allowed[w];
+    if (w + 1 == words && vocab % 32 != 0) bits &= (uint32_t{1} << (vocab % 32)) - 1;
+    if (bits != 0) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrFormat("sample %d: its token mask allows no token", sample));
+}
+
+// Sets row[t] to -inf for every token t of [0, vocab) the mask does not allow.
+void MaskDisallowed(const std::vector<uint32_t>& allowed, int vocab, float* row) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int base = 0; base < vocab; base += 32) {
+    const size_t w = static_cast<size_t>(base) / 32;
+    const uint32_t bits = w < allowed.size() ? allowed[w] : 0;
+    if (bits == 0xffffffffu) continue;
+    const int end = std::min(vocab, base + 32);
+    for (int t = base; t < end; ++t) {
+      if (((bits >> (t - base)) & 1u) == 0) row[t] = kNegInf;
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
   const int rows = static_cast<int>(plan.logits_rows.size());
   const int n = static_cast<int>(plan.samples.size());
@@ -204,6 +239,10 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     sample_inputs_[k].history = state.history;
     sample_inputs_[k].step = row.step;
     masking_ |= state.Suppressing(row.step);
+    if (!row.allowed.empty()) {
+      RETURN_IF_ERROR(CheckAllowedTokens(row.allowed, model_->config().vocab_size, k));
+      masking_ = true;
+    }
   }
   return greedy;
 }
@@ -221,6 +260,8 @@ absl::Status PlanExecutor::SampleOnHost(const StepPlan& plan) {
     if (state.Suppressing(sample_inputs_[k].step)) {
       for (int32_t id : state.suppress_ids) row[id] = -std::numeric_limits<float>::infinity();
     }
+    const std::vector<uint32_t>& allowed = plan.samples[k].allowed;
+    if (!allowed.empty()) MaskDisallowed(allowed, vocab, row);
   }
   return sampler_.Sample(sample_logits_, vocab, sample_inputs_, absl::MakeSpan(picks_));
 }

@@ -8,8 +8,9 @@
 // greedy without a penalty or top_logprobs, else the full Sampler semantics
 // after it. Other models' logits rows go through the CPU Sampler. Each
 // sample's top_logprobs entries follow its token in the StepResult. A step
-// with a sample still under its min_tokens takes the host path, where that
-// sample's suppressed tokens are masked to -inf before the Sampler sees
+// with a sample still under its min_tokens, or with a constrained sample
+// (SampleRow::allowed, structured outputs), takes the host path, where the
+// tokens that sample may not draw are masked to -inf before the Sampler sees
 // them (so its logprobs are those of the masked row).
 //
 // Every plan comes from the network, so every field is checked before the
@@ -64,7 +65,8 @@ class PlanExecutor {
   absl::Status SetContext(const ChunkContext& context);
   absl::Status UpdateLengths(const StepPlan& plan);
   // The samplers and inputs of the plan's samples, checked; whether all
-  // are greedy. Sets masking_ when a sample is under its min_tokens.
+  // are greedy. Sets masking_ when a sample is under its min_tokens or
+  // constrained.
   absl::StatusOr<bool> LookupSamplers(const StepPlan& plan);
   // picks_ from the host logits_ through the CPU Sampler.
   absl::Status SampleOnHost(const StepPlan& plan);

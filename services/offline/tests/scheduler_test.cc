@@ -94,6 +94,7 @@ class Harness {
       for (const SampleEvent& e : events) {
         out[{e.request, e.index}].push_back(e.token);
         cached_[e.request] = e.cached_prompt_tokens;
+        if (e.finish != FinishReason::kNone) finish_[{e.request, e.index}] = e.finish;
       }
       EXPECT_TRUE(scheduler_->forest().CheckInvariants().ok());
       ++steps_;
@@ -105,6 +106,7 @@ class Harness {
   std::function<void(const StepPlan&)> on_plan_;  // sees each plan before it runs
   int hand_over_at_ = -1;  // from this step admit nothing new; stop once nothing has started
   std::map<RequestId, int32_t> cached_;
+  std::map<std::pair<RequestId, int>, FinishReason> finish_;
   int steps_ = 0;
   int contexts_sent_ = 0;
   testing::DeviceSamplingModel* device_model_ = nullptr;
@@ -222,6 +224,109 @@ TEST(SchedulerTest, DeviceGreedyPathMatchesSamplerPath) {
 TEST(SchedulerTest, DeviceSamplingPathMatchesSamplerPath) {
   ExpectSameAsAlone(256, 24, true, 7, false, 24, /*device_sampling=*/true, /*sampled=*/true);
   ExpectSameAsAlone(256, 2048, true, 8, false, 24, /*device_sampling=*/true, /*sampled=*/true);
+}
+
+// A constraint that scripts each sample's output: at position p < length
+// three allowed tokens (from the request's seed, the sample and p), then
+// either nothing (it ends on the last scripted token) or only EOS.
+class ScriptConstraint : public TokenConstraint {
+ public:
+  ScriptConstraint(uint32_t seed, int length, bool end_with_eos, int samples)
+      : seed_(seed), length_(length), end_with_eos_(end_with_eos), pos_(samples, 0) {}
+  static std::vector<TokenId> Allowed(uint32_t seed, int sample, int pos) {
+    const TokenId base = static_cast<TokenId>((seed * 31 + sample * 17 + pos * 7) % 90);
+    return {base, base + 3, base + 5};
+  }
+  int32_t mask_words() const override { return 4; }  // 97 tokens
+  bool FillNextTokenMask(int32_t sample, absl::Span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0);
+    const int p = pos_[sample];
+    std::vector<TokenId> allowed = p < length_ ? Allowed(seed_, sample, p) : std::vector<TokenId>{96};
+    for (TokenId t : allowed) mask[t / 32] |= uint32_t{1} << (t % 32);
+    ++masks_;
+    return true;
+  }
+  bool Accept(int32_t sample, int32_t token) override {
+    const int p = pos_[sample]++;
+    if (p >= length_) return true;  // EOS
+    const std::vector<TokenId> allowed = Allowed(seed_, sample, p);
+    if (std::find(allowed.begin(), allowed.end(), token) == allowed.end()) ++violations_;
+    return !end_with_eos_ && p + 1 == length_;
+  }
+  int violations_ = 0;
+  int masks_ = 0;
+
+ private:
+  uint32_t seed_;
+  int length_;
+  bool end_with_eos_;
+  std::vector<int> pos_;
+};
+
+// Constrained requests beside unconstrained ones, sampled and greedy, n = 2,
+// min_tokens, under preemption: every constrained token is one the
+// constraint allowed, and each output ends where the constraint says
+// ("stop"), not at max_new_tokens; the others are untouched (as alone).
+TEST(SchedulerTest, ConstrainedSamplesDrawOnlyAllowedTokensAndEndWhereTheConstraintSays) {
+  Workload w = MakeWorkload(3, 14, 80);  // the preemption test's workload
+  std::map<RequestId, std::shared_ptr<ScriptConstraint>> constraints;
+  std::map<RequestId, std::pair<int, bool>> script;  // length, ends with EOS
+  for (auto* list : {&w.all}) {
+    for (auto& [id, spec] : *list) {
+      if (id % 2 == 1) continue;
+      const int length = 30 + static_cast<int>(id * 5 % 40);
+      const bool eos = id % 4 == 0;
+      spec.max_new_tokens = 80;
+      if (id % 3 != 0) {  // sampled: the mask applies before temperature and the draw
+        spec.sampling.temperature = 1.0f;
+        spec.sampling.seed = id;
+      }
+      spec.ignore_eos = id % 3 == 0;          // the constraint's end is not the model's EOS
+      spec.min_tokens = id % 5 == 0 ? 30 : 0;  // nor held off by min_tokens
+      script[id] = {length, eos};
+    }
+  }
+  auto attach = [&](RequestId id, RequestSpec* spec) {
+    if (script.count(id) == 0) return;
+    constraints[id] = std::make_shared<ScriptConstraint>(static_cast<uint32_t>(id), script[id].first,
+                                                         script[id].second, spec->n);
+    spec->constraint = constraints[id];
+  };
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+  for (auto& [at, list] : w.arrivals) {
+    for (auto& [id, spec] : list) {
+      RequestSpec s = spec;
+      for (const auto& [aid, aspec] : w.all) {
+        if (aid == id) s = aspec;
+      }
+      attach(id, &s);
+      arrivals[at].emplace_back(id, s);
+    }
+  }
+  Harness h(24, 64, true);  // a small pool: preemption recomputes constrained requests too
+  auto together = h.Run(arrivals);
+  for (const auto& [id, spec] : w.all) {
+    for (int i = 0; i < spec.n; ++i) {
+      const std::pair<RequestId, int> key(id, i);
+      if (script.count(id) == 0) {
+        Harness alone(256, 2048, false);
+        EXPECT_EQ(together[key], alone.Run({{0, {{id, spec}}}})[key]) << "unconstrained request " << id;
+        continue;
+      }
+      const auto [length, eos] = script[id];
+      const std::vector<TokenId>& got = together[key];
+      ASSERT_EQ(got.size(), static_cast<size_t>(length + (eos ? 1 : 0))) << "request " << id << " sample " << i;
+      for (int p = 0; p < length; ++p) {
+        const auto allowed = ScriptConstraint::Allowed(static_cast<uint32_t>(id), i, p);
+        EXPECT_NE(std::find(allowed.begin(), allowed.end(), got[p]), allowed.end()) << id << "/" << i << "@" << p;
+      }
+      if (eos) EXPECT_EQ(got.back(), 96);
+      EXPECT_EQ(h.finish_[key], FinishReason::kStopToken) << "request " << id;
+    }
+    if (constraints.count(id) > 0) EXPECT_EQ(constraints[id]->violations_, 0);
+  }
+  EXPECT_GT(h.scheduler().stats().preemptions_total, 0);
+  EXPECT_EQ(h.scheduler().cache_stats().used_chunks, 0);
 }
 
 TEST(SchedulerTest, InBatchSharingComputesTheCommonPrefixOnce) {
@@ -360,6 +465,15 @@ TEST(PlanExecutorTest, HostilePlansAreRejectedOrExecutedNeverACrash) {
       if (rng() % 8 == 0 && !bad.context.private_tokens.empty()) bad.context.private_tokens.pop_back();
       if (rng() % 8 == 0 && !bad.seq_len.empty()) bad.seq_len.push_back(3);
       if (rng() % 16 == 0 && bad.context.version > 0) --bad.context.version;  // an old version again
+      if (rng() % 8 == 0 && !bad.samples.empty()) {  // a token mask: too long, empty of tokens, or random
+        std::vector<uint32_t>& allowed = bad.samples[rng() % bad.samples.size()].allowed;
+        allowed.assign(1 + rng() % 6, 0);
+        if (rng() % 2 == 0) {
+          for (uint32_t& w : allowed) w = static_cast<uint32_t>(rng());
+        } else if (allowed.size() == 4) {
+          allowed[3] = ~uint32_t{1};  // only tokens past the vocabulary (97)
+        }
+      }
       if (trace) std::fprintf(stderr, "  -> %d\n", *field);
       const absl::Status st = victim.Execute(bad, &result);
       if (trace) std::fprintf(stderr, "  : %s\n", st.ToString().c_str());
