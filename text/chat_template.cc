@@ -137,7 +137,8 @@ absl::StatusOr<ModelChatTemplate> LoadChatTemplateFiles(const std::string& token
   }
   absl::StatusOr<ChatTemplate> parsed = ChatTemplate::Parse(source);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", parsed.status().message()));
-  ModelChatTemplate out{std::move(*parsed), std::nullopt, nlohmann::ordered_json::object()};
+  ModelChatTemplate out{std::move(*parsed), std::nullopt, nlohmann::ordered_json::object(),
+                        absl::StrCat(source, tool_use_source)};
   if (!tool_use_source.empty()) {
     absl::StatusOr<ChatTemplate> tool_use = ChatTemplate::Parse(tool_use_source);
     if (!tool_use.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, " (tool_use): ", tool_use.status().message()));

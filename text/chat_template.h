@@ -81,6 +81,9 @@ struct ModelChatTemplate {
   // A config's named "tool_use" template, used when tools are given.
   std::optional<ChatTemplate> tool_use_template;
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
+  // The template's text (then the tool_use one's): what tells which tool-call
+  // and reasoning formats the model was trained on.
+  std::string source;
 
   // messages / tools (JSON arrays; tools may be null) and extra variables
   // (e.g. enable_thinking) rendered as transformers' apply_chat_template does.

@@ -17,6 +17,7 @@
 #include "services/core/policies.h"
 #include "services/kv_events/curve.h"
 #include "services/kv_events/kv_events.h"
+#include "text/tool_calls/tool_parser.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port of the public gRPC API");
 ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port; 0 = off");
@@ -36,6 +37,12 @@ ABSL_FLAG(int64_t, http_max_connections, 0,
 ABSL_FLAG(int64_t, http_max_connections_per_peer, 0,
           "HTTP connections from one address (behind an ingress, its addresses); 0 = a quarter of "
           "--http_max_connections");
+ABSL_FLAG(std::string, tool_call_parser, "auto",
+          "how chat replies become tool_calls with tool_choice auto: auto (from the chat template) | hermes "
+          "(Qwen2.5/Qwen3 <tool_call>) | llama3_json | deepseek_v3 | none");
+ABSL_FLAG(std::string, reasoning_parser, "auto",
+          "how chat replies' thinking becomes reasoning_content: auto (a chat template that writes <think>) | "
+          "qwen3 (<think>...</think>) | none");
 ABSL_FLAG(int64_t, max_sequences_per_request, 256,
           "sequences one HTTP completions request may ask for (prompts x n); beyond it 400");
 ABSL_FLAG(double, http_header_timeout_s, 10, "seconds a request's head may take in all (from its first byte)");
@@ -285,6 +292,16 @@ absl::StatusOr<CoordinatorConfig> CoordinatorConfigFromFlags() {
   c.http_max_buffered_body_bytes = absl::GetFlag(FLAGS_http_max_buffered_body_bytes);
   c.http_header_timeout_s = absl::GetFlag(FLAGS_http_header_timeout_s);
   c.http_body_timeout_s = absl::GetFlag(FLAGS_http_body_timeout_s);
+  c.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
+  if (c.tool_call_parser != "auto") {
+    if (absl::StatusOr<tools::ToolCallFormat> f = tools::ParseToolCallFormat(c.tool_call_parser); !f.ok()) {
+      return Invalid("--tool_call_parser must be auto, hermes, llama3_json, deepseek_v3 or none");
+    }
+  }
+  c.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);
+  if (c.reasoning_parser != "auto" && c.reasoning_parser != "qwen3" && c.reasoning_parser != "none") {
+    return Invalid("--reasoning_parser must be auto, qwen3 or none");
+  }
   c.max_sequences_per_request = absl::GetFlag(FLAGS_max_sequences_per_request);
   if (c.max_sequences_per_request < 1 || c.max_sequences_per_request > 1 << 16) {
     return Invalid("--max_sequences_per_request must be in [1, 65536]");

@@ -49,6 +49,8 @@ struct CoordinatorConfig {
   std::string kv_dtype;
   int tokenize_threads = 2;
   int64_t max_sequences_per_request = 256;
+  std::string tool_call_parser = "auto";  // a tools::ToolCallFormat name, or auto
+  std::string reasoning_parser = "auto";  // auto | qwen3 | none
 
   // The engine and its workers, less what the model decides (EngineOptionsFor).
   EngineOptions engine;

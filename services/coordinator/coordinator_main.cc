@@ -121,6 +121,19 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// How the HTTP front reads chat replies: the flags, or (auto) what the chat
+// template shows the model was trained to write.
+chunkattn::openai::OutputFormat OutputFormatFor(const chunkattn::CoordinatorConfig& c,
+                                                const std::string& chat_template) {
+  namespace tools = chunkattn::tools;
+  chunkattn::openai::OutputFormat out;
+  out.tool_calls = c.tool_call_parser == "auto" ? tools::DetectToolCallFormat(chat_template)
+                                                : tools::ParseToolCallFormat(c.tool_call_parser).value();
+  out.reasoning = c.reasoning_parser == "qwen3" ||
+                  (c.reasoning_parser == "auto" && chat_template.find("<think>") != std::string::npos);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +182,20 @@ int main(int argc, char** argv) {
     prompt_text.chat_missing = std::string(t.status().message());
     std::fprintf(stderr, "coordinator: no chat prompts (%s)\n", t.status().ToString().c_str());
   }
+  // Structured outputs: constraints compile against the tokenizer's
+  // vocabulary, whose stop tokens are the model's EOS.
+  grammar::CompileCache grammars(grammar::CompileCache::Options{});
+  StructuredOutputs structured;
+  if (tokenizer != nullptr) {
+    absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab =
+        grammar::Vocabulary::Create(*tokenizer, config->eos_token_ids);
+    if (vocab.ok()) {
+      structured = {*std::move(vocab), &grammars};
+      prompt_text.structured = &structured;
+    } else {
+      std::fprintf(stderr, "coordinator: no structured outputs (%s)\n", vocab.status().ToString().c_str());
+    }
+  }
   const EngineOptions options = EngineOptionsFor(c, *config, kv_events.get());
   // The HTTP front's limits, checked whether or not it is on.
   absl::StatusOr<http::Options> http_options = HttpOptionsFor(c, config->max_context);
@@ -204,7 +231,8 @@ int main(int argc, char** argv) {
   if (c.http_port > 0) {
     openai::ServerOptions http;
     http.http = *http_options;
-    http.model = {c.served_model_name, config->max_context, c.max_sequences_per_request};
+    http.model = {c.served_model_name, config->max_context, c.max_sequences_per_request,
+                  OutputFormatFor(c, chat_template ? chat_template->source : std::string())};
     http.version = CHUNKATTN_VERSION;
     http.metrics_tokens = c.metrics_tokens;
     absl::StatusOr<std::unique_ptr<openai::OpenAiServer>> started = openai::OpenAiServer::Start(

@@ -280,6 +280,18 @@ absl::StatusOr<EngineRequest> ProcessInput(const ClientRequest& request, const M
                    absl::StrFormat("must be in [%d, %d], got %d", kMinPriority, kMaxPriority, request.priority));
   }
   spec.priority = request.priority;
+  if (request.constraint.has_value()) {
+    if (text.structured == nullptr || text.structured->cache == nullptr) {
+      return Invalid(RequestField::kConstraint, "is not supported: the model is served without its tokenizer");
+    }
+    absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+        text.structured->cache->Get(text.structured->vocab, *request.constraint, request.owner);
+    if (!compiled.ok()) return Invalid(RequestField::kConstraint, compiled.status().message());
+    spec.constraint =
+        std::make_shared<GrammarConstraint>(*std::move(compiled), spec.n, request.complete_within_max_tokens);
+  } else if (request.complete_within_max_tokens) {
+    return Invalid(RequestField::kConstraint, "is required by complete_within_max_tokens");
+  }
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "proto/model/model_config.h"
 #include "services/coordinator/engine.h"
+#include "services/coordinator/grammar_constraint.h"
 #include "services/coordinator/request.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -45,6 +46,9 @@ struct PromptText {
   const Tokenizer* tokenizer = nullptr;
   const ModelChatTemplate* chat = nullptr;
   std::string chat_missing;  // why chat is null, for the error a chat prompt gets
+  // Compiles ClientRequest::constraint; null: constraints are refused (a
+  // model served without its tokenizer).
+  const StructuredOutputs* structured = nullptr;
 };
 
 // InvalidField(kPromptText) when `text` could not fit the context: checked
@@ -64,7 +68,7 @@ absl::StatusOr<PromptTokens> TokenizeChatPrompt(const ChatPrompt& chat, const Pr
                                                 const ModelConfig& config);
 
 // The checked, tokenized form of `request`, its cache namespace scoped to
-// its owner.
+// its owner, its constraint compiled (last: the costly check).
 absl::StatusOr<EngineRequest> ProcessInput(const ClientRequest& request, const ModelConfig& config,
                                            const PromptText& text);
 

@@ -17,6 +17,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "text/grammar/compiled_grammar.h"
 
 namespace chunkattn {
 
@@ -95,6 +96,14 @@ struct ClientRequest {
   // With return_logprobs: also the N most likely tokens at every generated
   // position, N in [0, kMaxTopLogprobs].
   int64_t top_logprobs = 0;
+  // Structured outputs: every sample's text matches this (a JSON schema, any
+  // JSON object, a regex, one of a list of strings, a GBNF grammar) and ends
+  // as soon as it is complete and nothing more can follow. Unset: free text.
+  std::optional<grammar::Constraint> constraint;
+  // With a constraint: once the budget (max_new_tokens) is just enough for
+  // the shortest completion, the sample writes it, so that its output is
+  // complete (parseable) rather than cut off at the budget.
+  bool complete_within_max_tokens = false;
 };
 
 // The fields a refusal names. Each front maps every one to its own name (a
@@ -123,6 +132,7 @@ enum class RequestField {
   kN,
   kPriority,
   kTopLogprobs,
+  kConstraint,  // the structured-output constraint (whichever wire field carried it)
 };
 
 // A field, and for an indexed one the element (-1: the field as a whole).

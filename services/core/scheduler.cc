@@ -619,7 +619,8 @@ void Scheduler::ConstraintMask(const Request& r, int32_t index, std::vector<uint
       }
     }
   };
-  if (!constraint.FillNextTokenMask(index, absl::MakeSpan(*mask))) {
+  const int32_t tokens_left = r.spec.max_new_tokens - static_cast<int32_t>(r.samples[index].generated.size());
+  if (!constraint.FillNextTokenMask(index, tokens_left, absl::MakeSpan(*mask))) {
     // Broken (the matcher gave up): only a stop token, and Accept ends it.
     std::fill(mask->begin(), mask->end(), 0);
     set_stops(true);

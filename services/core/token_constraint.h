@@ -24,10 +24,11 @@ class TokenConstraint {
   // Words of a mask: ceil(tokenizer vocabulary / 32).
   virtual int32_t mask_words() const = 0;
   // Sets bit t % 32 of mask[t / 32] exactly when token t may come next in
-  // sample `sample` (stop tokens exactly when the output may end). Returns
+  // sample `sample` (stop tokens exactly when the output may end), which has
+  // `tokens_left` tokens of its budget left, this one included. Returns
   // false when no token may (a broken constraint): the caller then ends the
   // sample. REQUIRES: mask.size() == mask_words().
-  virtual bool FillNextTokenMask(int32_t sample, absl::Span<uint32_t> mask) = 0;
+  virtual bool FillNextTokenMask(int32_t sample, int32_t tokens_left, absl::Span<uint32_t> mask) = 0;
   // Sample `sample` drew `token`. Returns true when the sample must end: a
   // stop token ended the output, no byte can follow the output, or the
   // token broke the constraint.

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <functional>
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -283,6 +285,94 @@ TEST(FieldErrorTest, NamingLeadsTheMessageAndKeepsThePayloads) {
   EXPECT_FALSE(ErrorField(other).has_value());
   EXPECT_EQ(NameErrorField(other, [](FieldRef) { return std::string("x"); }), other);
   EXPECT_EQ(WithIndex("n", -1), "n");
+}
+
+// A constraint compiles on the input side (against the tokenizer's
+// vocabulary, EOS as its stop), and the samples get one matcher each; a bad
+// one is refused as kConstraint with the compiler's words.
+TEST(InputProcessorTest, ConstraintsCompileOrAreRefusedAsTheirField) {
+  Fixture f;
+  auto vocab = grammar::Vocabulary::Create(f.tokenizer, {kEos});
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  grammar::CompileCache cache(grammar::CompileCache::Options{});
+  StructuredOutputs structured{*vocab, &cache};
+  ClientRequest r = Tokens({1, 2, 3});
+  r.n = 2;
+  r.constraint = grammar::Constraint{grammar::ConstraintKind::kRegex, "(yes|no)"};
+  // Without a vocabulary (a model served without its tokenizer): refused.
+  absl::StatusOr<EngineRequest> e = ProcessInput(r, f.config, f.text);
+  ASSERT_EQ(ErrorField(e.status())->field, RequestField::kConstraint);
+  f.text.structured = &structured;
+  e = ProcessInput(r, f.config, f.text);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_NE(e->spec.constraint, nullptr);
+  std::vector<uint32_t> mask(e->spec.constraint->mask_words());
+  for (int sample = 0; sample < 2; ++sample) {
+    ASSERT_TRUE(e->spec.constraint->FillNextTokenMask(sample, 16, absl::MakeSpan(mask)));
+    for (int t = 0; t < kVocab; ++t) {
+      EXPECT_EQ((mask[t / 32] >> (t % 32)) & 1, t == 'y' || t == 'n' ? 1u : 0u) << t;
+    }
+  }
+  EXPECT_FALSE(e->spec.constraint->Accept(0, 'y'));
+  EXPECT_FALSE(e->spec.constraint->Accept(0, 'e'));
+  EXPECT_TRUE(e->spec.constraint->Accept(0, 's'));  // complete, nothing can follow: the sample ends
+  EXPECT_FALSE(e->spec.constraint->Accept(1, 'n'));  // sample 1 is its own
+  EXPECT_TRUE(e->spec.constraint->Accept(1, 'x'));   // a token the mask did not allow ends it too
+  r.constraint = grammar::Constraint{grammar::ConstraintKind::kJsonSchema, R"({"type": "object", "frobnicate": 1})"};
+  e = ProcessInput(r, f.config, f.text);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(ErrorField(e.status())->field, RequestField::kConstraint);
+  EXPECT_TRUE(absl::StrContains(e.status().message(), "frobnicate")) << e.status();
+}
+
+// complete_within_max_tokens: whatever the model draws among the allowed
+// tokens (here uniformly, with stop tokens avoided while anything else is
+// allowed: the worst case), a budget that holds the shortest match gives a
+// complete one, ended by a stop token within the budget.
+TEST(InputProcessorTest, CompleteWithinMaxTokensEndsCompleteWithinTheBudget) {
+  Fixture f;
+  auto vocab = grammar::Vocabulary::Create(f.tokenizer, {kEos});
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  grammar::CompileCache cache(grammar::CompileCache::Options{});
+  StructuredOutputs structured{*vocab, &cache};
+  f.text.structured = &structured;
+  const std::string pattern = R"(\{"a":"[a-z]*","b":\[(0|1)(,(0|1))*\]\})";
+  std::mt19937 rng(5);
+  int cut = 0;
+  // The shortest match, {"a":"","b":[0]}, is 16 tokens (it ends at '}': no stop token needed).
+  for (int budget = 16; budget <= 40; ++budget) {
+    for (bool complete : {false, true}) {
+      ClientRequest r = Tokens({1, 2, 3});
+      r.constraint = grammar::Constraint{grammar::ConstraintKind::kRegex, pattern};
+      r.complete_within_max_tokens = complete;
+      absl::StatusOr<EngineRequest> e = ProcessInput(r, f.config, f.text);
+      ASSERT_TRUE(e.ok()) << e.status();
+      TokenConstraint& c = *e->spec.constraint;
+      std::vector<uint32_t> mask(c.mask_words());
+      std::string text;
+      bool ended = false;
+      for (int used = 0; used < budget && !ended; ++used) {
+        ASSERT_TRUE(c.FillNextTokenMask(0, budget - used, absl::MakeSpan(mask)));
+        std::vector<int32_t> allowed, text_tokens;
+        for (int t = 0; t < kVocab; ++t) {
+          if ((mask[t / 32] >> (t % 32)) & 1) (t == kEos ? allowed : text_tokens).push_back(t);
+        }
+        const std::vector<int32_t>& pick = text_tokens.empty() ? allowed : text_tokens;
+        ASSERT_FALSE(pick.empty());
+        const int32_t token = pick[rng() % pick.size()];
+        if (token != kEos) text.push_back(static_cast<char>(token));
+        ended = c.Accept(0, token);
+      }
+      const bool matches = std::regex_match(text, std::regex(pattern));
+      if (complete) {
+        EXPECT_TRUE(ended) << "budget " << budget << ": " << text;
+        EXPECT_TRUE(matches) << "budget " << budget << ": " << text;
+      } else {
+        cut += !ended;
+      }
+    }
+  }
+  EXPECT_GT(cut, 10);  // the control: without it, the same draws run out of budget
 }
 
 }  // namespace

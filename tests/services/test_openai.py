@@ -7,6 +7,7 @@ tenancy against bound bearer tokens."""
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -106,7 +107,10 @@ class OpenAiTest(OpenAiTestBase):
         cls.model = chat_model(cls.addClassCleanup)
         cls.cluster = cls.start_cluster('openai', tp=1, model=cls.model,
                                         coordinator_args=['--served_model_name', SERVED,
-                                                          '--http_max_body_bytes', str(1 << 20)])
+                                                          '--http_max_body_bytes', str(1 << 20),
+                                                          # Qwen3's formats, whatever the demo template says.
+                                                          '--tool_call_parser', 'hermes',
+                                                          '--reasoning_parser', 'qwen3'])
         cls.http = Http(cls.cluster.http_port)
         with open(os.path.join(harness.SOURCE, 'data', 'demo', 'shakespeare.txt'), encoding='utf-8') as f:
             cls.words = f.read().split()
@@ -271,8 +275,14 @@ class OpenAiTest(OpenAiTestBase):
             # More KV than the whole pool (64 samples of 4,000 tokens): the client's to change, not a 429.
             ('completions', {'prompt': 'x', 'max_tokens': 4000, 'n': 64}, 'BadRequestError', 400, None),
             ('chat', {'messages': []}, 'BadRequestError', 400, 'messages'),
-            ('chat', {'messages': [{'role': 'user', 'content': 'x'}], 'response_format': {'type': 'json_object'}},
+            # A keyword the engine cannot enforce is refused by name, never ignored.
+            ('chat', {'messages': [{'role': 'user', 'content': 'x'}], 'response_format': {
+                'type': 'json_schema', 'json_schema': {'name': 'x', 'schema': {'type': 'object', 'frobnicate': 1}}}},
              'BadRequestError', 400, 'response_format'),
+            ('completions', {'prompt': 'x', 'guided_regex': '(unclosed'}, 'BadRequestError', 400,
+             'guided_regex'),
+            ('chat', {'messages': [{'role': 'user', 'content': 'x'}], 'tool_choice': 'required'},
+             'BadRequestError', 400, 'tool_choice'),
         ]
         for api, params, cls, status, param in cases:
             with self.subTest(params=params):
@@ -280,6 +290,113 @@ class OpenAiTest(OpenAiTestBase):
                 self.assertEqual(err['class'], cls, err)
                 self.assertEqual(err['status'], status, err)
                 self.assertEqual(err['param'], param, err)
+
+    def test_structured_outputs_match_their_constraint(self):
+        """The demo model writes noise; constrained, every sample parses and
+        matches, on chat and completions, streamed and not, through the SDK."""
+        schema = {'type': 'object', 'additionalProperties': False, 'required': ['name', 'age', 'tags'],
+                  'properties': {'name': {'type': 'string', 'minLength': 1, 'maxLength': 12},
+                                 'age': {'type': 'integer', 'minimum': 0, 'maximum': 120},
+                                 'tags': {'type': 'array', 'maxItems': 3, 'items': {'enum': ['red', 'blue']}}}}
+
+        def check_person(text):
+            v = json.loads(text)
+            self.assertEqual(sorted(v), ['age', 'name', 'tags'], text)
+            self.assertIsInstance(v['name'], str)
+            self.assertTrue(1 <= len(v['name']) <= 12, text)
+            self.assertIsInstance(v['age'], int)
+            self.assertTrue(0 <= v['age'] <= 120, text)
+            self.assertTrue(len(v['tags']) <= 3 and all(t in ('red', 'blue') for t in v['tags']), text)
+
+        fmt = {'type': 'json_schema', 'json_schema': {'name': 'person', 'strict': True, 'schema': schema}}
+        messages = [{'role': 'user', 'content': 'Describe a person.'}]
+        out = self.sdk_call('chat', {'messages': messages, 'max_tokens': 400, 'temperature': 1.0, 'seed': 3,
+                                     'n': 4, 'response_format': fmt})['result']
+        for choice in out['choices']:
+            self.assertEqual(choice['finish_reason'], 'stop', choice)
+            check_person(choice['message']['content'])
+        chunks = self.sdk_call('chat', {'messages': messages, 'max_tokens': 400, 'temperature': 1.0, 'seed': 4,
+                                        'stream': True, 'response_format': fmt})['chunks']
+        check_person(''.join(c['choices'][0]['delta'].get('content') or '' for c in chunks if c['choices']))
+        # Completions, with vLLM's fields.
+        cases = [({'guided_regex': '[a-z]{3}-[0-9]{2}'}, lambda t: re.fullmatch('[a-z]{3}-[0-9]{2}', t)),
+                 ({'structured_outputs': {'choice': ['yes', 'no', 'maybe so']}},
+                  lambda t: t in ('yes', 'no', 'maybe so')),
+                 ({'response_format': {'type': 'json_object'}}, lambda t: isinstance(json.loads(t), dict)),
+                 ({'structured_outputs': {'grammar': 'root ::= "(" [0-9]+ ("+" [0-9]+)* ")"'}},
+                  lambda t: re.fullmatch(r'\([0-9]+(\+[0-9]+)*\)', t))]
+        for extra, ok in cases:
+            with self.subTest(constraint=extra):
+                # Unbounded outputs (any JSON object, any sum) end complete within the budget.
+                out = self.sdk_call('completions', dict(extra, prompt='Good morrow', max_tokens=60, temperature=1.0,
+                                                        seed=9, n=3, complete_within_max_tokens=True))['result']
+                for choice in out['choices']:
+                    self.assertTrue(ok(choice['text']), choice['text'])
+                    self.assertEqual(choice['finish_reason'], 'stop', choice)
+
+    def test_tool_calls(self):
+        """tool_choice named and required are constrained calls; auto parses
+        the model's format (Hermes <tool_call> blocks here, forced with a
+        regex as the demo model never writes them) into tool_calls."""
+        tools = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'Weather in a city',
+                  'parameters': {'type': 'object', 'properties': {'city': {'type': 'string', 'maxLength': 20},
+                                                                  'days': {'type': 'integer', 'minimum': 1,
+                                                                           'maximum': 7}},
+                                 'required': ['city', 'days']}}},
+                 {'type': 'function', 'function': {'name': 'now', 'parameters': {'type': 'object', 'properties': {}}}}]
+        messages = [{'role': 'user', 'content': 'Weather in Oslo?'}]
+        base = {'messages': messages, 'tools': tools, 'max_tokens': 300, 'temperature': 1.0, 'seed': 2}
+
+        def check_weather(args):
+            v = json.loads(args)
+            self.assertEqual(sorted(v), ['city', 'days'], args)
+            self.assertTrue(isinstance(v['days'], int) and 1 <= v['days'] <= 7, args)
+
+        named = self.sdk_call('chat', dict(base, tool_choice={'type': 'function',
+                                                              'function': {'name': 'get_weather'}}))['result']
+        choice = named['choices'][0]
+        self.assertEqual(choice['finish_reason'], 'stop')  # OpenAI's for a named function
+        self.assertIsNone(choice['message']['content'])
+        [call] = choice['message']['tool_calls']
+        self.assertEqual((call['type'], call['function']['name']), ('function', 'get_weather'))
+        self.assertTrue(call['id'].startswith('call_'))
+        check_weather(call['function']['arguments'])
+
+        required = self.sdk_call('chat', dict(base, tool_choice='required', n=3,
+                                              complete_within_max_tokens=True))['result']
+        for choice in required['choices']:
+            self.assertEqual(choice['finish_reason'], 'tool_calls')
+            self.assertGreaterEqual(len(choice['message']['tool_calls']), 1)
+            for call in choice['message']['tool_calls']:
+                self.assertIn(call['function']['name'], ('get_weather', 'now'))
+                if call['function']['name'] == 'get_weather':
+                    check_weather(call['function']['arguments'])
+                else:
+                    self.assertEqual(json.loads(call['function']['arguments']), {})
+        # Streamed: the SDK's chunks carry the call's id and name first, then its arguments.
+        chunks = self.sdk_call('chat', dict(base, stream=True, tool_choice={'type': 'function',
+                                                                            'function': {'name': 'get_weather'}}))
+        deltas = [d for c in chunks['chunks'] if c['choices'] for d in c['choices'][0]['delta'].get('tool_calls') or []]
+        self.assertEqual(deltas[0]['function']['name'], 'get_weather')
+        check_weather(''.join(d['function'].get('arguments') or '' for d in deltas))
+
+        forced = ('Checking\\.\n<tool_call>\n\\{"name": "now", "arguments": \\{\\}\\}\n</tool_call>')
+        for stream in (False, True):
+            with self.subTest(stream=stream):
+                reply = self.sdk_call('chat', dict(base, guided_regex=forced, stream=stream))
+                if stream:
+                    chunks = [c['choices'][0] for c in reply['chunks'] if c['choices']]
+                    calls = [d for c in chunks for d in c['delta'].get('tool_calls') or []]
+                    content = ''.join(c['delta'].get('content') or '' for c in chunks)
+                    finish = chunks[-1]['finish_reason']
+                else:
+                    message = reply['result']['choices'][0]['message']
+                    calls, content = message['tool_calls'], message['content']
+                    finish = reply['result']['choices'][0]['finish_reason']
+                self.assertEqual([c['function']['name'] for c in calls], ['now'])
+                self.assertEqual(json.loads(calls[0]['function']['arguments']), {})
+                self.assertEqual(content, 'Checking.\n')  # the text before the block, as it is
+                self.assertEqual(finish, 'tool_calls')
 
     def test_sse_framing_and_malformed_input(self):
         status, ctype, payload = self.http.request('POST', '/v1/completions', {

@@ -14,8 +14,10 @@ import glob
 import hashlib
 import importlib
 import io
+import json
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -518,12 +520,13 @@ class VllmControlTest(VllmTestCase):
             ('token id 2^32-1', vreq(prompt_ids=[5, 2**32 - 1])),
             ('prompt longer than the context', vreq(prompt_ids=[5] * (ctx + 1), max_tokens=1)),
             ('max_tokens 0', vreq(prompt_ids=ok, max_tokens=0)),
-            ('json_schema', vreq(prompt_ids=ok, json_schema='{"type": "object"}')),
-            ('regex', vreq(prompt_ids=ok, regex='a+')),
-            ('grammar', vreq(prompt_ids=ok, grammar='root ::= "a"')),
+            # Constraints the engine cannot honour are refused, never ignored.
+            ('json_schema keyword', vreq(prompt_ids=ok, json_schema='{"type": "object", "frobnicate": 1}')),
+            ('json_schema not JSON', vreq(prompt_ids=ok, json_schema='{"type": ')),
+            ('regex', vreq(prompt_ids=ok, regex='(a+')),
+            ('grammar', vreq(prompt_ids=ok, grammar='root ::= undefined_rule')),
             ('structural_tag', vreq(prompt_ids=ok, structural_tag='{}')),
-            ('json_object', vreq(prompt_ids=ok, json_object=True)),
-            ('choice', vreq(prompt_ids=ok, choice=['yes', 'no'])),
+            ('choice', vreq(prompt_ids=ok, choice=[])),
             ('logit_bias', vreq(prompt_ids=ok, logit_bias={5: 2.0})),
             ('prompt_logprobs', vreq(prompt_ids=ok, prompt_logprobs=1)),
             ('prompt_logprobs 0', vreq(prompt_ids=ok, prompt_logprobs=0)),
@@ -556,6 +559,31 @@ class VllmControlTest(VllmTestCase):
             got = self.vgen(vreq(prompt_ids=ok, stream=True, temperature=0.0, max_tokens=4, ignore_eos=True))
             self.assertEqual(len(got[0].tokens()), 4)
             self.assertEqual(self.loads().loads[0].num_running_reqs, 0)
+
+    def test_structured_outputs_on_both_grpc_apis(self):
+        """vLLM's constraint fields and chunkattn.v1's: the same seed gives the
+        same constrained tokens on both, and the text matches."""
+        ok = [5, 6, 7, 8]
+        schema = '{"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}}, ' \
+                 '"required": ["n"], "additionalProperties": false}'
+        cases = [('regex', '[a-z]{2}-[0-9]{3}', lambda t: re.fullmatch('[a-z]{2}-[0-9]{3}', t)),
+                 ('choice', ['alpha', 'beta gamma'], lambda t: t in ('alpha', 'beta gamma')),
+                 ('json_schema', schema, lambda t: sorted(json.loads(t)) == ['n'] and 0 <= json.loads(t)['n'] <= 99),
+                 ('grammar', 'root ::= "<" [a-c]{1,3} ">"', lambda t: re.fullmatch('<[a-c]{1,3}>', t))]
+        for field, value, check in cases:
+            for seed in (11, 12):
+                with self.subTest(field, seed=seed):
+                    v = self.vgen(vreq(prompt_ids=ok, temperature=1.0, seed=seed, max_tokens=48, **{field: value}))
+                    req = ours_request(prompt_ids=ok, max_tokens=48, temperature=1.0, seed=seed)
+                    if field == 'choice':
+                        req.constraint.choice.choices.extend(value)
+                    else:
+                        setattr(req.constraint, field, value)
+                    responses = list(self.cluster.stub.Generate(req, timeout=RPC_S))
+                    text = ''.join(r.text for r in responses)
+                    self.assertTrue(check(text), text)
+                    self.assertEqual(v[0].tokens(), [t for r in responses for t in r.token_ids])
+                    self.assertEqual(responses[-1].finish_reason, harness.pb.FINISH_REASON_STOP_TOKEN)
 
     def test_valid_edges(self):
         ok = [5, 6, 7, 8]

@@ -10,11 +10,12 @@ namespace chunkattn::grammar {
 CompileCache::CompileCache(Options options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileCache::Get(std::shared_ptr<const Vocabulary> vocab,
-                                                                         const Constraint& constraint) {
+                                                                         const Constraint& constraint,
+                                                                         absl::string_view scope) {
   if (vocab == nullptr) return absl::InvalidArgumentError("CompileCache::Get: no vocabulary");
-  // The vocabulary's content hash and size, the kind, then the text: a text
-  // cannot alias another kind's.
-  std::string key = absl::StrCat(vocab->fingerprint(), ":", vocab->vocab_size(), ":",
+  // The scope's length and bytes, the vocabulary's content hash and size,
+  // the kind, then the text: no part can alias another.
+  std::string key = absl::StrCat(scope.size(), ":", scope, ":", vocab->fingerprint(), ":", vocab->vocab_size(), ":",
                                  static_cast<int>(constraint.kind), ":", constraint.text);
   std::promise<Result> promise;
   std::shared_future<Result> future;

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "text/grammar/compiled_grammar.h"
 
@@ -36,9 +37,11 @@ class CompileCache {
   CompileCache& operator=(const CompileCache&) = delete;
 
   // The compiled `constraint` for `vocab` (not null): CompileConstraint's
-  // result, cached.
+  // result, cached. Entries are shared only within one `scope` (a tenant),
+  // so how fast a compile returns tells no one what another scope compiled.
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Get(std::shared_ptr<const Vocabulary> vocab,
-                                                             const Constraint& constraint);
+                                                             const Constraint& constraint,
+                                                             absl::string_view scope = "");
 
   size_t size() const;
   int64_t bytes() const;

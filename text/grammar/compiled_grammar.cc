@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "nlohmann/json.hpp"
 #include "text/grammar/gbnf.h"
 #include "text/grammar/regex.h"
 #include "text/grammar/stack_machine.h"
@@ -277,6 +278,13 @@ const char* ConstraintKindName(ConstraintKind kind) {
     case ConstraintKind::kGrammar: return "grammar";
   }
   return "unknown";
+}
+
+Constraint ChoiceConstraint(const std::vector<std::string>& choices) {
+  nlohmann::json array = nlohmann::json::array();
+  for (const std::string& c : choices) array.push_back(c);
+  // Wire strings are UTF-8; anything else is replaced here, never thrown.
+  return {ConstraintKind::kChoice, array.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
 }
 
 absl::StatusOr<Grammar> ConstraintGrammar(const Constraint& constraint, const JsonSchemaOptions& json_options,

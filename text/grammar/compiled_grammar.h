@@ -56,6 +56,9 @@ struct Constraint {
 
 const char* ConstraintKindName(ConstraintKind kind);
 
+// A kChoice constraint of `choices` (its text: their JSON array).
+Constraint ChoiceConstraint(const std::vector<std::string>& choices);
+
 // The grammar for `constraint`; INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<Grammar> ConstraintGrammar(const Constraint& constraint, const JsonSchemaOptions& json_options,
                                           const Limits& limits);

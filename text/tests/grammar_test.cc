@@ -684,6 +684,16 @@ TEST(GrammarCache, HitsEvictsAndCachesErrors) {
   }
   for (auto& t : threads) t.join();
   for (int t = 1; t < 4; ++t) EXPECT_EQ(got[t].get(), got[0].get());
+  // Scopes (tenants) never share an entry, even with names that run into
+  // the rest of the key.
+  const int64_t hits = cache.hits();
+  auto a = cache.Get(*vocab, re1, "t:a");
+  auto b = cache.Get(*vocab, re1, "t:b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->get(), b->get());
+  EXPECT_EQ(cache.hits(), hits);
+  EXPECT_EQ(cache.Get(*vocab, re1, "t:a")->get(), a->get());
+  EXPECT_EQ(cache.hits(), hits + 1);
 }
 
 }  // namespace

@@ -86,6 +86,8 @@ std::string V1FieldName(FieldRef at) {
       return "priority";
     case RequestField::kTopLogprobs:
       return "top_logprobs";
+    case RequestField::kConstraint:
+      return "constraint";
   }
   return "request";
 }
@@ -156,6 +158,30 @@ absl::StatusOr<ClientRequest> FromProto(const v1::GenerateRequest& request) {
   out.priority = request.priority();
   out.return_logprobs = request.return_logprobs();
   out.top_logprobs = request.top_logprobs();
+  if (request.has_constraint()) {
+    const v1::OutputConstraint& c = request.constraint();
+    switch (c.kind_case()) {
+      case v1::OutputConstraint::kJsonSchema:
+        out.constraint = grammar::Constraint{grammar::ConstraintKind::kJsonSchema, c.json_schema()};
+        break;
+      case v1::OutputConstraint::kJsonObject:
+        if (c.json_object()) out.constraint = grammar::Constraint{grammar::ConstraintKind::kJsonObject, ""};
+        break;
+      case v1::OutputConstraint::kRegex:
+        out.constraint = grammar::Constraint{grammar::ConstraintKind::kRegex, c.regex()};
+        break;
+      case v1::OutputConstraint::kChoice:
+        if (c.choice().choices().empty()) return Invalid("constraint.choice is empty");
+        out.constraint = grammar::ChoiceConstraint({c.choice().choices().begin(), c.choice().choices().end()});
+        break;
+      case v1::OutputConstraint::kGrammar:
+        out.constraint = grammar::Constraint{grammar::ConstraintKind::kGrammar, c.grammar()};
+        break;
+      case v1::OutputConstraint::KIND_NOT_SET:
+        return Invalid("constraint is empty: set json_schema, json_object, regex, choice or grammar");
+    }
+    out.complete_within_max_tokens = c.complete_within_max_tokens();
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "services/fronts/openai/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -93,7 +94,7 @@ class Fields {
 struct Common {
   std::optional<int64_t> n, seed_signed, top_k, min_tokens, priority;
   std::optional<double> temperature, top_p, min_p, repetition_penalty;
-  std::optional<bool> stream, ignore_eos, include_usage, return_token_ids;
+  std::optional<bool> stream, ignore_eos, include_usage, return_token_ids, complete_within_max_tokens;
   std::optional<std::string> cache_salt;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
@@ -103,13 +104,168 @@ absl::Status Unsupported(const char* key, absl::string_view why) {
   return InvalidParam(key, absl::StrCat("'", key, "' ", why));
 }
 
-// Structured outputs are not served yet: refused, never silently ignored.
-absl::Status CheckResponseFormat(Fields& f) {
+// A JSON Schema given as an object (or a boolean), or as its text.
+absl::StatusOr<std::string> SchemaText(const json& schema, absl::string_view param) {
+  if (schema.is_object() || schema.is_boolean()) return Dump(schema);
+  if (schema.is_string()) return schema.get<std::string>();
+  return InvalidParam(param, absl::StrCat("'", param, "' must be a JSON Schema (an object)"));
+}
+
+// Structured outputs: OpenAI's response_format, vLLM's structured_outputs
+// and its older guided_* fields; at most one of them constrains the output
+// (ApiRequest::constraint_param names it). Whatever the engine cannot honour
+// is refused, never ignored.
+absl::Status ParseConstraint(const Fields& f, std::optional<grammar::Constraint>* out, std::string* param) {
+  using grammar::ConstraintKind;
+  auto set = [&](const std::string& key, grammar::Constraint c) -> absl::Status {
+    if (out->has_value()) {
+      return InvalidParam(key, absl::StrCat("'", key, "' and '", *param, "' both constrain the output: give one"));
+    }
+    *out = std::move(c);
+    *param = key;
+    return absl::OkStatus();
+  };
   if (const json* format = f.Get("response_format"); format != nullptr) {
-    if (!format->is_object() || format->value("type", json()) != "text") {
-      return Unsupported("response_format", "other than {\"type\": \"text\"} is not supported yet");
+    if (!format->is_object()) return InvalidParam("response_format", "'response_format' must be an object");
+    const json type = format->value("type", json());
+    if (type == "json_object") {
+      RETURN_IF_ERROR(set("response_format", {ConstraintKind::kJsonObject, ""}));
+    } else if (type == "json_schema") {
+      const json* spec = Fields(*format).Get("json_schema");
+      const json* schema = spec != nullptr && spec->is_object() ? Fields(*spec).Get("schema") : nullptr;
+      if (schema == nullptr) {
+        return InvalidParam("response_format", "'response_format.json_schema.schema' is required");
+      }
+      // strict or not, the schema is enforced (as vLLM does).
+      ASSIGN_OR_RETURN(std::string text, SchemaText(*schema, "response_format.json_schema.schema"));
+      RETURN_IF_ERROR(set("response_format", {ConstraintKind::kJsonSchema, std::move(text)}));
+    } else if (type != "text") {
+      return InvalidParam("response_format",
+                          "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
     }
   }
+  // vLLM's fields: each names one kind.
+  auto vllm = [&](const std::string& key, const json& v, const std::string& kind) -> absl::Status {
+    if (kind == "json") {
+      ASSIGN_OR_RETURN(std::string text, SchemaText(v, key));
+      return set(key, {ConstraintKind::kJsonSchema, std::move(text)});
+    }
+    if (kind == "regex" || kind == "grammar") {
+      if (!v.is_string()) return InvalidParam(key, absl::StrCat("'", key, "' must be a string"));
+      return set(key, {kind == "regex" ? ConstraintKind::kRegex : ConstraintKind::kGrammar, v.get<std::string>()});
+    }
+    if (kind == "choice") {
+      std::vector<std::string> choices;
+      if (v.is_array()) {
+        for (const json& c : v) {
+          if (!c.is_string()) break;
+          choices.push_back(c.get<std::string>());
+        }
+      }
+      if (choices.empty() || choices.size() != v.size()) {
+        return InvalidParam(key, absl::StrCat("'", key, "' must be a non-empty array of strings"));
+      }
+      return set(key, grammar::ChoiceConstraint(choices));
+    }
+    if (kind == "json_object") {
+      if (!v.is_boolean()) return InvalidParam(key, absl::StrCat("'", key, "' must be a boolean"));
+      return v.get<bool>() ? set(key, {ConstraintKind::kJsonObject, ""}) : absl::OkStatus();
+    }
+    return Unsupported(key.c_str(), "is not supported (json, regex, choice, grammar and json_object are)");
+  };
+  if (const json* so = f.Get("structured_outputs"); so != nullptr) {
+    if (!so->is_object()) return InvalidParam("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, value] : so->items()) {
+      if (value.is_null()) continue;
+      // Options that only tune a backend's search are accepted and moot here.
+      if (key == "disable_fallback" || key == "disable_any_whitespace" || key == "disable_additional_properties") {
+        continue;
+      }
+      RETURN_IF_ERROR(vllm(absl::StrCat("structured_outputs.", key), value, key));
+    }
+  }
+  for (const char* kind : {"json", "regex", "choice", "grammar"}) {
+    const std::string key = absl::StrCat("guided_", kind);
+    if (const json* v = f.Get(key.c_str()); v != nullptr) RETURN_IF_ERROR(vllm(key, *v, kind));
+  }
+  for (const char* key : {"guided_decoding_backend", "guided_whitespace_pattern", "structural_tag"}) {
+    if (f.Get(key) != nullptr) return Unsupported(key, "is not supported");
+  }
+  return absl::OkStatus();
+}
+
+// A function's parameters as a JSON Schema (none: an object of anything).
+std::string ParametersSchema(const json& function) {
+  auto it = function.find("parameters");
+  return it == function.end() || it->is_null() ? std::string(R"({"type":"object"})") : Dump(*it);
+}
+
+// tools and tool_choice (chat): how the reply's calls are made. "required"
+// and a named function constrain the output (a JSON array of calls, or the
+// named function's arguments); "auto" leaves it free and the reply's text
+// is parsed for calls in the model's format.
+absl::Status ParseTools(const Fields& f, ChatPrompt* chat, ApiRequest* out,
+                        std::optional<grammar::Constraint>* constraint, std::string* param) {
+  std::vector<std::pair<std::string, std::string>> functions;  // name, parameters schema
+  if (const json* tools = f.Get("tools"); tools != nullptr) {
+    if (!tools->is_array()) return InvalidParam("tools", "'tools' must be an array");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& tool = (*tools)[i];
+      const std::string at = absl::StrFormat("tools[%d]", i);
+      if (!tool.is_object() || tool.value("type", json("function")) != "function" || !tool.contains("function") ||
+          !tool["function"].is_object() || !tool["function"].value("name", json()).is_string() ||
+          tool["function"]["name"].get<std::string>().empty()) {
+        return InvalidParam(at, absl::StrCat("'", at, "' must be {\"type\": \"function\", \"function\": {\"name\": ...}}"));
+      }
+      functions.emplace_back(tool["function"]["name"].get<std::string>(), ParametersSchema(tool["function"]));
+    }
+    if (!tools->empty()) chat->tools_json = Dump(*tools);
+  }
+  out->tool_mode = functions.empty() ? ToolMode::kNone : ToolMode::kAuto;
+  const json* choice = f.Get("tool_choice");
+  if (choice == nullptr) return absl::OkStatus();
+  if (choice->is_string() && (*choice == "none" || *choice == "auto" || *choice == "required")) {
+    const std::string mode = choice->get<std::string>();
+    if (mode == "none") {
+      out->tool_mode = ToolMode::kNone;
+      return absl::OkStatus();
+    }
+    if (functions.empty()) return InvalidParam("tool_choice", absl::StrCat("'tool_choice' \"", mode, "\" needs 'tools'"));
+    if (mode == "auto") return absl::OkStatus();
+    // One or more calls, each {"name": one of the tools, "parameters": its arguments}.
+    std::string items;
+    for (const auto& [name, schema] : functions) {
+      absl::StrAppend(&items, items.empty() ? "" : ",", R"({"type":"object","properties":{"name":{"const":)",
+                      Dump(json(name)), R"(},"parameters":)", schema,
+                      R"(},"required":["name","parameters"],"additionalProperties":false})");
+    }
+    if (!param->empty()) {
+      return InvalidParam("tool_choice", absl::StrCat("'tool_choice' and '", *param, "' both constrain the output: give one"));
+    }
+    out->tool_mode = ToolMode::kRequired;
+    *constraint = grammar::Constraint{grammar::ConstraintKind::kJsonSchema,
+                                      absl::StrCat(R"({"type":"array","minItems":1,"items":{"anyOf":[)", items, "]}}")};
+    *param = "tool_choice";
+    return absl::OkStatus();
+  }
+  const json* function = choice->is_object() ? Fields(*choice).Get("function") : nullptr;
+  const json* name = function != nullptr && function->is_object() ? Fields(*function).Get("name") : nullptr;
+  if (name == nullptr || !name->is_string() || choice->value("type", json("function")) != "function") {
+    return InvalidParam("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  auto it = std::find_if(functions.begin(), functions.end(), [&](const auto& fn) { return fn.first == *name; });
+  if (it == functions.end()) {
+    return InvalidParam("tool_choice", absl::StrCat("'tool_choice' names '", name->get<std::string>(),
+                                                    "', which is not one of 'tools'"));
+  }
+  if (!param->empty()) {
+    return InvalidParam("tool_choice", absl::StrCat("'tool_choice' and '", *param, "' both constrain the output: give one"));
+  }
+  out->tool_mode = ToolMode::kNamed;
+  out->tool_name = it->first;
+  *constraint = grammar::Constraint{grammar::ConstraintKind::kJsonSchema, it->second};
+  *param = "tool_choice";
   return absl::OkStatus();
 }
 
@@ -150,6 +306,7 @@ absl::Status ParseCommon(const json& body, Common* c) {
   }
   RETURN_IF_ERROR(f.Bool("ignore_eos", &c->ignore_eos));
   RETURN_IF_ERROR(f.Bool("return_token_ids", &c->return_token_ids));
+  RETURN_IF_ERROR(f.Bool("complete_within_max_tokens", &c->complete_within_max_tokens));
   RETURN_IF_ERROR(f.Int("min_tokens", 0, std::numeric_limits<int32_t>::max(), &c->min_tokens));
   RETURN_IF_ERROR(f.Int("priority", -1000000, 1000000, &c->priority));
   if (const json* stop = f.Get("stop"); stop != nullptr) {
@@ -214,6 +371,7 @@ absl::Status Apply(const Common& c, std::optional<int64_t> max_tokens, ApiReques
   request.priority = static_cast<int32_t>(c.priority.value_or(0));
   request.return_logprobs = out->logprobs;
   request.top_logprobs = out->top_logprobs;
+  request.complete_within_max_tokens = c.complete_within_max_tokens.value_or(false);
   out->prompts.push_back(std::move(request));
   return absl::OkStatus();
 }
@@ -325,7 +483,8 @@ absl::Status CheckModel(const json& body, const ServedModel& model) {
   return absl::OkStatus();
 }
 
-absl::Status NameOpenAiFields(const absl::Status& status, Endpoint endpoint, absl::string_view prompt) {
+absl::Status NameOpenAiFields(const absl::Status& status, Endpoint endpoint, absl::string_view prompt,
+                              absl::string_view constraint_param) {
   const std::optional<FieldRef> at = ErrorField(status);
   if (!at.has_value()) return status;
   const bool chat = endpoint == Endpoint::kChat;
@@ -399,6 +558,9 @@ absl::Status NameOpenAiFields(const absl::Status& status, Endpoint endpoint, abs
     case RequestField::kTopLogprobs:
       param = chat ? "top_logprobs" : "logprobs";  // completions' logprobs is the count
       break;
+    case RequestField::kConstraint:
+      param = std::string(constraint_param.empty() ? "complete_within_max_tokens" : constraint_param);
+      break;
   }
   const std::string name = param == "prompt" ? WithIndex(prompt, index) : WithIndex(param, index);
   absl::Status named = NameErrorField(status, [&name](FieldRef) { return absl::StrCat("'", name, "'"); });
@@ -434,7 +596,8 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(const json& body, const Served
   out.logprobs = logprobs.has_value();
   out.top_logprobs = static_cast<uint32_t>(logprobs.value_or(0));
   if (out.echo && out.logprobs) return Unsupported("echo", "with logprobs is not supported (prompt logprobs)");
-  RETURN_IF_ERROR(CheckResponseFormat(f));
+  std::optional<grammar::Constraint> constraint;
+  RETURN_IF_ERROR(ParseConstraint(f, &constraint, &out.constraint_param));
 
   const json* prompt = f.Get("prompt");
   if (prompt == nullptr) return InvalidParam("prompt", "'prompt' is required");
@@ -488,6 +651,7 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(const json& body, const Served
   for (Prompt& p : prompts) {
     ClientRequest& r = out.prompts.emplace_back(shared);
     r.prompt = std::move(p);
+    r.constraint = constraint;
   }
   return out;
 }
@@ -521,14 +685,11 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const json& body, const ServedModel&
   if (f.Get("chat_template") != nullptr) {
     return Unsupported("chat_template", "is not supported: the model's own template is used");
   }
-  RETURN_IF_ERROR(CheckResponseFormat(f));
-  if (const json* choice = f.Get("tool_choice"); choice != nullptr) {
-    if (!(choice->is_string() && (*choice == "none" || *choice == "auto"))) {
-      return Unsupported("tool_choice", "must be \"auto\" or \"none\" (forced tool calls need structured output)");
-    }
-  }
+  std::optional<grammar::Constraint> constraint;
+  RETURN_IF_ERROR(ParseConstraint(f, &constraint, &out.constraint_param));
 
   ChatPrompt chat;
+  RETURN_IF_ERROR(ParseTools(f, &chat, &out, &constraint, &out.constraint_param));
   const json* messages = f.Get("messages");
   if (messages == nullptr || !messages->is_array() || messages->empty()) {
     return InvalidParam("messages", "'messages' must be a non-empty array");
@@ -576,10 +737,6 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const json& body, const ServedModel&
       message.tool_calls_json = Dump(*calls);
     }
   }
-  if (const json* tools = f.Get("tools"); tools != nullptr) {
-    if (!tools->is_array()) return InvalidParam("tools", "'tools' must be an array");
-    if (!tools->empty()) chat.tools_json = Dump(*tools);
-  }
   if (const json* kwargs = f.Get("chat_template_kwargs"); kwargs != nullptr) {
     if (!kwargs->is_object()) return InvalidParam("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     chat.template_kwargs_json = Dump(*kwargs);
@@ -587,6 +744,8 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const json& body, const ServedModel&
   if (add_generation_prompt) chat.add_generation_prompt = *add_generation_prompt;
   RETURN_IF_ERROR(Apply(common, max_tokens, &out));
   out.prompts.back().prompt = std::move(chat);
+  out.prompts.back().constraint = std::move(constraint);
+  out.output = model.output;
   return out;
 }
 
@@ -604,6 +763,152 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, std:
   if (request_.echo) {
     for (size_t c = 0; c < choices_.size(); ++c) choices_[c].text = prompts_[c / request_.n].text;
   }
+  if (request_.endpoint == Endpoint::kChat && request_.stream) {
+    for (Choice& choice : choices_) {
+      if (request_.output.reasoning) choice.reasoning.emplace(request_.output.starts_in_reasoning);
+      if (request_.tool_mode == ToolMode::kAuto) choice.tool_parser.emplace(request_.output.tool_calls, &ids_);
+    }
+  }
+}
+
+namespace {
+
+// tool_choice "required": the constrained reply, a JSON array of
+// {"name", "parameters"}, as (name, compact arguments); nullopt when the
+// text is not one (cut short by max_tokens).
+std::optional<std::vector<std::pair<std::string, std::string>>> RequiredCalls(const std::string& text) {
+  json array = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!array.is_array() || array.empty()) return std::nullopt;
+  std::vector<std::pair<std::string, std::string>> calls;
+  for (const json& call : array) {
+    if (!call.is_object() || !call.value("name", json()).is_string() || !call.contains("parameters")) {
+      return std::nullopt;
+    }
+    calls.emplace_back(call["name"].get<std::string>(), Dump(call["parameters"]));
+  }
+  return calls;
+}
+
+}  // namespace
+
+json ResponseBuilder::ToolCallJson(int index, const std::string& name, const std::string& arguments,
+                                   bool streamed) const {
+  json call = {{"id", ids_.Next()}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+  if (streamed) call["index"] = index;
+  return call;
+}
+
+json ResponseBuilder::ChatDelta(Choice& choice, const std::string& text, bool last) {
+  std::string content = text, reasoning;
+  if (choice.reasoning) {
+    tools::ReasoningParser::Delta d = choice.reasoning->Feed(text);
+    if (last) {
+      tools::ReasoningParser::Delta rest = choice.reasoning->Finish();
+      d.reasoning += rest.reasoning;
+      d.content += rest.content;
+    }
+    reasoning = std::move(d.reasoning);
+    content = std::move(d.content);
+  }
+  json calls = json::array();
+  switch (request_.tool_mode) {
+    case ToolMode::kNone:
+      break;
+    case ToolMode::kAuto: {
+      std::vector<tools::ToolDelta> deltas = choice.tool_parser->Feed(content);
+      if (last) {
+        std::vector<tools::ToolDelta> rest = choice.tool_parser->Finish();
+        deltas.insert(deltas.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+      }
+      content.clear();
+      for (tools::ToolDelta& d : deltas) {
+        if (!d.is_tool_call()) {
+          content += d.content;
+        } else if (!d.id.empty()) {
+          calls.push_back({{"index", d.index}, {"id", d.id}, {"type", "function"},
+                           {"function", {{"name", d.name}, {"arguments", d.arguments}}}});
+        } else {
+          calls.push_back({{"index", d.index}, {"function", {{"arguments", d.arguments}}}});
+        }
+      }
+      break;
+    }
+    case ToolMode::kNamed:
+      // The reply is the function's arguments: streamed as they come.
+      if (!choice.named_started) {
+        calls.push_back(ToolCallJson(0, request_.tool_name, content, true));
+        choice.named_started = true;
+      } else if (!content.empty()) {
+        calls.push_back({{"index", 0}, {"function", {{"arguments", content}}}});
+      }
+      content.clear();
+      break;
+    case ToolMode::kRequired:
+      // A JSON array of calls: whole once it has ended.
+      choice.text += content;
+      content.clear();
+      if (last) {
+        if (auto parsed = RequiredCalls(choice.text); parsed.has_value()) {
+          for (size_t i = 0; i < parsed->size(); ++i) {
+            calls.push_back(ToolCallJson(static_cast<int>(i), (*parsed)[i].first, (*parsed)[i].second, true));
+          }
+        } else {
+          content = choice.text;  // cut short: the text as it is
+        }
+      }
+      break;
+  }
+  if (!calls.empty()) choice.calls_streamed = true;
+  json delta = json::object();
+  if (!reasoning.empty()) delta["reasoning_content"] = std::move(reasoning);
+  if (!content.empty()) delta["content"] = std::move(content);
+  if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+  return delta;
+}
+
+json ResponseBuilder::ChatMessage(const Choice& choice, std::string* finish_reason) const {
+  std::string content = choice.text;
+  json message = {{"role", "assistant"}};
+  if (request_.output.reasoning) {
+    tools::ReasoningParser::Delta d = tools::ReasoningParser::Split(content, request_.output.starts_in_reasoning);
+    message["reasoning_content"] = d.reasoning.empty() ? json() : json(d.reasoning);
+    content = std::move(d.content);
+  }
+  json calls = json::array();
+  switch (request_.tool_mode) {
+    case ToolMode::kNone:
+      break;
+    case ToolMode::kAuto: {
+      tools::ParsedOutput parsed = tools::ParseToolCalls(request_.output.tool_calls, content, &ids_);
+      for (const tools::ToolCall& c : parsed.calls) {
+        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      if (!parsed.calls.empty()) content = std::move(parsed.content);
+      break;
+    }
+    case ToolMode::kNamed: {
+      // Compact when it parses (it does, unless cut short by max_tokens).
+      json args = json::parse(content, nullptr, /*allow_exceptions=*/false);
+      calls.push_back(ToolCallJson(0, request_.tool_name, args.is_discarded() ? content : Dump(args), false));
+      content.clear();
+      break;
+    }
+    case ToolMode::kRequired:
+      if (auto parsed = RequiredCalls(content); parsed.has_value()) {
+        for (size_t i = 0; i < parsed->size(); ++i) {
+          calls.push_back(ToolCallJson(static_cast<int>(i), (*parsed)[i].first, (*parsed)[i].second, false));
+        }
+        content.clear();
+      }
+      break;
+  }
+  message["content"] = content.empty() && !calls.empty() ? json() : json(content);
+  if (!calls.empty()) {
+    message["tool_calls"] = std::move(calls);
+    // OpenAI ends a named function's call with "stop", any other with "tool_calls".
+    if (*finish_reason == "stop" && request_.tool_mode != ToolMode::kNamed) *finish_reason = "tool_calls";
+  }
+  return message;
 }
 
 std::string ResponseBuilder::Event(json choices, bool with_usage_null, json extra) const {
@@ -735,7 +1040,11 @@ std::string ResponseBuilder::Add(int prompt, const GenerationOutput& r) {
   if (r.text.empty() && finish.is_null() && !request_.logprobs && !ids) return "";
   json c = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish)}};
   if (request_.endpoint == Endpoint::kChat) {
-    c["delta"] = r.text.empty() ? json::object() : json{{"content", r.text}};
+    c["delta"] = ChatDelta(choice, r.text, r.finish_reason != FinishReason::kNone);
+    if (choice.calls_streamed && c["finish_reason"] == "stop" && request_.tool_mode != ToolMode::kNamed) {
+      c["finish_reason"] = "tool_calls";
+    }
+    if (c["delta"].empty() && c["finish_reason"].is_null() && !request_.logprobs && !ids) return "";
   } else {
     c["text"] = r.text;
     if (request_.return_token_ids && !choice.prompt_ids_sent) {
@@ -779,13 +1088,14 @@ std::string ResponseBuilder::Body() const {
   for (size_t c = 0; c < choices_.size(); ++c) {
     const Choice& choice = choices_[c];
     json out = {{"index", c}};
+    std::string finish_reason = choice.finish_reason;
     if (chat) {
-      out["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      out["message"] = ChatMessage(choice, &finish_reason);
     } else {
       out["text"] = choice.text;
     }
     out["logprobs"] = choice.logprobs;
-    out["finish_reason"] = choice.finish_reason.empty() ? json() : json(choice.finish_reason);
+    out["finish_reason"] = finish_reason.empty() ? json() : json(finish_reason);
     if (request_.return_token_ids) {
       if (!chat) out["prompt_token_ids"] = prompts_[c / request_.n].token_ids;
       out["token_ids"] = choice.token_ids;

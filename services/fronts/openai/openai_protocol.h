@@ -11,6 +11,7 @@
 #define CHUNKATTN_SERVICES_FRONTS_OPENAI_OPENAI_PROTOCOL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@
 #include "services/coordinator/output_processor.h"
 #include "services/coordinator/request.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls/reasoning_parser.h"
+#include "text/tool_calls/tool_parser.h"
 
 namespace chunkattn::openai {
 
@@ -46,14 +49,30 @@ ApiError ToApiError(const absl::Status& status);
 // kMaxJsonDepth, or a top level that is not an object.
 absl::StatusOr<nlohmann::json> ParseBody(absl::string_view body);
 
+// How chat replies' text is read (server-wide: flags, or the model's chat
+// template): the model's tool-call format (for tool_choice "auto") and
+// whether it thinks in <think> blocks (returned as reasoning_content).
+struct OutputFormat {
+  tools::ToolCallFormat tool_calls = tools::ToolCallFormat::kNone;
+  bool reasoning = false;
+  bool starts_in_reasoning = false;  // the template opens <think> in the prompt
+};
+
 // What the server serves, for checking and answering requests.
 struct ServedModel {
   std::string name;  // the id clients send and /v1/models lists
   int64_t max_context = 0;
   int64_t max_sequences = 256;  // prompts x n in one request (--max_sequences_per_request)
+  OutputFormat output;
 };
 
 enum class Endpoint { kCompletions, kChat };
+
+// How a chat reply's text becomes tool_calls (tool_choice): not at all, by
+// the model's tool-call format (auto), as a constrained JSON array of
+// {"name", "parameters"} (required), or as the named function's constrained
+// arguments.
+enum class ToolMode { kNone, kAuto, kRequired, kNamed };
 
 // A parsed Completions or Chat Completions request.
 struct ApiRequest {
@@ -71,6 +90,13 @@ struct ApiRequest {
   // vLLM's return_token_ids: the prompt's and each choice's token ids beside
   // the text (exact token counts for load tools; token-in/token-out clients).
   bool return_token_ids = false;
+  ToolMode tool_mode = ToolMode::kNone;
+  std::string tool_name;         // kNamed: the function
+  OutputFormat output;           // chat: the served model's
+  // The parameter that constrains the output (response_format,
+  // structured_outputs.json, guided_regex, tool_choice, ...): where the
+  // constraint's refusal points (error.param). Empty: none.
+  std::string constraint_param;
 };
 
 // The body of POST /v1/completions or /v1/chat/completions.
@@ -85,7 +111,10 @@ absl::Status CheckModel(const nlohmann::json& body, const ServedModel& model);
 // it is): its message names the parameter, and so does error.param.
 // `prompt` is how the message names the prompt: "prompt", or "prompt[2]"
 // for the third of several.
-absl::Status NameOpenAiFields(const absl::Status& status, Endpoint endpoint, absl::string_view prompt = "prompt");
+// `constraint_param` names the parameter that carried the constraint
+// (ApiRequest::constraint_param).
+absl::Status NameOpenAiFields(const absl::Status& status, Endpoint endpoint, absl::string_view prompt = "prompt",
+                              absl::string_view constraint_param = "");
 
 // What the reply may repeat of one prompt.
 struct PromptEcho {
@@ -119,12 +148,24 @@ class ResponseBuilder {
   struct Choice {
     std::string text;
     std::string finish_reason;
+    // Streamed chat: the reply's text read as it comes (OutputFormat, ToolMode).
+    std::optional<tools::ReasoningParser> reasoning;
+    std::optional<tools::StreamingToolParser> tool_parser;
+    bool calls_streamed = false;  // a tool call went out (finish_reason "tool_calls")
+    bool named_started = false;   // kNamed: the call's head went out
     nlohmann::json logprobs;         // accumulated (not streaming)
     std::vector<int32_t> token_ids;  // accumulated (not streaming, return_token_ids)
     int64_t text_offset = 0;         // completions logprobs: characters so far
     bool prompt_ids_sent = false;    // streamed completions: prompt_token_ids go once
   };
   nlohmann::json Logprobs(const GenerationOutput& output, Choice& choice) const;
+  // Chat: a streamed text piece as a delta (reasoning_content, content,
+  // tool_calls); `last` flushes what the parsers hold.
+  nlohmann::json ChatDelta(Choice& choice, const std::string& text, bool last);
+  // Chat, not streamed: the message for a choice's whole text, and its
+  // finish_reason as tools change it.
+  nlohmann::json ChatMessage(const Choice& choice, std::string* finish_reason) const;
+  nlohmann::json ToolCallJson(int index, const std::string& name, const std::string& arguments, bool streamed) const;
   nlohmann::json Usage() const;
   // `extra`: more top-level members (chat's prompt_token_ids), or null.
   std::string Event(nlohmann::json choices, bool with_usage_null, nlohmann::json extra = nullptr) const;
@@ -136,6 +177,7 @@ class ResponseBuilder {
   const std::vector<PromptEcho> prompts_;
   const Tokenizer* tokenizer_;
   std::vector<Choice> choices_;  // prompt * n + sample
+  mutable tools::IdSource ids_;  // tool call ids
   int finished_ = 0;
   // Per prompt: its usage as the last output of any of its samples says.
   std::vector<int64_t> prompt_tokens_, cached_tokens_;

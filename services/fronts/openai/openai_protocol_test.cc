@@ -1,6 +1,8 @@
 #include "services/fronts/openai/openai_protocol.h"
 
+#include <random>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -145,8 +147,16 @@ TEST(CompletionRequestTest, BadValuesNameTheirParameter) {
       {R"({"prompt": "x", "cache_salt": ""})", "cache_salt"},
       {R"({"prompt": "x", "priority": 2000000})", "priority"},
       {R"({"prompt": "x", "stream": "yes"})", "stream"},
-      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "json"}})", "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})",
+       "response_format"},
       {R"({"prompt": "x", "response_format": "json"})", "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}, "guided_regex": "a+"})", "guided_regex"},
+      {R"({"prompt": "x", "structured_outputs": {"choice": []}})", "structured_outputs.choice"},
+      {R"({"prompt": "x", "structured_outputs": {"choice": ["a", 1]}})", "structured_outputs.choice"},
+      {R"({"prompt": "x", "structured_outputs": {"structural_tag": "{}"}})", "structured_outputs.structural_tag"},
+      {R"({"prompt": "x", "structured_outputs": {"regex": 5}})", "structured_outputs.regex"},
+      {R"({"prompt": "x", "guided_decoding_backend": "xgrammar"})", "guided_decoding_backend"},
   };
   // One small body naming many sequences: prompts x n over the bound (256).
   std::string many = R"({"n": 64, "prompt": [)";
@@ -256,11 +266,18 @@ TEST(ChatRequestTest, BadValuesNameTheirParameter) {
       {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
       {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})", "messages"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
        "response_format"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})",
+       "tools[0]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+           "tool_choice": {"type": "function", "function": {"name": "g"}}})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+           "tool_choice": "required", "response_format": {"type": "json_object"}})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", "chat_template_kwargs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})",
@@ -272,6 +289,83 @@ TEST(ChatRequestTest, BadValuesNameTheirParameter) {
     EXPECT_EQ(ErrorOf(r.status())["param"], param) << body << ": " << r.status();
   }
   EXPECT_TRUE(Chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}})").ok());
+}
+
+TEST(StructuredOutputsTest, EachFieldSetsItsConstraint) {
+  using grammar::ConstraintKind;
+  const std::tuple<const char*, ConstraintKind, const char*, const char*> cases[] = {
+      {R"("response_format": {"type": "json_object"})", ConstraintKind::kJsonObject, "", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+          "schema": {"type": "object"}}})", ConstraintKind::kJsonSchema, R"({"type":"object"})", "response_format"},
+      {R"("structured_outputs": {"json": {"type": "integer"}})", ConstraintKind::kJsonSchema, R"({"type":"integer"})",
+       "structured_outputs.json"},
+      {R"("structured_outputs": {"regex": "a+", "disable_fallback": true})", ConstraintKind::kRegex, "a+",
+       "structured_outputs.regex"},
+      {R"("structured_outputs": {"choice": ["yes", "no"]})", ConstraintKind::kChoice, R"(["yes","no"])",
+       "structured_outputs.choice"},
+      {R"("structured_outputs": {"grammar": "root ::= \"a\""})", ConstraintKind::kGrammar, R"(root ::= "a")",
+       "structured_outputs.grammar"},
+      {R"("guided_json": "{\"type\": \"string\"}")", ConstraintKind::kJsonSchema, R"({"type": "string"})",
+       "guided_json"},
+      {R"("guided_choice": ["x"])", ConstraintKind::kChoice, R"(["x"])", "guided_choice"},
+  };
+  for (const auto& [field, kind, text, param] : cases) {
+    for (bool chat : {false, true}) {
+      const std::string body = chat ? absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], )", field, "}")
+                                    : absl::StrCat(R"({"prompt": ["a", "b"], )", field, "}");
+      absl::StatusOr<ApiRequest> r = chat ? Chat(body) : Completion(body);
+      ASSERT_TRUE(r.ok()) << body << ": " << r.status();
+      EXPECT_EQ(r->constraint_param, param);
+      for (const ClientRequest& p : r->prompts) {
+        ASSERT_TRUE(p.constraint.has_value()) << body;
+        EXPECT_EQ(p.constraint->kind, kind) << body;
+        if (kind != ConstraintKind::kJsonObject) EXPECT_EQ(p.constraint->text, text) << body;
+      }
+      // A refusal by the compiler names the parameter that carried it.
+      const absl::Status named =
+          NameOpenAiFields(InvalidField({RequestField::kConstraint}, "has a bad keyword"),
+                           chat ? Endpoint::kChat : Endpoint::kCompletions, "prompt", r->constraint_param);
+      EXPECT_EQ(ErrorOf(named)["param"], param);
+    }
+  }
+  absl::StatusOr<ApiRequest> none = Chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->prompts[0].constraint.has_value());
+  EXPECT_EQ(none->tool_mode, ToolMode::kNone);
+}
+
+TEST(StructuredOutputsTest, ToolChoiceModes) {
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "get_weather",
+       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "now"}}])";
+  auto chat = [&](const std::string& choice) {
+    return Chat(absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], )", tools, choice, "}"));
+  };
+  absl::StatusOr<ApiRequest> r = chat("");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tool_mode, ToolMode::kAuto);  // tools without tool_choice: auto
+  EXPECT_FALSE(r->prompts[0].constraint.has_value());
+  r = chat(R"(, "tool_choice": "none")");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tool_mode, ToolMode::kNone);
+  EXPECT_FALSE(std::get<ChatPrompt>(r->prompts[0].prompt).tools_json.empty());  // still rendered
+  r = chat(R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tool_mode, ToolMode::kNamed);
+  EXPECT_EQ(r->tool_name, "get_weather");
+  ASSERT_TRUE(r->prompts[0].constraint.has_value());
+  EXPECT_EQ(json::parse(r->prompts[0].constraint->text)["required"][0], "city");  // the function's parameters
+  r = chat(R"(, "tool_choice": "required")");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tool_mode, ToolMode::kRequired);
+  const json schema = json::parse(r->prompts[0].constraint->text);
+  EXPECT_EQ(schema["type"], "array");
+  EXPECT_EQ(schema["minItems"], 1);
+  ASSERT_EQ(schema["items"]["anyOf"].size(), 2u);
+  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["name"]["const"], "now");
+  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"]["type"], "object");
+  EXPECT_EQ(r->constraint_param, "tool_choice");
 }
 
 TEST(ApiErrorTest, StatusCodes) {
@@ -442,6 +536,148 @@ TEST(ResponseBuilderTest, ReturnTokenIdsInStreamsAndBodies) {
   EXPECT_EQ(b.Add(0, Response(0, "", 7)), "");
   EXPECT_FALSE(absl::StrContains(b.Add(0, Response(0, "z", 8)), "token_ids"));
   EXPECT_FALSE(Completion(R"({"prompt": [1], "return_token_ids": 1})").ok());
+}
+
+// The calls and text a streamed chat reply adds up to, from its deltas.
+struct StreamedChat {
+  std::string reasoning, content, finish_reason;
+  std::vector<std::tuple<std::string, std::string, std::string>> calls;  // id, name, arguments
+};
+StreamedChat Collect(const std::vector<json>& events) {
+  StreamedChat out;
+  for (const json& e : events) {
+    if (!e.is_object() || e["choices"].empty()) continue;
+    const json& c = e["choices"][0];
+    const json& d = c["delta"];
+    if (d.contains("reasoning_content")) out.reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) out.content += d["content"].get<std::string>();
+    for (const json& call : d.value("tool_calls", json::array())) {
+      const size_t i = call["index"].get<size_t>();
+      if (call.contains("id")) {
+        EXPECT_EQ(i, out.calls.size());
+        EXPECT_EQ(call["type"], "function");
+        out.calls.emplace_back(call["id"], call["function"]["name"], "");
+      }
+      EXPECT_LT(i, out.calls.size());
+      if (i < out.calls.size()) std::get<2>(out.calls[i]) += call["function"]["arguments"].get<std::string>();
+    }
+    if (!c["finish_reason"].is_null()) out.finish_reason = c["finish_reason"];
+  }
+  return out;
+}
+
+const char* kTools = R"("tools": [
+    {"type": "function", "function": {"name": "get_weather",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "now"}}])";
+
+// Runs `pieces` through a builder for `body` (streamed and not): the
+// streamed deltas collected, and the whole body's first choice.
+std::pair<StreamedChat, json> Reply(std::string body, const std::vector<std::string>& pieces, const ServedModel& model,
+                                    FinishReason finish = FinishReason::kStopToken) {
+  std::pair<StreamedChat, json> out;
+  for (bool stream : {true, false}) {
+    const std::string b = stream ? absl::StrCat(body.substr(0, body.size() - 1), R"(, "stream": true})") : body;
+    absl::StatusOr<json> j = ParseBody(b);
+    EXPECT_TRUE(j.ok()) << b;
+    absl::StatusOr<ApiRequest> r = ParseChatRequest(*j, model);
+    EXPECT_TRUE(r.ok()) << r.status();
+    ResponseBuilder builder(*r, "c", "demo", 1, {PromptEcho{}}, nullptr);
+    std::string sse = stream ? builder.StreamStart() : "";
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      GenerationOutput g;
+      g.text = pieces[i];
+      g.token_ids = {1};
+      if (i + 1 == pieces.size()) {
+        g.finish_reason = finish;
+        g.usage = GenerationOutput::Usage{3, 0, static_cast<int>(pieces.size())};
+      }
+      sse += builder.Add(0, g);
+    }
+    if (stream) {
+      out.first = Collect(Events(sse + builder.StreamEnd()));
+    } else {
+      out.second = json::parse(builder.Body())["choices"][0];
+    }
+  }
+  return out;
+}
+
+TEST(ToolCallReplyTest, NamedFunctionIsItsArgumentsAndEndsWithStop) {
+  const std::string body = absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], )", kTools,
+                                        R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+  auto [streamed, whole] = Reply(body, {R"({"city": )", R"("Paris"})"}, kModel);
+  ASSERT_EQ(streamed.calls.size(), 1u);
+  EXPECT_EQ(std::get<1>(streamed.calls[0]), "get_weather");
+  EXPECT_EQ(std::get<2>(streamed.calls[0]), R"({"city": "Paris"})");
+  EXPECT_TRUE(absl::StartsWith(std::get<0>(streamed.calls[0]), "call_"));
+  EXPECT_EQ(streamed.content, "");
+  EXPECT_EQ(streamed.finish_reason, "stop");  // as OpenAI ends a named tool choice
+  EXPECT_TRUE(whole["message"]["content"].is_null());
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(whole["finish_reason"], "stop");
+}
+
+TEST(ToolCallReplyTest, RequiredIsAnArrayOfCalls) {
+  const std::string body =
+      absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], )", kTools, R"(, "tool_choice": "required"})");
+  auto [streamed, whole] = Reply(body, {R"([{"name": "now", "parameters": {}}, )",
+                                        R"({"name": "get_weather", "parameters": {"city": "Oslo"}}])"}, kModel);
+  ASSERT_EQ(streamed.calls.size(), 2u);
+  EXPECT_EQ(std::get<1>(streamed.calls[1]), "get_weather");
+  EXPECT_EQ(std::get<2>(streamed.calls[1]), R"({"city":"Oslo"})");
+  EXPECT_EQ(streamed.finish_reason, "tool_calls");
+  ASSERT_EQ(whole["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["name"], "now");
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+  EXPECT_NE(whole["message"]["tool_calls"][0]["id"], whole["message"]["tool_calls"][1]["id"]);
+  EXPECT_EQ(whole["finish_reason"], "tool_calls");
+  // Cut short by max_tokens: no calls, the text as it is, "length".
+  auto [cut, cut_whole] = Reply(body, {R"([{"name": "now", "para)"}, kModel, FinishReason::kLength);
+  EXPECT_TRUE(cut.calls.empty());
+  EXPECT_EQ(cut.content, R"([{"name": "now", "para)");
+  EXPECT_EQ(cut_whole["message"]["content"], R"([{"name": "now", "para)");
+  EXPECT_EQ(cut_whole["finish_reason"], "length");
+}
+
+// tool_choice auto: the model's own format (here Qwen3's <tool_call>
+// blocks after its <think> block), streamed in any split as it is whole.
+TEST(ToolCallReplyTest, AutoParsesTheModelsFormatAndReasoning) {
+  ServedModel model = kModel;
+  model.output = {tools::ToolCallFormat::kHermes, /*reasoning=*/true, false};
+  const std::string body = absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], )", kTools, "}");
+  const std::string text =
+      "<think>The user wants the weather.</think>\n\nLet me check.\n<tool_call>\n"
+      R"({"name": "get_weather", "arguments": {"city": "Oslo"}})"
+      "\n</tool_call>";
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = 1 + rng() % 9;
+      pieces.push_back(text.substr(at, n));
+      at += n;
+    }
+    auto [streamed, whole] = Reply(body, pieces, model);
+    EXPECT_EQ(whole["message"]["reasoning_content"], "The user wants the weather.");
+    ASSERT_EQ(whole["message"]["tool_calls"].size(), 1u);
+    EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
+    EXPECT_EQ(whole["finish_reason"], "tool_calls");
+    EXPECT_EQ(streamed.reasoning, whole["message"]["reasoning_content"]);
+    EXPECT_EQ(streamed.content, whole["message"]["content"].get<std::string>());
+    ASSERT_EQ(streamed.calls.size(), 1u);
+    EXPECT_EQ(std::get<1>(streamed.calls[0]), "get_weather");
+    EXPECT_EQ(std::get<2>(streamed.calls[0]), R"({"city":"Oslo"})");
+    EXPECT_EQ(streamed.finish_reason, "tool_calls");
+  }
+  // No call in the text: plain content, "stop".
+  auto [plain, plain_whole] = Reply(body, {"Just ", "text."}, model);
+  EXPECT_EQ(plain.content, "Just text.");
+  EXPECT_TRUE(plain.calls.empty());
+  EXPECT_EQ(plain.finish_reason, "stop");
+  EXPECT_FALSE(plain_whole["message"].contains("tool_calls"));
+  EXPECT_TRUE(plain_whole["message"]["reasoning_content"].is_null());
 }
 
 TEST(ResponseBuilderTest, StreamErrorIsAnErrorEventThenDone) {

@@ -292,7 +292,8 @@ void OpenAiServer::Generate(Endpoint endpoint, const http::Request& http_request
     absl::StatusOr<EngineRequest> request = ProcessInput(prompt, *config_, text_);
     if (!request.ok()) {
       return SendError(*reply, NameOpenAiFields(request.status(), endpoint,
-                                                several ? absl::StrCat("prompt[", p, "]") : "prompt"));
+                                                several ? absl::StrCat("prompt[", p, "]") : "prompt",
+                                                parsed->constraint_param));
     }
     if (parsed->echo) {
       if (const auto* text = std::get_if<TextPrompt>(&prompt.prompt)) {

@@ -260,8 +260,26 @@ absl::StatusOr<ClientRequest> TranslateVllmRequest(const engine_api::GenerateReq
     return Invalid(absl::StrFormat("data_parallel_rank %d: this engine has one rank, 0", request.data_parallel_rank()));
   }
   const engine_api::SamplingParams& s = request.sampling_params();
-  if (s.constraint_case() != engine_api::SamplingParams::CONSTRAINT_NOT_SET) {
-    return Invalid("sampling_params: structured output (json_schema, regex, grammar, ...) is not supported");
+  switch (s.constraint_case()) {
+    case engine_api::SamplingParams::kJsonSchema:
+      out.constraint = grammar::Constraint{grammar::ConstraintKind::kJsonSchema, s.json_schema()};
+      break;
+    case engine_api::SamplingParams::kRegex:
+      out.constraint = grammar::Constraint{grammar::ConstraintKind::kRegex, s.regex()};
+      break;
+    case engine_api::SamplingParams::kGrammar:
+      out.constraint = grammar::Constraint{grammar::ConstraintKind::kGrammar, s.grammar()};
+      break;
+    case engine_api::SamplingParams::kJsonObject:
+      if (s.json_object()) out.constraint = grammar::Constraint{grammar::ConstraintKind::kJsonObject, ""};
+      break;
+    case engine_api::SamplingParams::kChoice:
+      out.constraint = grammar::ChoiceConstraint({s.choice().choices().begin(), s.choice().choices().end()});
+      break;
+    case engine_api::SamplingParams::kStructuralTag:
+      return Invalid("sampling_params.structural_tag is not supported (use json_schema, regex, grammar or choice)");
+    case engine_api::SamplingParams::CONSTRAINT_NOT_SET:
+      break;
   }
   if (s.frequency_penalty() != 0 || s.presence_penalty() != 0) {
     return Invalid("sampling_params: frequency_penalty and presence_penalty are not supported (use repetition_penalty)");
@@ -340,6 +358,8 @@ absl::Status NameVllmFields(const absl::Status& status) {
         return "priority";
       case RequestField::kTopLogprobs:
         return "sampling_params.logprobs";
+      case RequestField::kConstraint:
+        return "sampling_params.constraint";
     }
     return "request";
   });

@@ -238,7 +238,7 @@ class ScriptConstraint : public TokenConstraint {
     return {base, base + 3, base + 5};
   }
   int32_t mask_words() const override { return 4; }  // 97 tokens
-  bool FillNextTokenMask(int32_t sample, absl::Span<uint32_t> mask) override {
+  bool FillNextTokenMask(int32_t sample, int32_t /*tokens_left*/, absl::Span<uint32_t> mask) override {
     std::fill(mask.begin(), mask.end(), 0);
     const int p = pos_[sample];
     std::vector<TokenId> allowed = p < length_ ? Allowed(seed_, sample, p) : std::vector<TokenId>{96};
