@@ -1,5 +1,7 @@
 #include "proto/plan/plan_proto.h"
 
+#include <algorithm>
+
 namespace chunkattn {
 namespace {
 
@@ -11,6 +13,56 @@ void Append(const std::vector<T>& from, Repeated* to) {
 template <typename T, typename Repeated>
 void Assign(const Repeated& from, std::vector<T>* to) {
   to->assign(from.begin(), from.end());
+}
+
+}  // namespace
+
+namespace {
+
+// The most mask words a plan may name: the largest vocabulary the samplers
+// take (kernels/cuda/sample_row.h's 2^23), plus one so that a longer mask
+// still reaches the executor's check (and is refused there) without the
+// wire choosing how much this side allocates.
+constexpr uint32_t kMaxMaskWords = (uint32_t{1} << 23) / 32 + 1;
+
+// A mask as ids where that is smaller: a varint id costs 1 to 3 bytes, a
+// word 4 bytes per 32 tokens.
+void EncodeAllowed(const std::vector<uint32_t>& allowed, internal::v1::SampleRow* row) {
+  int64_t set = 0;
+  for (uint32_t w : allowed) set += __builtin_popcount(w);
+  if (set * 3 < static_cast<int64_t>(allowed.size()) * 4) {
+    row->set_allowed_words(static_cast<uint32_t>(allowed.size()));
+    for (size_t w = 0; w < allowed.size(); ++w) {
+      for (uint32_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+        row->add_allowed_ids(static_cast<int32_t>(w * 32 + __builtin_ctz(bits)));
+      }
+    }
+    return;
+  }
+  std::string* bytes = row->mutable_allowed_tokens();
+  bytes->resize(allowed.size() * 4);
+  for (size_t w = 0; w < allowed.size(); ++w) {
+    for (int b = 0; b < 4; ++b) (*bytes)[w * 4 + b] = static_cast<char>((allowed[w] >> (8 * b)) & 0xff);
+  }
+}
+
+// Ids outside the named words are dropped (they cannot be allowed); a
+// partial last word of bytes reads as zero bits.
+void DecodeAllowed(const internal::v1::SampleRow& row, std::vector<uint32_t>* allowed) {
+  allowed->clear();
+  if (row.allowed_words() > 0) {
+    allowed->assign(std::min(row.allowed_words(), kMaxMaskWords), 0);
+    const int64_t tokens = static_cast<int64_t>(allowed->size()) * 32;
+    for (int32_t id : row.allowed_ids()) {
+      if (id >= 0 && id < tokens) (*allowed)[id / 32] |= uint32_t{1} << (id % 32);
+    }
+    return;
+  }
+  const std::string& bytes = row.allowed_tokens();
+  allowed->assign(std::min<size_t>((bytes.size() + 3) / 4, kMaxMaskWords), 0);
+  for (size_t i = 0; i < bytes.size() && i / 4 < allowed->size(); ++i) {
+    (*allowed)[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << (8 * (i % 4));
+  }
 }
 
 }  // namespace
@@ -68,13 +120,7 @@ void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
     row->set_row(s.row);
     row->set_key(s.key);
     row->set_step(s.step);
-    if (!s.allowed.empty()) {
-      std::string* bits = row->mutable_allowed_tokens();
-      bits->resize(s.allowed.size() * 4);
-      for (size_t w = 0; w < s.allowed.size(); ++w) {
-        for (int b = 0; b < 4; ++b) (*bits)[w * 4 + b] = static_cast<char>((s.allowed[w] >> (8 * b)) & 0xff);
-      }
-    }
+    if (!s.allowed.empty()) EncodeAllowed(s.allowed, row);
   }
 }
 
@@ -133,13 +179,7 @@ void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
   for (int k = 0; k < plan.samples_size(); ++k) {
     const auto& s = plan.samples(k);
     out->samples[k] = {s.row(), s.key(), s.step(), {}};
-    // A partial last word (a peer's encoder may trim) reads as zero bits.
-    const std::string& bits = s.allowed_tokens();
-    std::vector<uint32_t>& allowed = out->samples[k].allowed;
-    allowed.assign((bits.size() + 3) / 4, 0);
-    for (size_t i = 0; i < bits.size(); ++i) {
-      allowed[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(bits[i])) << (8 * (i % 4));
-    }
+    DecodeAllowed(s, &out->samples[k].allowed);
   }
 }
 

@@ -64,9 +64,14 @@ StepPlan RandomPlan(std::mt19937_64& rng) {
   p.logits_rows = Ints(rng, 8, 0, 60);
   for (int k = rng() % 6; k > 0; --k) {
     p.samples.push_back({static_cast<int32_t>(rng() % 8), static_cast<int64_t>(rng() >> 1), rng(), {}});
-    if (rng() % 2 == 0) {  // a constrained sample's mask
-      p.samples.back().allowed.resize(1 + rng() % 6);
-      for (uint32_t& w : p.samples.back().allowed) w = static_cast<uint32_t>(rng());
+    if (rng() % 2 == 0) {  // a constrained sample's mask: dense (bytes on the wire) or sparse (ids)
+      std::vector<uint32_t>& allowed = p.samples.back().allowed;
+      allowed.assign(1 + rng() % 6, 0);
+      if (rng() % 2 == 0) {
+        for (uint32_t& w : allowed) w = static_cast<uint32_t>(rng());
+      } else {
+        for (int b = rng() % 3; b >= 0; --b) allowed[rng() % allowed.size()] |= uint32_t{1} << (rng() % 32);
+      }
     }
   }
   return p;
