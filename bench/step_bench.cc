@@ -11,8 +11,20 @@
 // also times what the worker pool did per step before its stream threads
 // became persistent: start and join one std::thread per rank.
 //
+// With --constrained N, N of the requests carry a JSON-schema constraint
+// (structured outputs) on Qwen3's vocabulary, so `schedule` includes their
+// token masks (computed on this loop, services/coordinator/grammar_constraint.h)
+// and `to_wire` their encoding; each repeat then also runs the same batch
+// unconstrained, and the table gives both and their ratio. The workers'
+// side draws each constrained token uniformly among the allowed text
+// tokens (never a stop token, nor one closing the array), so outputs keep going.
+//
 //   chunkattn-step-bench --batch 256 --shared_len 2048 --json bench/results/step-cpu.json
+//   chunkattn-step-bench --batch 64 --constrained 64 --json bench/results/step-structured-cpu.json
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,8 +37,10 @@
 #include "bench/bench_util.h"
 #include "nlohmann/json.hpp"
 #include "proto/plan/plan_proto.h"
+#include "services/coordinator/grammar_constraint.h"
 #include "services/core/null_executor.h"
 #include "services/core/scheduler.h"
+#include "text/hf_tokenizer.h"
 
 ABSL_FLAG(int, batch, 256, "requests decoding together");
 ABSL_FLAG(int, shared_len, 2048, "tokens of the prefix every request shares");
@@ -36,6 +50,17 @@ ABSL_FLAG(int, ranks, 2, "tensor-parallel ranks the plan is serialized for");
 ABSL_FLAG(int, steps, 200, "timed decode steps per run");
 ABSL_FLAG(int, repeats, 5, "runs");
 ABSL_FLAG(std::string, json, "", "write the result here");
+ABSL_FLAG(int, constrained, 0, "requests of the batch with a JSON-schema constraint (0 = none)");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json for --constrained (default: Qwen3's, install-hf-reference.sh)");
+ABSL_FLAG(std::string, schema, "",
+          "JSON Schema file for --constrained (default: an unbounded array of tool-call arguments)");
+
+// An array of calls' arguments with no end (the draws never close it): the
+// masks walk strings, enums, integers, booleans and punctuation over and over.
+constexpr char kDefaultSchema[] = R"({"type": "array", "items": {"type": "object", "properties": {
+  "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+  "days": {"type": "integer", "minimum": 1, "maximum": 14}, "hourly": {"type": "boolean"}},
+  "required": ["city", "unit", "days", "hourly"], "additionalProperties": false}})";
 
 namespace chunkattn {
 namespace {
@@ -54,7 +79,36 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
-absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chunk, int ranks, int steps) {
+// The workers' side of a constrained sample: a token the mask allows, drawn
+// from (step, sample), a text token when there is one.
+void DrawAllowed(const StepPlan& plan, const grammar::Vocabulary& vocab, StepResult* result) {
+  std::vector<int32_t> text, stops;
+  for (size_t k = 0; k < plan.samples.size(); ++k) {
+    const std::vector<uint32_t>& allowed = plan.samples[k].allowed;
+    if (allowed.empty()) continue;
+    text.clear();
+    stops.clear();
+    for (size_t w = 0; w < allowed.size(); ++w) {
+      for (uint32_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+        const int32_t t = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
+        // Stop tokens and ']' (the array's end) only when nothing else is allowed.
+        const bool ends = vocab.is_stop(t) || vocab.token_bytes(t).find(']') != std::string::npos;
+        (ends ? stops : text).push_back(t);
+      }
+    }
+    const std::vector<int32_t>& pick = text.empty() ? stops : text;
+    const uint64_t h = (plan.step + 1) * 0x9E3779B97F4A7C15ull ^ (k + 1) * 0xBF58476D1CE4E5B9ull;
+    result->tokens[k] = pick[(h >> 17) % pick.size()];
+  }
+}
+
+struct Constraint {
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // null: none
+  int count = 0;                                            // requests carrying it
+};
+
+absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chunk, int ranks, int steps,
+                           const Constraint& constraint) {
   const int warmup = 8;
   const int max_new = warmup + steps + 8;
   SchedulerOptions so;
@@ -74,6 +128,7 @@ absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chun
     spec.max_new_tokens = max_new;
     spec.ignore_eos = true;
     spec.sampling.temperature = 0;
+    if (r < constraint.count) spec.constraint = std::make_shared<GrammarConstraint>(constraint.grammar, 1);
     RETURN_IF_ERROR(scheduler->Add(r, std::move(spec)));
   }
   StepPlan plan;
@@ -90,6 +145,7 @@ absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chun
     const bool steady = plan.prefill.num_tokens() == 0 && static_cast<int>(plan.samples.size()) == batch &&
                         plan.samples[0].step >= static_cast<uint64_t>(warmup);
     NullExecute(plan, &result);
+    if (constraint.count > 0) DrawAllowed(plan, *constraint.grammar->vocab(), &result);
     events.clear();
     RETURN_IF_ERROR(scheduler->Complete(result, &events));
     if (steady) break;
@@ -111,6 +167,7 @@ absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chun
     }
     t[3] = absl::Now();
     NullExecute(plan, &result);  // the workers' side: not timed
+    if (constraint.count > 0) DrawAllowed(plan, *constraint.grammar->vocab(), &result);
     ToProto(result, &wire_result);
     const std::string reply = wire_result.SerializeAsString();
     const absl::Time parse_start = absl::Now();
@@ -138,29 +195,64 @@ absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chun
   return run;
 }
 
+absl::StatusOr<Constraint> LoadConstraint(int count) {
+  Constraint c;
+  c.count = count;
+  if (count == 0) return c;
+  std::string path = absl::GetFlag(FLAGS_tokenizer);
+  if (path.empty()) path = bench::FindQwen3Tokenizer();
+  if (path.empty()) return absl::NotFoundError("no --tokenizer and no Qwen3 tokenizer.json: run scripts/install-hf-reference.sh");
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadHfTokenizer(path));
+  ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Vocabulary> vocab, grammar::Vocabulary::Create(*tokenizer));
+  std::string schema = kDefaultSchema;
+  if (const std::string file = absl::GetFlag(FLAGS_schema); !file.empty()) {
+    std::ifstream in(file);
+    if (!in) return absl::NotFoundError("cannot read --schema " + file);
+    schema.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSIGN_OR_RETURN(c.grammar, grammar::CompileConstraint({grammar::ConstraintKind::kJsonSchema, schema}, vocab));
+  return c;
+}
+
 int Main(int argc, char** argv) {
   const int batch = absl::GetFlag(FLAGS_batch), shared_len = absl::GetFlag(FLAGS_shared_len);
   const int question_len = absl::GetFlag(FLAGS_question_len), chunk = absl::GetFlag(FLAGS_chunk_size);
   const int ranks = absl::GetFlag(FLAGS_ranks), steps = absl::GetFlag(FLAGS_steps);
-  const int repeats = absl::GetFlag(FLAGS_repeats);
+  const int repeats = absl::GetFlag(FLAGS_repeats), constrained = absl::GetFlag(FLAGS_constrained);
   if (batch < 1 || shared_len < 0 || question_len < 1 || ranks < 1 || steps < 1 || repeats < 1) {
     return Fail("need --batch, --question_len, --ranks, --steps, --repeats >= 1 and --shared_len >= 0");
   }
-  std::vector<double> run_median[kPhases + 1];
-  std::vector<double> all_total;
+  if (constrained < 0 || constrained > batch) return Fail("--constrained must be in [0, --batch]");
+  absl::StatusOr<Constraint> constraint = LoadConstraint(constrained);
+  if (!constraint.ok()) return Fail(constraint.status().ToString());
+  // Configurations, interleaved per repeat: the batch as it is, then (with
+  // --constrained) with its constraints.
+  std::vector<Constraint> configs = {Constraint{}};
+  if (constrained > 0) configs.push_back(*constraint);
+  const size_t nc = configs.size();
+  std::vector<std::vector<double>> run_median(nc * (kPhases + 1)), all_total(nc);
   std::vector<double> spawn_median;
   for (int rep = 0; rep < repeats; ++rep) {
-    absl::StatusOr<Run> run = OneRun(batch, shared_len, question_len, chunk, ranks, steps);
-    if (!run.ok()) return Fail(run.status().ToString());
-    for (int p = 0; p < kPhases; ++p) run_median[p].push_back(bench::Median(run->phase_us[p]));
-    run_median[kPhases].push_back(bench::Median(run->total_us));
-    all_total.insert(all_total.end(), run->total_us.begin(), run->total_us.end());
-    spawn_median.push_back(bench::Median(run->spawn_us));
+    for (size_t c = 0; c < nc; ++c) {
+      absl::StatusOr<Run> run = OneRun(batch, shared_len, question_len, chunk, ranks, steps, configs[c]);
+      if (!run.ok()) return Fail(run.status().ToString());
+      for (int p = 0; p < kPhases; ++p) run_median[c * (kPhases + 1) + p].push_back(bench::Median(run->phase_us[p]));
+      run_median[c * (kPhases + 1) + kPhases].push_back(bench::Median(run->total_us));
+      all_total[c].insert(all_total[c].end(), run->total_us.begin(), run->total_us.end());
+      if (c == 0) spawn_median.push_back(bench::Median(run->spawn_us));
+    }
   }
   std::printf("coordinator cost per decode step: batch %d, shared prefix %d tokens + %d own, chunk %d, "
-              "%d ranks; medians of %d runs x %d steps\n\n",
+              "%d ranks; medians of %d runs x %d steps\n",
               batch, shared_len, question_len, chunk, ranks, repeats, steps);
-  std::printf("%-10s %10s\n", "phase", "median us");
+  if (constrained > 0) {
+    std::printf("constrained: %d of the %d requests, a JSON schema on %d tokens (%s)\n", constrained, batch,
+                configs[1].grammar->vocab()->vocab_size(),
+                absl::GetFlag(FLAGS_schema).empty() ? "built-in" : absl::GetFlag(FLAGS_schema).c_str());
+  }
+  std::printf("\n%-10s %14s", "phase", "median us");
+  if (nc > 1) std::printf(" %14s %8s", "constrained", "ratio");
+  std::printf("\n");
   nlohmann::json row = bench::Provenance(argc, argv);
   row["benchmark"] = "coordinator_step";
   row["batch"] = batch;
@@ -170,16 +262,32 @@ int Main(int argc, char** argv) {
   row["ranks"] = ranks;
   row["steps"] = steps;
   row["repeats"] = repeats;
-  for (int p = 0; p < kPhases; ++p) {
-    const double m = bench::Median(run_median[p]);
-    std::printf("%-10s %10.1f\n", kPhaseNames[p], m);
-    row[std::string(kPhaseNames[p]) + "_us_median"] = m;
+  row["constrained"] = constrained;
+  auto cell = [&](size_t c, int p) { return bench::Median(run_median[c * (kPhases + 1) + p]); };
+  for (int p = 0; p <= kPhases; ++p) {
+    const std::string name = p < kPhases ? kPhaseNames[p] : "total";
+    std::printf("%-10s %14.1f", name.c_str(), cell(0, p));
+    row[name + "_us_median"] = cell(0, p);
+    if (nc > 1) {
+      std::printf(" %14.1f %7.2fx", cell(1, p), cell(1, p) / cell(0, p));
+      row["constrained_" + name + "_us_median"] = cell(1, p);
+    }
+    std::printf("\n");
   }
-  const double total = bench::Median(run_median[kPhases]);
-  const double p99 = bench::Percentile(all_total, 99);
-  std::printf("%-10s %10.1f   (p99 %.1f us)\n", "total", total, p99);
-  row["total_us_median"] = total;
+  const double p99 = bench::Percentile(all_total[0], 99);
+  std::printf("total p99  %14.1f", p99);
   row["total_us_p99"] = p99;
+  if (nc > 1) {
+    const double cp99 = bench::Percentile(all_total[1], 99);
+    std::printf(" %14.1f", cp99);
+    row["constrained_total_us_p99"] = cp99;
+    // What the masks add per constrained row: the schedule phase's growth.
+    const double per_row = (cell(1, 0) - cell(0, 0)) / constrained;
+    std::printf("\n\nmasks: %.1f us per constrained row per step (schedule's growth / %d rows)", per_row,
+                constrained);
+    row["mask_us_per_row"] = per_row;
+  }
+  std::printf("\n");
   const double spawn = bench::Median(spawn_median);
   std::printf("\nremoved: a thread per rank per step would add %.1f us (%d threads started and joined)\n",
               spawn, ranks);

@@ -1,6 +1,7 @@
 #include "proto/plan/plan_proto.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace chunkattn {
 namespace {
@@ -24,13 +25,18 @@ namespace {
 // still reaches the executor's check (and is refused there) without the
 // wire choosing how much this side allocates.
 constexpr uint32_t kMaxMaskWords = (uint32_t{1} << 23) / 32 + 1;
+constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 
 // A mask as ids where that is smaller: a varint id costs 1 to 3 bytes, a
 // word 4 bytes per 32 tokens.
 void EncodeAllowed(const std::vector<uint32_t>& allowed, internal::v1::SampleRow* row) {
+  // Counted only up to where ids stop paying (a dense mask stops early).
+  const int64_t limit = static_cast<int64_t>(allowed.size()) * 4 / 3;
   int64_t set = 0;
-  for (uint32_t w : allowed) set += __builtin_popcount(w);
-  if (set * 3 < static_cast<int64_t>(allowed.size()) * 4) {
+  for (size_t w = 0; w < allowed.size() && set <= limit; ++w) {
+    if (allowed[w] != 0) set += __builtin_popcount(allowed[w]);
+  }
+  if (set <= limit) {
     row->set_allowed_words(static_cast<uint32_t>(allowed.size()));
     for (size_t w = 0; w < allowed.size(); ++w) {
       for (uint32_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
@@ -41,8 +47,12 @@ void EncodeAllowed(const std::vector<uint32_t>& allowed, internal::v1::SampleRow
   }
   std::string* bytes = row->mutable_allowed_tokens();
   bytes->resize(allowed.size() * 4);
-  for (size_t w = 0; w < allowed.size(); ++w) {
-    for (int b = 0; b < 4; ++b) (*bytes)[w * 4 + b] = static_cast<char>((allowed[w] >> (8 * b)) & 0xff);
+  if constexpr (kLittleEndian) {
+    std::memcpy(bytes->data(), allowed.data(), bytes->size());  // the wire's byte order already
+  } else {
+    for (size_t w = 0; w < allowed.size(); ++w) {
+      for (int b = 0; b < 4; ++b) (*bytes)[w * 4 + b] = static_cast<char>((allowed[w] >> (8 * b)) & 0xff);
+    }
   }
 }
 
@@ -60,8 +70,13 @@ void DecodeAllowed(const internal::v1::SampleRow& row, std::vector<uint32_t>* al
   }
   const std::string& bytes = row.allowed_tokens();
   allowed->assign(std::min<size_t>((bytes.size() + 3) / 4, kMaxMaskWords), 0);
-  for (size_t i = 0; i < bytes.size() && i / 4 < allowed->size(); ++i) {
-    (*allowed)[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << (8 * (i % 4));
+  const size_t n = std::min(bytes.size(), allowed->size() * 4);
+  if constexpr (kLittleEndian) {
+    std::memcpy(allowed->data(), bytes.data(), n);
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      (*allowed)[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << (8 * (i % 4));
+    }
   }
 }
 
