@@ -130,24 +130,31 @@ cudaError_t LaunchSwiGlu(DType dtype, const void* gate_up, int64_t rows, int int
 cudaError_t LaunchGreedy(const float* logits, int64_t rows, int vocab, int32_t* token, float* logprob,
                          cudaStream_t stream);
 
-// Sampling with the CPU Sampler's full semantics (temperature, top-k, top-p,
-// min-p, repetition penalty, the seeded draw), one block per sample; the
-// algorithm and its exactness are in sample_row.h. Samples may share a row.
+// Sampling with the CPU Sampler's full semantics (token mask, temperature,
+// top-k, top-p, min-p, repetition penalty, the seeded draw), one block per
+// sample; the algorithm and its exactness are in sample_row.h. Samples may
+// share a row.
 //   logits:  (rows, vocab) fp32: logits rows row_offset ... row_offset + rows - 1
 //   params:  (samples) on the device; params[s].row in [row_offset,
 //            row_offset + rows)
 //   history: the history tokens that params[s].history_begin/end index, on
 //            the device; null when no sample has a penalty
+//   masks:   the mask words that params[s].mask_begin/mask_words index, on
+//            the device; null when no sample has a mask
 //   token:   (samples) int32; -1 for a row with a +inf logit or no finite
-//            logit (and for a sample breaking the two REQUIRES below)
-//   logprob: (samples) fp32, the raw logits' log-softmax at the token
+//            logit among its allowed tokens (and for a sample breaking the
+//            REQUIRES below on rows, history or masks)
+//   logprob: (samples) fp32, the log-softmax at the token of the raw logits
+//            with the disallowed tokens at -inf
 // vocab <= kMaxSampleVocab (sample_row.h).
 // REQUIRES: params valid (ValidateSamplingParams), history tokens in
 // [0, vocab), history != nullptr if any penalty != 1 (then vocab <=
-// kMaxPenaltyVocab), rows in range.
+// kMaxPenaltyVocab), masks != nullptr if any mask_begin >= 0 (then
+// mask_words <= (vocab + 31) / 32 and the words within the array), rows in
+// range.
 cudaError_t LaunchSample(const float* logits, int64_t rows, int vocab, int64_t row_offset,
-                         const SampleRowParams* params, int64_t samples, const int32_t* history, int32_t* token,
-                         float* logprob, cudaStream_t stream);
+                         const SampleRowParams* params, int64_t samples, const int32_t* history,
+                         const uint32_t* masks, int32_t* token, float* logprob, cudaStream_t stream);
 
 }  // namespace chunkattn::cuda
 

@@ -5,17 +5,18 @@
 // where it is tested against the CPU Sampler on any machine.
 //
 // Semantics: the CPU Sampler's (workers/sampler/sampler.h), step for step:
-// NaN logits as -inf, repetition penalty over the distinct history tokens,
-// greedy (ties to the lowest id) or weights exp((logit - max) / temperature),
-// top-k then top-p (rank order: heavier first, ties to the lower id), min-p,
-// then one inverse-CDF draw in token-id order. The weights are bit-equal to
-// the Sampler's (SampleExp is its exp, and no operation is contracted), so
-// the cuts are the same tokens; the masses are summed in 2^-40 fixed point,
-// which makes them exact and independent of the summation order, so the GPU
-// and HostRowOps pick the same token. Against the Sampler, whose masses are
-// doubles, only weights below 2^-17 lose bits (under 2^-40 each), so a draw
-// can differ only where a running mass falls that close to the draw or to
-// the top-p target.
+// NaN logits and the tokens outside the sample's mask as -inf (the logprob
+// too is the masked row's), repetition penalty over the distinct history
+// tokens, greedy (ties to the lowest id) or weights exp((logit - max) /
+// temperature), top-k then top-p (rank order: heavier first, ties to the
+// lower id), min-p, then one inverse-CDF draw in token-id order. The weights
+// are bit-equal to the Sampler's (SampleExp is its exp, and no operation is
+// contracted), so the cuts are the same tokens; the masses are summed in
+// 2^-40 fixed point, which makes them exact and independent of the summation
+// order, so the GPU and HostRowOps pick the same token. Against the Sampler,
+// whose masses are doubles, only weights below 2^-17 lose bits (under 2^-40
+// each), so a draw can differ only where a running mass falls that close to
+// the draw or to the top-p target.
 //
 // Header-only C++17; under nvcc the functions are __host__ __device__.
 #ifndef CHUNKATTN_KERNELS_CUDA_SAMPLE_ROW_H_
@@ -49,6 +50,11 @@ struct SampleRowParams {
   // launch's history array. Read only when penalty != 1; repeats count once.
   int32_t history_begin = 0;
   int32_t history_end = 0;
+  // The sample's token mask (SampleInput::allowed): words [mask_begin,
+  // mask_begin + mask_words) of the launch's mask array, token t allowed when
+  // bit t % 32 of its word t / 32 is set, none past the words. -1: no mask.
+  int32_t mask_begin = -1;
+  int32_t mask_words = 0;
   double u = 0;  // the draw in [0, 1): UniformForStep(seed, step)
 };
 
@@ -121,6 +127,11 @@ CHUNKATTN_HOST_DEVICE inline uint64_t Fixed(float w) {
   return static_cast<uint64_t>(static_cast<double>(w) * 1099511627776.0);
 }
 
+// Whether token i passes a mask of `words` words (null: no mask).
+CHUNKATTN_HOST_DEVICE inline bool MaskAllows(const uint32_t* mask, int words, int i) {
+  return mask == nullptr || ((i >> 5) < words && ((mask[i >> 5] >> (i & 31)) & 1u) != 0);
+}
+
 // Rank order of the cuts: (key, id) comes at or before the cut (cut_key,
 // cut_id) when heavier, or as heavy with an id not above. Keys are the bits
 // of weights in [0, 1], which order like the weights.
@@ -157,6 +168,7 @@ CHUNKATTN_HOST_DEVICE inline float SampleExp(float x) {
 // together, with the same arguments):
 //   int size()                         the vocabulary
 //   float Logit(int i)                 the raw logit of token i
+//   bool Allowed(int i)                whether the mask lets token i through
 //   bool Marked(int i)                 whether i is a history token
 //   float Max(f)                       max of f(i) over i (f is never NaN)
 //   double SumF64(f), uint64_t SumU64(f)
@@ -173,9 +185,11 @@ template <typename Ops>
 CHUNKATTN_HOST_DEVICE SampleRowResult SampleRow(Ops& ops, const SampleRowParams& p) {
   using namespace sample_row_internal;  // NOLINT: the helpers above
   const int n = ops.size();
+  // The masked row every later step reads, so a disallowed token is never
+  // drawn and counts in no sum (the Sampler's step 1).
   auto sanitized = [&](int i) {
     const float x = ops.Logit(i);
-    return x == x ? x : -INFINITY;
+    return x == x && ops.Allowed(i) ? x : -INFINITY;
   };
   const float raw_max = ops.Max(sanitized);
   if (!(raw_max > -INFINITY && raw_max < INFINITY)) return SampleRowResult{};
@@ -308,10 +322,13 @@ CHUNKATTN_HOST_DEVICE SampleRowResult SampleRow(Ops& ops, const SampleRowParams&
 class HostRowOps {
  public:
   // marks: (size) nonzero for the history tokens, or null without a penalty.
-  HostRowOps(const float* row, int size, const uint8_t* marks) : row_(row), size_(size), marks_(marks) {}
+  // mask: the sample's `mask_words` mask words, or null without a mask.
+  HostRowOps(const float* row, int size, const uint8_t* marks, const uint32_t* mask, int mask_words)
+      : row_(row), size_(size), marks_(marks), mask_(mask), mask_words_(mask_words) {}
 
   int size() const { return size_; }
   float Logit(int i) const { return row_[i]; }
+  bool Allowed(int i) const { return sample_row_internal::MaskAllows(mask_, mask_words_, i); }
   bool Marked(int i) const { return marks_ != nullptr && marks_[i] != 0; }
 
   template <typename F>
@@ -381,20 +398,25 @@ class HostRowOps {
   const float* row_;
   int size_;
   const uint8_t* marks_;
+  const uint32_t* mask_;
+  int mask_words_;
   int64_t count_[256] = {};
   uint64_t mass_[256] = {};
 };
 
-// SampleRow over `row` (vocab fp32 logits) on the host. `history` holds the
-// whole launch's history array that p.history_begin/end index.
+// SampleRow over `row` (vocab fp32 logits) on the host. `history` and
+// `masks` hold the whole launch's history and mask arrays that
+// p.history_begin/end and p.mask_begin/words index (either may be null when
+// no sample reads it).
 inline SampleRowResult SampleRowOnHost(const float* row, int vocab, const SampleRowParams& p,
-                                       const int32_t* history) {
+                                       const int32_t* history, const uint32_t* masks) {
   std::vector<uint8_t> marks;
   if (p.penalty != 1.0f) {
     marks.assign(vocab, 0);
     for (int32_t k = p.history_begin; k < p.history_end; ++k) marks[history[k]] = 1;
   }
-  HostRowOps ops(row, vocab, marks.empty() ? nullptr : marks.data());
+  const uint32_t* mask = p.mask_begin >= 0 ? masks + p.mask_begin : nullptr;
+  HostRowOps ops(row, vocab, marks.empty() ? nullptr : marks.data(), mask, p.mask_words);
   return SampleRow(ops, p);
 }
 

@@ -36,11 +36,16 @@ struct SampleShared {
 // The collectives of SampleRow over one row, for the block's threads.
 class BlockRowOps {
  public:
-  __device__ BlockRowOps(const float* row, int size, const uint32_t* marks, SampleShared* s)
-      : row_(row), size_(size), marks_(marks), s_(s) {}
+  // marks: the history bitmap in shared memory; mask: the sample's mask
+  // words in global memory (a warp's 32 consecutive tokens read one word),
+  // or null.
+  __device__ BlockRowOps(const float* row, int size, const uint32_t* marks, const uint32_t* mask, int mask_words,
+                         SampleShared* s)
+      : row_(row), size_(size), marks_(marks), mask_(mask), mask_words_(mask_words), s_(s) {}
 
   __device__ int size() const { return size_; }
   __device__ float Logit(int i) const { return row_[i]; }
+  __device__ bool Allowed(int i) const { return sample_row_internal::MaskAllows(mask_, mask_words_, i); }
   __device__ bool Marked(int i) const { return (marks_[i >> 5] >> (i & 31)) & 1u; }
 
   template <typename F>
@@ -168,19 +173,23 @@ class BlockRowOps {
   const float* row_;
   int size_;
   const uint32_t* marks_;
+  const uint32_t* mask_;
+  int mask_words_;
   SampleShared* s_;
 };
 
 __global__ void __launch_bounds__(kSampleThreads)
     SampleKernel(const float* logits, int64_t rows, int vocab, int64_t row_offset, const SampleRowParams* params,
-                 const int32_t* history, int32_t* token, float* logprob) {
+                 const int32_t* history, const uint32_t* masks, int32_t* token, float* logprob) {
   extern __shared__ uint32_t marks[];  // (vocab + 31) / 32 words when history != nullptr
   __shared__ SampleShared shared;
   const SampleRowParams p = params[blockIdx.x];
   const int64_t r = int64_t{p.row} - row_offset;
   // Contract breaches the host should have caught give the bad-row answer
   // rather than touching memory out of bounds.
-  if (r < 0 || r >= rows || (p.penalty != 1.0f && history == nullptr)) {
+  const bool masked = p.mask_begin >= 0;
+  if (r < 0 || r >= rows || (p.penalty != 1.0f && history == nullptr) ||
+      (masked && (masks == nullptr || p.mask_words < 0 || p.mask_words > (vocab + 31) / 32))) {
     if (threadIdx.x == 0) {
       token[blockIdx.x] = -1;
       logprob[blockIdx.x] = NAN;
@@ -197,7 +206,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     }
     __syncthreads();
   }
-  BlockRowOps ops(logits + r * vocab, vocab, marks, &shared);
+  BlockRowOps ops(logits + r * vocab, vocab, marks, masked ? masks + p.mask_begin : nullptr, p.mask_words, &shared);
   const SampleRowResult out = SampleRow(ops, p);
   if (threadIdx.x == 0) {
     token[blockIdx.x] = out.token;
@@ -208,8 +217,8 @@ __global__ void __launch_bounds__(kSampleThreads)
 }  // namespace
 
 cudaError_t LaunchSample(const float* logits, int64_t rows, int vocab, int64_t row_offset,
-                         const SampleRowParams* params, int64_t samples, const int32_t* history, int32_t* token,
-                         float* logprob, cudaStream_t stream) {
+                         const SampleRowParams* params, int64_t samples, const int32_t* history,
+                         const uint32_t* masks, int32_t* token, float* logprob, cudaStream_t stream) {
   if (rows < 0 || samples < 0 || samples > INT32_MAX || vocab <= 0 || vocab > kMaxSampleVocab ||
       (history != nullptr && vocab > kMaxPenaltyVocab)) {
     return cudaErrorInvalidValue;
@@ -218,7 +227,7 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int vocab, int64_t r
   if (logits == nullptr || params == nullptr || token == nullptr || logprob == nullptr) return cudaErrorInvalidValue;
   const size_t marks_bytes = history == nullptr ? 0 : static_cast<size_t>((vocab + 31) / 32) * 4;
   SampleKernel<<<static_cast<unsigned>(samples), kSampleThreads, marks_bytes, stream>>>(
-      logits, rows, vocab, row_offset, params, history, token, logprob);
+      logits, rows, vocab, row_offset, params, history, masks, token, logprob);
   return cudaGetLastError();
 }
 

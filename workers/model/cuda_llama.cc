@@ -152,9 +152,9 @@ struct CudaLlamaModel::Impl {
   DeviceBuffer inputs;  // tokens, positions, gather (i32) and slots (i64)
   DeviceBuffer x, delta, h, qkv, q, attn, gate_up, act, logits, picks, cublas_workspace;
   PinnedBuffer host_inputs, host_picks;
-  // ForwardSample: the packed samples, their histories, and their picks
-  // (tokens, then logprobs, for the step's samples).
-  Staged sample_params, sample_history, sample_picks;
+  // ForwardSample: the packed samples, their histories, their token masks,
+  // and their picks (tokens, then logprobs, for the step's samples).
+  Staged sample_params, sample_history, sample_masks, sample_picks;
 
   std::map<int, Graph> graphs;  // by bucket
   std::set<int> warmed;         // buckets run eagerly once (before their capture)
@@ -465,7 +465,7 @@ absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span
     SampleResult& r = out[order_[k]];
     r = {tokens[k], logprobs[k], {}};
     if (top_slot_[k] >= 0 && r.token >= 0) {
-      AddTopLogprobs(top_logits_.data() + static_cast<size_t>(top_slot_[k]) * vocab, vocab,
+      AddTopLogprobs(top_logits_.data() + static_cast<size_t>(top_slot_[k]) * vocab, vocab, inputs[order_[k]].allowed,
                      packed_.top_logprobs[k], &r);
     }
   }
@@ -647,6 +647,7 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
     if (packed_.penalized) RETURN_IF_ERROR(im.sample_history.Reserve(sizeof(int32_t)));
     RETURN_IF_ERROR(im.sample_history.Upload(packed_.history.data(), packed_.history.size() * sizeof(int32_t),
                                              im.stream));
+    RETURN_IF_ERROR(im.sample_masks.Upload(packed_.masks.data(), packed_.masks.size() * sizeof(uint32_t), im.stream));
     RETURN_IF_ERROR(im.sample_picks.Reserve(num_samples * 8));
   }
 
@@ -723,6 +724,7 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
   } else if (output == Output::kSample) {
     const auto* params = static_cast<const cuda::SampleRowParams*>(im.sample_params.dev.get());
     const int32_t* history = packed_.penalized ? static_cast<const int32_t*>(im.sample_history.dev.get()) : nullptr;
+    const uint32_t* masks = packed_.masks.empty() ? nullptr : static_cast<const uint32_t*>(im.sample_masks.dev.get());
     int32_t* tokens = static_cast<int32_t*>(im.sample_picks.dev.get());
     float* logprobs = reinterpret_cast<float*>(tokens + num_samples);
     // The top_logprobs rows are copied into pageable memory, which blocks
@@ -738,8 +740,8 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
       if (s1 == s0) continue;
       if (redo_head) RETURN_IF_ERROR(launch.Head(first, n, /*greedy=*/false));
       CUDA_RETURN_IF_ERROR(cuda::LaunchSample(static_cast<const float*>(im.logits.get()), n, config_.vocab_size,
-                                              first, params + s0, s1 - s0, history, tokens + s0, logprobs + s0,
-                                              im.stream));
+                                              first, params + s0, s1 - s0, history, masks, tokens + s0,
+                                              logprobs + s0, im.stream));
       for (int64_t k = s0; k < s1; ++k) {  // the host fallback's rows (ForwardSample)
         if (top_slot_[k] < 0) continue;
         const float* row =

@@ -8,9 +8,10 @@
 // chunked prefill and two-phase partition decode attention (kernels/cuda),
 // SwiGLU, and with tensor parallelism an NCCL all-reduce (fp32) after o_proj
 // and after down_proj. Sampling runs on the GPU: the greedy pick and its
-// logprob inside the step, or the full Sampler semantics (LaunchSample) after
-// it; only the tokens and logprobs come back, and for samples that ask
-// top_logprobs their logits rows, ranked on the host (a fallback: rare).
+// logprob inside the step, or the full Sampler semantics (LaunchSample, token
+// masks included) after it; only the tokens and logprobs come back, and for
+// samples that ask top_logprobs their logits rows, ranked on the host (a
+// fallback: rare).
 //
 // Decode-only steps run as one CUDA graph per batch-size bucket (1, 2, 4, 8,
 // 16, then multiples of 16): the rows past the batch are padding whose KV is

@@ -66,9 +66,9 @@ class Model {
   virtual bool has_device_greedy() const { return false; }
   // Forward, then per logits row the greedy token (argmax, ties to the lowest
   // id, NaN as -inf) and its log-softmax: what Sampler gives at temperature 0
-  // without repetition penalty, and no top_logprobs (callers send samples
-  // that ask for them through ForwardSample). UNIMPLEMENTED unless
-  // has_device_greedy().
+  // without repetition penalty or token mask, and no top_logprobs (callers
+  // send samples that ask for them, or are constrained, through
+  // ForwardSample). UNIMPLEMENTED unless has_device_greedy().
   virtual absl::Status ForwardGreedy(const ForwardBatch& batch, std::vector<int32_t>& tokens,
                                      std::vector<float>& logprobs);
 
@@ -77,10 +77,11 @@ class Model {
   virtual bool has_device_sampling() const { return false; }
   // Forward, then sample s from logits row rows[s] (an index into
   // batch.logits_rows; samples may share a row) with inputs[s]: Sampler's
-  // semantics, the same token up to the rounding kernels/cuda/sample_row.h
-  // bounds, and out[s].top where inputs[s] asks top_logprobs (the Sampler's
-  // own TopLogprobsOfRow on the host: AddTopLogprobs). out[s].token is -1 for
-  // a row the Sampler refuses for its logits.
+  // semantics (token masks included), the same token up to the rounding
+  // kernels/cuda/sample_row.h bounds, and out[s].top where inputs[s] asks
+  // top_logprobs (the Sampler's own TopLogprobsOfRow on the host:
+  // AddTopLogprobs). out[s].token is -1 for a row the Sampler refuses for its
+  // logits.
   // INVALID_ARGUMENT for inputs the Sampler refuses, before the step runs.
   // UNIMPLEMENTED unless has_device_sampling().
   virtual absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,

@@ -18,6 +18,7 @@ absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const Sample
   out->top_logprobs.assign(inputs.size(), 0);
   out->history.clear();
   out->penalized = false;
+  out->masks.clear();
   for (size_t s = 0; s < inputs.size(); ++s) {
     const SampleInput& in = inputs[s];
     if (rows[s] < 0 || rows[s] >= num_rows) {
@@ -39,6 +40,17 @@ absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const Sample
     d.penalty = p.repetition_penalty;
     d.u = UniformForStep(p.seed, in.step);
     out->top_logprobs[s] = p.top_logprobs;
+    if (!in.allowed.empty()) {
+      if (absl::Status status = ValidateAllowedTokens(in.allowed, vocab); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrFormat("sample %d: %s", s, status.message()));
+      }
+      if (out->masks.size() + in.allowed.size() > static_cast<size_t>(INT32_MAX)) {
+        return absl::InvalidArgumentError("the samples' token masks exceed 2^31 words");
+      }
+      d.mask_begin = static_cast<int32_t>(out->masks.size());
+      d.mask_words = static_cast<int32_t>(in.allowed.size());
+      out->masks.insert(out->masks.end(), in.allowed.begin(), in.allowed.end());
+    }
     if (p.repetition_penalty == 1.0f) continue;
     out->penalized = true;
     if (out->history.size() + in.history.size() > static_cast<size_t>(INT32_MAX)) {
@@ -61,20 +73,22 @@ void SampleRowsOnHost(absl::Span<const float> logits, int vocab, const PackedSam
                       absl::Span<SampleResult> out) {
   for (size_t s = 0; s < packed.params.size(); ++s) {
     const cuda::SampleRowParams& p = packed.params[s];
-    const cuda::SampleRowResult r = cuda::SampleRowOnHost(logits.data() + static_cast<size_t>(p.row) * vocab,
-                                                          vocab, p, packed.history.data());
+    const float* row = logits.data() + static_cast<size_t>(p.row) * vocab;
+    const cuda::SampleRowResult r = cuda::SampleRowOnHost(row, vocab, p, packed.history.data(), packed.masks.data());
     out[s].token = r.token;
     out[s].logprob = r.logprob;
     out[s].top.size = 0;
     if (r.token >= 0) {
-      AddTopLogprobs(logits.data() + static_cast<size_t>(p.row) * vocab, vocab, packed.top_logprobs[s], &out[s]);
+      absl::Span<const uint32_t> allowed;
+      if (p.mask_begin >= 0) allowed = absl::MakeConstSpan(packed.masks.data() + p.mask_begin, p.mask_words);
+      AddTopLogprobs(row, vocab, allowed, packed.top_logprobs[s], &out[s]);
     }
   }
 }
 
-void AddTopLogprobs(const float* row, int vocab, int n, SampleResult* out) {
+void AddTopLogprobs(const float* row, int vocab, absl::Span<const uint32_t> allowed, int n, SampleResult* out) {
   out->top.size = 0;
-  if (n <= 0 || !TopLogprobsOfRow(row, vocab, n, &out->top)) return;
+  if (n <= 0 || !TopLogprobsOfRow(row, vocab, allowed, n, &out->top)) return;
   for (int j = 0; j < out->top.size; ++j) {
     if (out->top.ids[j] == out->token) out->logprob = out->top.logprobs[j];
   }

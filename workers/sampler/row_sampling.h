@@ -22,6 +22,7 @@ struct PackedSamples {
   std::vector<cuda::SampleRowParams> params;  // one per sample, in order
   std::vector<int32_t> history;               // the penalized samples' histories, concatenated
   bool penalized = false;                     // whether any sample has a penalty (the device needs marks)
+  std::vector<uint32_t> masks;                // the constrained samples' token masks, concatenated
   // Per sample, its params' top_logprobs: the device sampler computes none,
   // so these rows' logits also go to the host (AddTopLogprobs).
   std::vector<int32_t> top_logprobs;
@@ -40,11 +41,12 @@ void SampleRowsOnHost(absl::Span<const float> logits, int vocab, const PackedSam
                       absl::Span<SampleResult> out);
 
 // The host fallback for top_logprobs of a device sampler, which returns only
-// the token and its logprob: out->top from the sample's raw logits row (the
-// Sampler's own TopLogprobsOfRow), and out->logprob replaced by the token's
-// entry when it has one, so the two agree exactly as they do in the Sampler
-// (the device's log-sum-exp rounds differently). out->top is empty for n == 0.
-void AddTopLogprobs(const float* row, int vocab, int n, SampleResult* out);
+// the token and its logprob: out->top from the sample's raw logits row under
+// its token mask `allowed` (the Sampler's own TopLogprobsOfRow), and
+// out->logprob replaced by the token's entry when it has one, so the two
+// agree exactly as they do in the Sampler (the device's log-sum-exp rounds
+// differently). out->top is empty for n == 0.
+void AddTopLogprobs(const float* row, int vocab, absl::Span<const uint32_t> allowed, int n, SampleResult* out);
 
 }  // namespace chunkattn
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "workers/sampler/token_mask_testing.h"
 
 namespace chunkattn::row_sampling_test {  // its own: unity builds join this file with sampler_test.cc
 namespace {
@@ -50,14 +51,17 @@ struct Case {
   std::vector<int32_t> rows;
   std::vector<SamplingParams> params;
   std::vector<std::vector<int32_t>> history;
+  std::vector<std::vector<uint32_t>> allowed;  // token masks; missing ones are empty
   std::vector<SampleInput> inputs;
 
   void Finish() {
     inputs.resize(params.size());
+    allowed.resize(params.size());
     for (size_t s = 0; s < params.size(); ++s) {
       inputs[s].params = &params[s];
       inputs[s].history = history[s];
       inputs[s].step = 1000 + s;
+      inputs[s].allowed = allowed[s];
     }
   }
 };
@@ -80,13 +84,15 @@ int ExpectSameAsSampler(const Case& c, const std::string& what) {
                                            absl::MakeSpan(&want, 1));
     const SamplingParams& p = c.params[s];
     const std::string name = absl::StrFormat(
-        "%s, sample %d (row %d, vocab %d): T %g top_k %d top_p %g min_p %g penalty %g history %d", what, s,
-        c.rows[s], c.vocab, p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty, c.history[s].size());
+        "%s, sample %d (row %d, vocab %d): T %g top_k %d top_p %g min_p %g penalty %g history %d mask %d words",
+        what, s, c.rows[s], c.vocab, p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty,
+        c.history[s].size(), c.allowed[s].size());
     if (!st.ok()) {
       EXPECT_EQ(got[s].token, -1) << name << ": the Sampler says " << st;
       continue;
     }
     EXPECT_EQ(got[s].token, want.token) << name;
+    EXPECT_TRUE(sampler_testing::MaskAllows(c.allowed[s], got[s].token)) << name;
     EXPECT_NEAR(got[s].logprob, want.logprob, 1e-5 * (1 + std::abs(want.logprob))) << name;
     // The top entries come from the Sampler's own code (AddTopLogprobs), and
     // the token's logprob from its entry.
@@ -226,11 +232,11 @@ TEST(RowSampling, ExactBoundariesAsTheSampler) {
   cuda::SampleRowParams p;
   p.temperature = 1;
   p.u = 0.5;
-  EXPECT_EQ(cuda::SampleRowOnHost(row.data(), 2, p, nullptr).token, 1);
+  EXPECT_EQ(cuda::SampleRowOnHost(row.data(), 2, p, nullptr, nullptr).token, 1);
   p.u = std::nextafter(0.5, 0.0);
-  EXPECT_EQ(cuda::SampleRowOnHost(row.data(), 2, p, nullptr).token, 0);
+  EXPECT_EQ(cuda::SampleRowOnHost(row.data(), 2, p, nullptr, nullptr).token, 0);
   p.u = 0;
-  EXPECT_EQ(cuda::SampleRowOnHost(row.data(), 2, p, nullptr).token, 0);
+  EXPECT_EQ(cuda::SampleRowOnHost(row.data(), 2, p, nullptr, nullptr).token, 0);
 }
 
 // Rows the Sampler refuses give token -1, greedy or not; a penalty that
@@ -266,6 +272,50 @@ TEST(RowSampling, BadRowsGiveNoToken) {
     }
   }
   EXPECT_EQ(ExpectSameAsSampler(c, "bad rows"), 8);
+}
+
+// Token masks: the row algorithm with a sample's mask (SampleRowOnHost over
+// the packed masks) draws what the Sampler draws with the same `allowed`,
+// over random rows, every path, dense, sparse and short masks, vocabularies
+// off a multiple of 32, and logits the mask hides (+inf among them) or
+// leaves with nothing finite.
+TEST(RowSampling, MasksMatchTheSampler) {
+  std::mt19937 rng(20260301);
+  int compared = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    Case c;
+    c.vocab = std::vector<int>{1, 2, 31, 33, 97, 1000, 4099, 32003}[trial % 8];
+    const int num_rows = 1 + static_cast<int>(rng() % 3);
+    std::normal_distribution<float> normal(0.0f, std::vector<float>{0.3f, 1.0f, 5.0f}[rng() % 3]);
+    c.logits.resize(static_cast<size_t>(num_rows) * c.vocab);
+    for (float& x : c.logits) x = normal(rng);
+    for (int k = 0; k < 1 + c.vocab / 16; ++k) {
+      c.logits[rng() % c.logits.size()] = kNaN;
+      c.logits[rng() % c.logits.size()] = -kInf;
+      c.logits[rng() % c.logits.size()] = c.logits[rng() % c.logits.size()];
+    }
+    const int samples = 1 + static_cast<int>(rng() % 6);
+    for (int s = 0; s < samples; ++s) {
+      const int32_t row = static_cast<int32_t>(rng() % num_rows);
+      c.rows.push_back(row);
+      c.params.push_back(RandomParams(rng, c.vocab));
+      std::vector<int32_t> h(rng() % 20);
+      for (int32_t& t : h) t = static_cast<int32_t>(rng() % c.vocab);
+      c.history.push_back(h);
+      // Most samples constrained; samples sharing a row see their own masks.
+      c.allowed.push_back(rng() % 5 == 0 ? std::vector<uint32_t>{} : sampler_testing::RandomTokenMask(c.vocab, rng));
+      // A +inf that the mask hides fails nothing (another sample of the row
+      // may see it: both samplers refuse that one).
+      const int t = static_cast<int>(rng() % c.vocab);
+      if (rng() % 3 == 0 && !sampler_testing::MaskAllows(c.allowed.back(), t)) {
+        c.logits[static_cast<size_t>(row) * c.vocab + t] = kInf;
+      }
+    }
+    c.Finish();
+    compared += ExpectSameAsSampler(c, absl::StrFormat("masked trial %d", trial));
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(compared, 300);
 }
 
 TEST(RowSampling, PackChecksTheInputsAsTheSamplerDoes) {
@@ -309,6 +359,38 @@ TEST(RowSampling, PackChecksTheInputsAsTheSamplerDoes) {
   in.resize(1);
   ASSERT_TRUE(PackSamples({0}, in, vocab, 1, &packed).ok());
   EXPECT_FALSE(packed.penalized);
+  EXPECT_TRUE(packed.masks.empty());
+  EXPECT_EQ(packed.params[0].mask_begin, -1);
+}
+
+// Masks are concatenated in sample order, each named by its first word and
+// length; an unconstrained sample has none, and a mask longer than the
+// vocabulary's words is refused as the Sampler refuses it.
+TEST(RowSampling, PackConcatenatesTheMasks) {
+  const int vocab = 40;  // two words
+  SamplingParams p;
+  const std::vector<uint32_t> a = {5, 1}, b = {~uint32_t{0}}, too_long = {1, 1, 1};
+  std::vector<SampleInput> in(3);
+  for (SampleInput& x : in) x.params = &p;
+  in[0].allowed = a;
+  in[2].allowed = b;
+  PackedSamples packed;
+  ASSERT_TRUE(PackSamples({0, 0, 1}, in, vocab, 2, &packed).ok());
+  EXPECT_EQ(packed.masks, (std::vector<uint32_t>{5, 1, ~uint32_t{0}}));
+  EXPECT_EQ(packed.params[0].mask_begin, 0);
+  EXPECT_EQ(packed.params[0].mask_words, 2);
+  EXPECT_EQ(packed.params[1].mask_begin, -1);
+  EXPECT_EQ(packed.params[2].mask_begin, 2);
+  EXPECT_EQ(packed.params[2].mask_words, 1);
+  in[1].allowed = too_long;
+  const absl::Status st = PackSamples({0, 0, 1}, in, vocab, 2, &packed);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("sample 1"), std::string::npos) << st;
+  // Packing again starts afresh.
+  in[1].allowed = {};
+  in.resize(2);
+  ASSERT_TRUE(PackSamples({0, 0}, in, vocab, 2, &packed).ok());
+  EXPECT_EQ(packed.masks, a);
 }
 
 }  // namespace

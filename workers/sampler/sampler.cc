@@ -134,17 +134,43 @@ inline float Penalize(float x, float penalty) {
 }
 inline float SanitizeNaN(float x) { return std::isnan(x) ? -kInf : x; }
 
-// The greedy path's single pass: argmax of the penalized row (the first
-// maximum, so ties go to the lowest id) and the raw log-sum-exp. Returns -1
-// if no logit is above -inf.
+// SampleInput::allowed over a row. Every pass reads the row through it a
+// block at a time, so a masked row is read exactly as a row whose disallowed
+// logits were -inf: the same bits come out either way.
+struct TokenMask {
+  absl::Span<const uint32_t> words;  // empty: every token allowed
+
+  bool Allows(int t) const {
+    const size_t w = static_cast<size_t>(t) / 32;
+    return words.empty() || (w < words.size() && ((words[w] >> (t % 32)) & 1u) != 0);
+  }
+  float At(const float* row, int t) const { return Allows(t) ? row[t] : -kInf; }
+  // row[b, b + n) as the passes read it: in place without a mask, else
+  // masked into out[0, n). REQUIRES: b % 32 == 0 (kBlock is a multiple).
+  const float* Block(const float* row, int b, int n, float* out) const {
+    if (words.empty()) return row + b;
+    for (int j = 0; j < n; j += 32) {
+      const size_t w = static_cast<size_t>(b + j) / 32;
+      const uint32_t bits = w < words.size() ? words[w] : 0;
+      const int m = std::min(32, n - j);
+      for (int i = 0; i < m; ++i) out[j + i] = ((bits >> i) & 1u) != 0 ? row[b + j + i] : -kInf;
+    }
+    return out;
+  }
+};
+
+// The greedy path's single pass: argmax of the penalized masked row (the
+// first maximum, so ties go to the lowest id) and the masked row's
+// log-sum-exp. Returns -1 if no logit is above -inf.
 template <bool kPenalty>
-int32_t GreedyScan(const float* row, int vocab, const uint8_t* marks, float penalty,
+int32_t GreedyScan(const float* row, int vocab, const TokenMask& mask, const uint8_t* marks, float penalty,
                    LogSumExp* lse) {
   float best = -kInf;
   int32_t best_id = -1;
+  float masked[kBlock];  // a masked block, read back from L1
   for (int b = 0; b < vocab; b += kBlock) {
-    const float* p = row + b;
     const int n = std::min(kBlock, vocab - b);
+    const float* p = mask.Block(row, b, n, masked);
     const float block_max = MaxOf(p, n);
     lse->AddBlock(p, n, block_max);
     if constexpr (kPenalty) {
@@ -164,12 +190,12 @@ int32_t GreedyScan(const float* row, int vocab, const uint8_t* marks, float pena
   return best_id;
 }
 
-// The sampling path's pass: the raw log-sum-exp, and the row with NaN as -inf
-// copied to `y`.
-void SanitizeScan(const float* row, int vocab, LogSumExp* lse, float* y) {
+// The sampling path's pass: the masked row's log-sum-exp, and the masked row
+// with NaN as -inf copied to `y`.
+void SanitizeScan(const float* row, int vocab, const TokenMask& mask, LogSumExp* lse, float* y) {
   for (int b = 0; b < vocab; b += kBlock) {
-    const float* p = row + b;
     const int n = std::min(kBlock, vocab - b);
+    const float* p = mask.Block(row, b, n, y + b);  // masked into y, sanitized there below
     lse->AddBlock(p, n, MaxOf(p, n));
     for (int i = 0; i < n; i += 4) {
       const Float4 x = Load4(p + i, n - i, 0);
@@ -217,10 +243,11 @@ struct RankOrder {
 constexpr RankOrder RanksBefore;
 
 // The n best raw logits of row[0, vocab) into *out, ranked as the cuts rank
-// weights (larger first, ties to the lower id), NaN as -inf, with logprobs
-// from `lse` (the row's, finite). Ranking by logit equals ranking by logprob:
-// the logprob is the logit less one constant. REQUIRES: 0 < n.
-void TopOfRow(const float* row, int vocab, int n, const LogSumExp& lse, TopTokens* out) {
+// weights (larger first, ties to the lower id), NaN and disallowed tokens as
+// -inf, with logprobs from `lse` (the masked row's, finite). Ranking by logit
+// equals ranking by logprob: the logprob is the logit less one constant.
+// REQUIRES: 0 < n.
+void TopOfRow(const float* row, int vocab, const TokenMask& mask, int n, const LogSumExp& lse, TopTokens* out) {
   struct Entry {
     float w;  // the logit, NaN as -inf
     int32_t id;
@@ -229,12 +256,13 @@ void TopOfRow(const float* row, int vocab, int n, const LogSumExp& lse, TopToken
   const int k = std::min(n, vocab);
   // A heap whose front is the worst entry so far. Later ids lose ties, so
   // a token enters only if strictly larger than the front (never a NaN).
-  for (int i = 0; i < k; ++i) heap[i] = {SanitizeNaN(row[i]), i};
+  for (int i = 0; i < k; ++i) heap[i] = {SanitizeNaN(mask.At(row, i)), i};
   std::make_heap(heap.begin(), heap.begin() + k, RanksBefore);
   for (int i = k; i < vocab; ++i) {
-    if (row[i] > heap[0].w) {
+    const float x = mask.At(row, i);
+    if (x > heap[0].w) {
       std::pop_heap(heap.begin(), heap.begin() + k, RanksBefore);
-      heap[k - 1] = {row[i], i};
+      heap[k - 1] = {x, i};
       std::push_heap(heap.begin(), heap.begin() + k, RanksBefore);
     }
   }
@@ -248,18 +276,40 @@ void TopOfRow(const float* row, int vocab, int n, const LogSumExp& lse, TopToken
 
 }  // namespace
 
-bool TopLogprobsOfRow(const float* row, int vocab, int n, TopTokens* out) {
+bool TopLogprobsOfRow(const float* row, int vocab, absl::Span<const uint32_t> allowed, int n, TopTokens* out) {
   out->size = 0;
   // The log-sum-exp block by block as the Sampler's scans do it, so the
   // logprobs are bit-equal to the Sampler's.
+  const TokenMask mask{allowed};
   LogSumExp lse;
+  float masked[kBlock];
   for (int b = 0; b < vocab; b += kBlock) {
     const int m = std::min(kBlock, vocab - b);
-    lse.AddBlock(row + b, m, MaxOf(row + b, m));
+    const float* p = mask.Block(row, b, m, masked);
+    lse.AddBlock(p, m, MaxOf(p, m));
   }
   if (!std::isfinite(lse.max)) return false;
-  if (n > 0) TopOfRow(row, vocab, n, lse, out);
+  if (n > 0) TopOfRow(row, vocab, mask, n, lse, out);
   return true;
+}
+
+absl::Status ValidateAllowedTokens(absl::Span<const uint32_t> allowed, int vocab) {
+  const size_t words = (static_cast<size_t>(std::max(vocab, 0)) + 31) / 32;
+  if (allowed.size() > words) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a token mask of %d words for a vocabulary of %d", allowed.size(), vocab));
+  }
+  return absl::OkStatus();
+}
+
+bool AllowsSomeToken(absl::Span<const uint32_t> allowed, int vocab) {
+  if (allowed.empty()) return true;
+  for (size_t w = 0; w < allowed.size() && static_cast<int64_t>(w) * 32 < vocab; ++w) {
+    const int64_t past = vocab - static_cast<int64_t>(w) * 32;  // tokens of [0, vocab) in this word
+    const uint32_t live = past >= 32 ? ~uint32_t{0} : (uint32_t{1} << past) - 1;
+    if ((allowed[w] & live) != 0) return true;
+  }
+  return false;
 }
 
 double UniformForStep(uint64_t seed, uint64_t step) {
@@ -304,6 +354,10 @@ absl::Status Sampler::SampleOne(const float* row, int vocab, const SampleInput& 
     return absl::InvalidArgumentError(absl::StrFormat("sequence %d: %s", seq, status.message()));
   }
   result->top.size = 0;
+  if (absl::Status status = ValidateAllowedTokens(input.allowed, vocab); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("sequence %d: %s", seq, status.message()));
+  }
+  const TokenMask mask{input.allowed};
   const float penalty = params.repetition_penalty;
   const bool use_penalty = penalty != 1.0f;
   if (use_penalty) {
@@ -329,26 +383,26 @@ absl::Status Sampler::SampleOne(const float* row, int vocab, const SampleInput& 
       // Marks (rather than penalizing per history entry) make repeats count
       // once, as HF's gather/scatter does.
       for (const int32_t t : input.history) marks_[t] = 1;
-      token = GreedyScan<true>(row, vocab, marks_.data(), penalty, &lse);
+      token = GreedyScan<true>(row, vocab, mask, marks_.data(), penalty, &lse);
       for (const int32_t t : input.history) marks_[t] = 0;
     } else {
-      token = GreedyScan<false>(row, vocab, nullptr, penalty, &lse);
+      token = GreedyScan<false>(row, vocab, mask, nullptr, penalty, &lse);
     }
     if (token < 0 || !std::isfinite(lse.max)) return bad_row(lse);
     result->token = token;
     result->logprob = lse.LogProb(row[token]);
-    if (params.top_logprobs > 0) TopOfRow(row, vocab, params.top_logprobs, lse, &result->top);
+    if (params.top_logprobs > 0) TopOfRow(row, vocab, mask, params.top_logprobs, lse, &result->top);
     return absl::OkStatus();
   }
 
   float* const w = weights_.data();
-  SanitizeScan(row, vocab, &lse, w);
+  SanitizeScan(row, vocab, mask, &lse, w);
   if (!std::isfinite(lse.max)) return bad_row(lse);
-  if (params.top_logprobs > 0) TopOfRow(row, vocab, params.top_logprobs, lse, &result->top);
+  if (params.top_logprobs > 0) TopOfRow(row, vocab, mask, params.top_logprobs, lse, &result->top);
   float max_logit = lse.max;
   if (use_penalty) {
     // Recomputed from the row, so repeats are penalized once.
-    for (const int32_t t : input.history) w[t] = Penalize(SanitizeNaN(row[t]), penalty);
+    for (const int32_t t : input.history) w[t] = Penalize(SanitizeNaN(mask.At(row, t)), penalty);
     max_logit = MaxOf(w, vocab);
     if (max_logit == -kInf) return bad_row(lse);
   }

@@ -31,6 +31,10 @@ struct SampleInput {
   // Index of the token being generated (0 for the first). Must differ between
   // steps of one sequence: (seed, step) names the draw.
   uint64_t step = 0;
+  // The tokens this draw may take (structured outputs): token t when bit
+  // t % 32 of word t / 32 is set; tokens past the words are not allowed.
+  // Empty: every token. At most (vocab + 31) / 32 words.
+  absl::Span<const uint32_t> allowed;
 };
 
 // The most likely tokens of a logits row, most likely first: a fixed array
@@ -43,24 +47,38 @@ struct TopTokens {
 
 struct SampleResult {
   int32_t token = 0;
-  // Log-softmax of the raw logits (before penalty, temperature and filters)
-  // at `token`, in nats: what an OpenAI-style "logprobs" reports.
+  // Log-softmax of the raw logits (before penalty, temperature and filters;
+  // disallowed tokens at -inf, so over the tokens the draw could take) at
+  // `token`, in nats: what an OpenAI-style "logprobs" reports.
   float logprob = 0;
   // The min(params->top_logprobs, vocab) tokens of largest raw logit (ties to
-  // the lower id; NaN as -inf), with logprobs computed as `logprob` is, so
-  // `token`'s entry, when it has one, equals `logprob`. Empty when
-  // top_logprobs is 0.
+  // the lower id; NaN and disallowed tokens as -inf), with logprobs computed
+  // as `logprob` is, so `token`'s entry, when it has one, equals `logprob`.
+  // Of the masked row, as `logprob`: a constrained sample reports the
+  // distribution it drew from, and a disallowed token ranks as -inf. Empty
+  // when top_logprobs is 0.
   TopTokens top;
 };
 
 // TopTokens of `n` entries (min(n, vocab)) for the raw logits row
-// row[0, vocab), as Sampler fills SampleResult::top; the one implementation,
-// also the host fallback of the GPU samplers. Returns false, with
-// out->size == 0, for a row Sampler refuses (a +inf logit, or none finite).
-// REQUIRES: vocab > 0, 0 <= n <= kMaxTopLogprobs.
+// row[0, vocab) under the token mask `allowed` (SampleInput::allowed), as
+// Sampler fills SampleResult::top; the one implementation, also the host
+// fallback of the GPU samplers. Returns false, with out->size == 0, for a row
+// Sampler refuses (an allowed +inf logit, or no allowed finite one).
+// REQUIRES: vocab > 0, 0 <= n <= kMaxTopLogprobs, ValidateAllowedTokens ok.
 // Cost: two streaming passes over the row (log-sum-exp, then an n-entry
 // heap), O(vocab log n).
-bool TopLogprobsOfRow(const float* row, int vocab, int n, TopTokens* out);
+bool TopLogprobsOfRow(const float* row, int vocab, absl::Span<const uint32_t> allowed, int n, TopTokens* out);
+
+// INVALID_ARGUMENT unless the token mask `allowed` (SampleInput::allowed)
+// fits a vocabulary of `vocab` tokens: at most (vocab + 31) / 32 words. The
+// message names no sequence; callers prefix theirs.
+absl::Status ValidateAllowedTokens(absl::Span<const uint32_t> allowed, int vocab);
+// Whether `allowed` lets some token of [0, vocab) through (an empty mask
+// does). A mask that allows none leaves every row without a finite logit,
+// which Sampler refuses as it refuses any such row: callers that would
+// rather refuse the input up front (a plan from the network) ask this.
+bool AllowsSomeToken(absl::Span<const uint32_t> allowed, int vocab);
 
 // The uniform draw in [0, 1) (53 random bits) for step `step` of a sequence
 // seeded `seed`: a SplitMix64-style hash of both, so any step is reachable
@@ -83,8 +101,10 @@ class Sampler {
   //   logits: (inputs.size(), vocab) fp32, row s for inputs[s]
   //   out:    (inputs.size())
   // Per sequence, in this order:
-  //  1. NaN logits count as -inf. A +inf logit, or a row with no finite
-  //     logit, is INVALID_ARGUMENT.
+  //  1. NaN logits, and those of tokens outside a non-empty `allowed`,
+  //     count as -inf: everything below sees the masked row. A +inf logit
+  //     (of an allowed token), or a row with no finite logit, is
+  //     INVALID_ARGUMENT.
   //  2. Repetition penalty p over the distinct tokens of history:
   //     logit > 0 -> logit / p, else logit * p; a finite result that
   //     overflows is clamped to +-FLT_MAX, so no penalty fails a row.
@@ -96,15 +116,18 @@ class Sampler {
   //     (relative to the most likely token, which always survives), then one
   //     draw by inverse CDF with UniformForStep(seed, step) over the kept
   //     tokens in token-id order.
-  //  5. If params->top_logprobs > 0, SampleResult::top from the raw row.
-  // Cost: one streaming pass over the row (vectorized exp) for greedy; for
-  // sampling a few more passes, a one-scan heap for top-k <= 1024 and a radix
-  // select for top-p: O(vocab), never a full sort; top_logprobs adds one
-  // pass. No allocation once the scratch has grown to vocab.
+  //  5. If params->top_logprobs > 0, SampleResult::top from the raw row
+  //     under the mask of 1.
+  // Cost: one streaming pass over the row (vectorized exp) for greedy, a
+  // mask read alongside (each block masked into an L1 buffer); for sampling
+  // a few more passes, a one-scan heap for top-k <= 1024 and a radix select
+  // for top-p: O(vocab), never a full sort; top_logprobs adds one pass. No
+  // allocation once the scratch has grown to vocab.
   // Errors (INVALID_ARGUMENT; per-sequence ones name the sequence): vocab <= 0,
   // logits.size() != inputs.size() * vocab, out.size() != inputs.size(), a
   // null or invalid params, a history token outside [0, vocab) while the
-  // penalty is on, or a bad row as in 1. On error `out` is partly written.
+  // penalty is on, an `allowed` of more than (vocab + 31) / 32 words, or a
+  // bad row as in 1. On error `out` is partly written.
   absl::Status Sample(absl::Span<const float> logits, int vocab,
                       absl::Span<const SampleInput> inputs, absl::Span<SampleResult> out);
 

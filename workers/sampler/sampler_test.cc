@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "workers/sampler/token_mask_testing.h"
 
 namespace chunkattn {
 namespace {
@@ -85,7 +86,7 @@ std::vector<float> RandomLogits(int vocab, float scale, std::mt19937& rng) {
 SampleResult SampleSingle(Sampler& sampler, const std::vector<float>& row,
                           const SamplingParams& params, uint64_t step,
                           const std::vector<int32_t>& history = {}) {
-  SampleInput input{&params, history, step};
+  SampleInput input{&params, history, step, {}};
   SampleResult result;
   const absl::Status status = sampler.Sample(row, static_cast<int>(row.size()), {&input, 1}, {&result, 1});
   EXPECT_TRUE(status.ok()) << status;
@@ -94,7 +95,7 @@ SampleResult SampleSingle(Sampler& sampler, const std::vector<float>& row,
 
 SampleInput In(const SamplingParams* params, absl::Span<const int32_t> history = {},
                uint64_t step = 0) {
-  return SampleInput{params, history, step};
+  return SampleInput{params, history, step, {}};
 }
 
 SamplingParams Greedy() {
@@ -420,8 +421,8 @@ TEST(SamplerTest, SameSeedAndStepGiveSameTokenInAnyBatch) {
     // scratch holds other sequences' state.
     std::vector<float> logits;
     for (const auto* row : {&b, &c, &a, &b}) logits.insert(logits.end(), row->begin(), row->end());
-    SampleInput in4[4] = {{&pb, history_b, step + 3}, {&pc, {}, step}, {&pa, history_a, step},
-                          {&pb, history_b, step}};
+    SampleInput in4[4] = {{&pb, history_b, step + 3, {}}, {&pc, {}, step, {}}, {&pa, history_a, step, {}},
+                          {&pb, history_b, step, {}}};
     SampleResult out4[4];
     ASSERT_TRUE(batched.Sample(logits, vocab, in4, out4).ok());
     EXPECT_EQ(out4[2].token, want.token) << "step " << step;
@@ -429,7 +430,7 @@ TEST(SamplerTest, SameSeedAndStepGiveSameTokenInAnyBatch) {
 
     logits.assign(a.begin(), a.end());
     logits.insert(logits.end(), c.begin(), c.end());
-    SampleInput in2[2] = {{&pa, history_a, step}, {&pb, history_b, step}};
+    SampleInput in2[2] = {{&pa, history_a, step, {}}, {&pb, history_b, step, {}}};
     SampleResult out2[2];
     ASSERT_TRUE(batched.Sample(logits, vocab, in2, out2).ok());
     EXPECT_EQ(out2[0].token, want.token) << "step " << step;
@@ -686,7 +687,7 @@ TEST(SamplerTest, TopLogprobsMatchAFloat64Reference) {
     }
     // The free function (the GPU models' host fallback) agrees to the bit.
     TopTokens alone;
-    ASSERT_TRUE(TopLogprobsOfRow(row.data(), vocab, p.top_logprobs, &alone)) << where;
+    ASSERT_TRUE(TopLogprobsOfRow(row.data(), vocab, {}, p.top_logprobs, &alone)) << where;
     ASSERT_EQ(alone.size, r.top.size) << where;
     for (int j = 0; j < alone.size; ++j) {
       EXPECT_EQ(alone.ids[j], r.top.ids[j]) << where;
@@ -730,19 +731,216 @@ TEST(SamplerTest, NoTopLogprobsUnlessAsked) {
 TEST(SamplerTest, TopLogprobsOfRowRefusesWhatTheSamplerRefuses) {
   TopTokens top;
   const std::vector<float> none = {-kInf, kNaN, -kInf};
-  EXPECT_FALSE(TopLogprobsOfRow(none.data(), 3, 2, &top));
+  EXPECT_FALSE(TopLogprobsOfRow(none.data(), 3, {}, 2, &top));
   EXPECT_EQ(top.size, 0);
   const std::vector<float> plus_inf = {0.0f, kInf, 1.0f};
-  EXPECT_FALSE(TopLogprobsOfRow(plus_inf.data(), 3, 2, &top));
+  EXPECT_FALSE(TopLogprobsOfRow(plus_inf.data(), 3, {}, 2, &top));
   EXPECT_EQ(top.size, 0);
   const std::vector<float> fine = {kNaN, -kInf, 1.0f};
-  ASSERT_TRUE(TopLogprobsOfRow(fine.data(), 3, 3, &top));
+  ASSERT_TRUE(TopLogprobsOfRow(fine.data(), 3, {}, 3, &top));
   ASSERT_EQ(top.size, 3);
   EXPECT_EQ(top.ids[0], 2);
   EXPECT_EQ(top.logprobs[0], 0.0f);
   EXPECT_EQ(top.ids[1], 0);  // NaN counts as -inf: ties go to the lower id
   EXPECT_EQ(top.logprobs[1], -kInf);
   EXPECT_EQ(top.ids[2], 1);
+}
+
+// ---------------------------------------------------------------------------
+// Token masks (SampleInput::allowed).
+
+using sampler_testing::MaskAllows;
+using sampler_testing::MaskedByHand;
+using sampler_testing::RandomTokenMask;
+
+// One of the sampler's paths: greedy (with or without a penalty), temperature
+// alone, top-k, top-p over the whole row, min-p, all of them; sometimes with
+// top_logprobs.
+SamplingParams MaskTestParams(std::mt19937& rng) {
+  SamplingParams p;
+  switch (rng() % 8) {
+    case 0:
+      p.temperature = 0;
+      break;
+    case 1:
+      p.temperature = 0;
+      p.repetition_penalty = 1.3f;
+      break;
+    case 2:
+      p.temperature = 0.7f;
+      p.top_k = 1;  // greedy too
+      break;
+    case 3:
+      p.temperature = 0.7f;
+      break;
+    case 4:
+      p.temperature = 1.0f;
+      p.top_k = 1 + static_cast<int>(rng() % 8);
+      break;
+    case 5:
+      p.temperature = 1.2f;
+      p.top_p = 0.8f;
+      break;
+    case 6:
+      p.temperature = 1.0f;
+      p.min_p = 0.1f;
+      break;
+    default:
+      p.temperature = 0.9f;
+      p.top_k = 40;
+      p.top_p = 0.9f;
+      p.min_p = 0.02f;
+      p.repetition_penalty = 0.8f;
+      break;
+  }
+  p.seed = rng();
+  p.top_logprobs = rng() % 3 == 0 ? 1 + static_cast<int>(rng() % kMaxTopLogprobs) : 0;
+  return p;
+}
+
+// A mask is exactly the row with its disallowed logits at -inf: the same
+// status, tokens, logprobs and top entries to the bit, over every path,
+// dense and sparse masks, masks shorter than the vocabulary, vocabularies
+// off a multiple of 32, and +inf, NaN or -inf logits under the mask.
+TEST(SamplerMaskTest, MaskedRowsSampleAsRowsMaskedByHand) {
+  std::mt19937 rng(30);
+  Sampler with_mask, by_hand;
+  const int vocabs[] = {1, 5, 31, 33, 97, 1000, 1025, 2049, 4099};
+  int compared = 0, refused = 0, short_masks = 0;
+  for (int iter = 0; iter < 500; ++iter) {
+    const int vocab = vocabs[iter % 9];
+    const int n = 1 + static_cast<int>(rng() % 3);
+    std::vector<SamplingParams> params(n);
+    std::vector<std::vector<int32_t>> history(n);
+    std::vector<std::vector<uint32_t>> masks(n);
+    std::vector<float> logits, hand_logits;
+    for (int s = 0; s < n; ++s) {
+      params[s] = MaskTestParams(rng);
+      for (int k = 0; k < 6; ++k) history[s].push_back(static_cast<int32_t>(rng() % vocab));
+      masks[s] = RandomTokenMask(vocab, rng);
+      short_masks += masks[s].size() < static_cast<size_t>((vocab + 31) / 32);
+      std::vector<float> row = iter % 2 ? RandomLogits(vocab, 3, rng) : RowWithTiesAndHoles(vocab, rng);
+      // A +inf the mask hides fails nothing; one it lets through fails both.
+      const int t = static_cast<int>(rng() % vocab);
+      if (rng() % 4 == 0 && (!MaskAllows(masks[s], t) || rng() % 8 == 0)) row[t] = kInf;
+      const std::vector<float> hand = MaskedByHand(row, masks[s]);
+      logits.insert(logits.end(), row.begin(), row.end());
+      hand_logits.insert(hand_logits.end(), hand.begin(), hand.end());
+    }
+    std::vector<SampleInput> masked(n), plain(n);
+    for (int s = 0; s < n; ++s) {
+      plain[s] = In(&params[s], history[s], iter);
+      masked[s] = plain[s];
+      masked[s].allowed = masks[s];
+    }
+    std::vector<SampleResult> got(n), want(n);
+    const absl::Status st = with_mask.Sample(logits, vocab, masked, absl::MakeSpan(got));
+    const absl::Status want_st = by_hand.Sample(hand_logits, vocab, plain, absl::MakeSpan(want));
+    const std::string where = absl::StrFormat("iter %d vocab %d", iter, vocab);
+    ASSERT_EQ(st, want_st) << where;
+    if (!st.ok()) {
+      ++refused;
+      continue;
+    }
+    for (int s = 0; s < n; ++s) {
+      const SamplingParams& p = params[s];
+      const std::string what = absl::StrFormat("%s seq %d: T %g top_k %d top_p %g min_p %g penalty %g mask %d words",
+                                               where, s, p.temperature, p.top_k, p.top_p, p.min_p,
+                                               p.repetition_penalty, masks[s].size());
+      EXPECT_EQ(got[s].token, want[s].token) << what;
+      EXPECT_TRUE(MaskAllows(masks[s], got[s].token)) << what;
+      EXPECT_EQ(got[s].logprob, want[s].logprob) << what;
+      ASSERT_EQ(got[s].top.size, want[s].top.size) << what;
+      TopTokens alone;  // the GPU models' host fallback, under the mask
+      ASSERT_TRUE(TopLogprobsOfRow(logits.data() + static_cast<size_t>(s) * vocab, vocab, masks[s],
+                                   p.top_logprobs, &alone))
+          << what;
+      ASSERT_EQ(alone.size, want[s].top.size) << what;
+      for (int j = 0; j < want[s].top.size; ++j) {
+        EXPECT_EQ(got[s].top.ids[j], want[s].top.ids[j]) << what << " entry " << j;
+        EXPECT_EQ(got[s].top.logprobs[j], want[s].top.logprobs[j]) << what << " entry " << j;
+        EXPECT_EQ(alone.ids[j], want[s].top.ids[j]) << what << " entry " << j;
+        EXPECT_EQ(alone.logprobs[j], want[s].top.logprobs[j]) << what << " entry " << j;
+      }
+      ++compared;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(compared, 500);
+  EXPECT_GT(refused, 10);  // rows whose allowed logits are all -inf or NaN, or an allowed +inf
+  EXPECT_GT(short_masks, 50);
+}
+
+// Without a mask, or with one that allows every token, nothing changes.
+TEST(SamplerMaskTest, AFullOrEmptyMaskChangesNothing) {
+  std::mt19937 rng(31);
+  Sampler sampler;
+  for (int iter = 0; iter < 100; ++iter) {
+    const int vocab = 1 + static_cast<int>(rng() % 3000);
+    const std::vector<float> row = RowWithTiesAndHoles(vocab, rng);
+    const SamplingParams p = MaskTestParams(rng);
+    const std::vector<uint32_t> full((vocab + 31) / 32, ~uint32_t{0});
+    SampleInput in = In(&p, {}, iter);
+    SampleResult plain, masked;
+    ASSERT_TRUE(sampler.Sample(row, vocab, {&in, 1}, {&plain, 1}).ok());
+    in.allowed = full;
+    ASSERT_TRUE(sampler.Sample(row, vocab, {&in, 1}, {&masked, 1}).ok());
+    EXPECT_EQ(masked.token, plain.token) << "iter " << iter;
+    EXPECT_EQ(masked.logprob, plain.logprob) << "iter " << iter;
+  }
+}
+
+TEST(SamplerMaskTest, RefusesALongMaskAndRowsWithNothingAllowed) {
+  Sampler sampler;
+  const int vocab = 33;  // two words, the second with one token
+  std::vector<float> logits(2 * vocab, 0.0f);
+  logits[vocab + 5] = kNaN;
+  logits[vocab + 6] = -kInf;
+  logits[vocab + 7] = kInf;
+  SamplingParams greedy = Greedy(), hot;
+  hot.temperature = 1;
+  for (const SamplingParams* p : {&greedy, &hot}) {
+    const std::string where = p->temperature == 0 ? "greedy" : "sampled";
+    auto sample = [&](std::vector<uint32_t> mask) {
+      SampleInput in[2] = {In(p), In(p)};
+      in[1].allowed = mask;
+      SampleResult out[2];
+      return sampler.Sample(logits, vocab, in, out);
+    };
+    const absl::Status long_mask = sample({~uint32_t{0}, 1, 0});
+    EXPECT_EQ(long_mask.code(), absl::StatusCode::kInvalidArgument) << where;
+    EXPECT_NE(long_mask.message().find("sequence 1"), std::string::npos) << long_mask;
+    EXPECT_NE(long_mask.message().find("token mask of 3 words"), std::string::npos) << long_mask;
+    EXPECT_TRUE(sample({0, 1}).ok()) << where << ": token 32 alone";
+    // Nothing allowed, only tokens past the vocabulary, only NaN and -inf:
+    // the row has no finite logit.
+    for (const std::vector<uint32_t>& none :
+         {std::vector<uint32_t>{0, 0}, std::vector<uint32_t>{0, ~uint32_t{1}}, std::vector<uint32_t>{0x60}}) {
+      const absl::Status st = sample(none);
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << where;
+      EXPECT_NE(st.message().find("sequence 1 are all -inf or NaN"), std::string::npos) << st;
+    }
+    // A +inf is refused only where the mask lets it through.
+    EXPECT_TRUE(sample({0x100}).ok()) << where << ": the +inf hidden";
+    const absl::Status plus_inf = sample({0x80});
+    EXPECT_NE(plus_inf.message().find("sequence 1 contain +inf"), std::string::npos) << plus_inf;
+  }
+}
+
+TEST(SamplerMaskTest, ValidatesMaskSizesAndFindsAllowedTokens) {
+  EXPECT_TRUE(ValidateAllowedTokens({}, 5).ok());
+  EXPECT_TRUE(ValidateAllowedTokens(std::vector<uint32_t>(2), 64).ok());
+  EXPECT_EQ(ValidateAllowedTokens(std::vector<uint32_t>(3), 64).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ValidateAllowedTokens(std::vector<uint32_t>(3), 65).ok());
+  EXPECT_EQ(ValidateAllowedTokens(std::vector<uint32_t>(1), 0).code(), absl::StatusCode::kInvalidArgument);
+
+  EXPECT_TRUE(AllowsSomeToken({}, 5));
+  EXPECT_FALSE(AllowsSomeToken(std::vector<uint32_t>{0, 0}, 64));
+  EXPECT_TRUE(AllowsSomeToken(std::vector<uint32_t>{0, 1u << 31}, 64));  // token 63
+  EXPECT_FALSE(AllowsSomeToken(std::vector<uint32_t>{0, 2}, 33));        // token 33: past the vocabulary
+  EXPECT_TRUE(AllowsSomeToken(std::vector<uint32_t>{0, 1}, 33));         // token 32
+  EXPECT_TRUE(AllowsSomeToken(std::vector<uint32_t>{1}, 100));           // shorter than the vocabulary
+  EXPECT_FALSE(AllowsSomeToken(std::vector<uint32_t>{~uint32_t{0} << 5}, 5));
 }
 
 }  // namespace

@@ -167,7 +167,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
       RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows_, sample_inputs_, picks_));
     } else {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
-      if (samples_) RETURN_IF_ERROR(SampleOnHost(plan));
+      if (samples_) RETURN_IF_ERROR(SampleOnHost());
     }
     if (samples_) RETURN_IF_ERROR(Report(result));
   }
@@ -179,34 +179,16 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
 namespace {
 
 // INVALID_ARGUMENT unless a constrained sample's mask fits the vocabulary
-// and allows at least one of its tokens (else the row would have no finite
-// logit, which fails the whole step).
-absl::Status CheckAllowedTokens(const std::vector<uint32_t>& allowed, int vocab, int sample) {
-  const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
-  if (allowed.size() > words) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sample %d: a token mask of %d words for a vocabulary of %d", sample, allowed.size(), vocab));
+// and allows at least one of its tokens: the Sampler would refuse such a row
+// after the step (no finite logit); the plan is refused before it runs.
+absl::Status CheckAllowedTokens(absl::Span<const uint32_t> allowed, int vocab, int sample) {
+  if (absl::Status status = ValidateAllowedTokens(allowed, vocab); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("sample %d: %s", sample, status.message()));
   }
-  for (size_t w = 0; w < allowed.size(); ++w) {
-    uint32_t bits = allowed[w];
-    if (w + 1 == words && vocab % 32 != 0) bits &= (uint32_t{1} << (vocab % 32)) - 1;
-    if (bits != 0) return absl::OkStatus();
+  if (!AllowsSomeToken(allowed, vocab)) {
+    return absl::InvalidArgumentError(absl::StrFormat("sample %d: its token mask allows no token", sample));
   }
-  return absl::InvalidArgumentError(absl::StrFormat("sample %d: its token mask allows no token", sample));
-}
-
-// Sets row[t] to -inf for every token t of [0, vocab) the mask does not allow.
-void MaskDisallowed(const std::vector<uint32_t>& allowed, int vocab, float* row) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int base = 0; base < vocab; base += 32) {
-    const size_t w = static_cast<size_t>(base) / 32;
-    const uint32_t bits = w < allowed.size() ? allowed[w] : 0;
-    if (bits == 0xffffffffu) continue;
-    const int end = std::min(vocab, base + 32);
-    for (int t = base; t < end; ++t) {
-      if (((bits >> (t - base)) & 1u) == 0) row[t] = kNegInf;
-    }
-  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -230,26 +212,27 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     }
     SamplerState& state = it->second;
     const SamplingParams& p = state.params;
-    // ForwardGreedy returns only the picks: top_logprobs takes the sampling
-    // path, whose models return them (a GPU model by its host fallback).
-    greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f && p.top_logprobs == 0;
+    // ForwardGreedy returns only the picks and applies no token mask:
+    // top_logprobs and constrained samples take the sampling path, whose
+    // models return them (a GPU model by its host fallback) and mask.
+    greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f && p.top_logprobs == 0 &&
+              row.allowed.empty();
     sample_states_[k] = &state;
     sample_rows_[k] = row.row;
     sample_inputs_[k].params = &state.params;
     sample_inputs_[k].history = state.history;
     sample_inputs_[k].step = row.step;
+    // Borrowed from the plan, which outlives the step's sampling.
+    sample_inputs_[k].allowed = row.allowed;
     masking_ |= state.Suppressing(row.step);
-    if (!row.allowed.empty()) {
-      RETURN_IF_ERROR(CheckAllowedTokens(row.allowed, model_->config().vocab_size, k));
-      masking_ = true;
-    }
+    RETURN_IF_ERROR(CheckAllowedTokens(row.allowed, model_->config().vocab_size, k));
   }
   return greedy;
 }
 
-absl::Status PlanExecutor::SampleOnHost(const StepPlan& plan) {
+absl::Status PlanExecutor::SampleOnHost() {
   const int vocab = model_->config().vocab_size;
-  const int n = static_cast<int>(plan.samples.size());
+  const int n = static_cast<int>(sample_rows_.size());
   picks_.resize(n);
   if (n == 0) return absl::OkStatus();
   sample_logits_.resize(static_cast<size_t>(n) * vocab);
@@ -260,8 +243,6 @@ absl::Status PlanExecutor::SampleOnHost(const StepPlan& plan) {
     if (state.Suppressing(sample_inputs_[k].step)) {
       for (int32_t id : state.suppress_ids) row[id] = -std::numeric_limits<float>::infinity();
     }
-    const std::vector<uint32_t>& allowed = plan.samples[k].allowed;
-    if (!allowed.empty()) MaskDisallowed(allowed, vocab, row);
   }
   return sampler_.Sample(sample_logits_, vocab, sample_inputs_, absl::MakeSpan(picks_));
 }

@@ -5,13 +5,14 @@
 // the plan names, keeping each sample stream's token history for the
 // repetition penalty. A model that samples on its device (GPU) sends back
 // only the picks: the greedy ones from inside the step when every sample is
-// greedy without a penalty or top_logprobs, else the full Sampler semantics
-// after it. Other models' logits rows go through the CPU Sampler. Each
-// sample's top_logprobs entries follow its token in the StepResult. A step
-// with a sample still under its min_tokens, or with a constrained sample
-// (SampleRow::allowed, structured outputs), takes the host path, where the
-// tokens that sample may not draw are masked to -inf before the Sampler sees
-// them (so its logprobs are those of the masked row).
+// greedy without a penalty, top_logprobs or token mask, else the full Sampler
+// semantics after it. Other models' logits rows go through the CPU Sampler.
+// Each sample's top_logprobs entries follow its token in the StepResult. A
+// constrained sample's mask (SampleRow::allowed, structured outputs) goes to
+// the sampler as SampleInput::allowed, on the device or the host alike (its
+// logprobs are those of the masked row). A step with a sample still under its
+// min_tokens takes the host path, where the suppressed tokens are set to
+// -inf before the Sampler sees them.
 //
 // Every plan comes from the network, so every field is checked before the
 // model runs (INVALID_ARGUMENT): the model validates the batch, and this
@@ -64,12 +65,12 @@ class PlanExecutor {
 
   absl::Status SetContext(const ChunkContext& context);
   absl::Status UpdateLengths(const StepPlan& plan);
-  // The samplers and inputs of the plan's samples, checked; whether all
-  // are greedy. Sets masking_ when a sample is under its min_tokens or
-  // constrained.
+  // The samplers and inputs of the plan's samples (borrowing its token
+  // masks), checked; whether all can take ForwardGreedy. Sets masking_ when a
+  // sample is under its min_tokens.
   absl::StatusOr<bool> LookupSamplers(const StepPlan& plan);
   // picks_ from the host logits_ through the CPU Sampler.
-  absl::Status SampleOnHost(const StepPlan& plan);
+  absl::Status SampleOnHost();
   // picks_ into the result, and each penalized stream's history.
   absl::Status Report(StepResult* result);
 
@@ -86,7 +87,7 @@ class PlanExecutor {
   std::vector<int32_t> tail_entry_;
   absl::flat_hash_map<int64_t, SamplerState> samplers_;
   Sampler sampler_;
-  bool masking_ = false;  // this step: some sample has tokens to suppress
+  bool masking_ = false;  // this step: some sample has tokens to suppress (min_tokens)
   // Per plan sample: its stream, logits row, Sampler input and pick.
   std::vector<SamplerState*> sample_states_;
   std::vector<int32_t> sample_rows_;

@@ -2,7 +2,8 @@
 // on its device, so the callers' device paths (PlanExecutor, OfflineEngine)
 // run without a GPU. Greedy picks are made here from the host logits (argmax,
 // ties to the lowest id; log-softmax), full sampling by the GPU sampler's own
-// row algorithm run on the host (workers/sampler/row_sampling.h).
+// row algorithm run on the host (workers/sampler/row_sampling.h), token masks
+// (SampleInput::allowed) and their validation included, as the GPU's is.
 #ifndef CHUNKATTN_WORKERS_TESTS_DEVICE_SAMPLING_MODEL_H_
 #define CHUNKATTN_WORKERS_TESTS_DEVICE_SAMPLING_MODEL_H_
 

@@ -200,13 +200,13 @@ TEST(LayersContract, RejectsBadArgumentsBeforeAnyCudaCall) {
   EXPECT_EQ(LaunchGreedy(f, 1, 10, nullptr, f, nullptr), kBad);
 
   const SampleRowParams* sp = reinterpret_cast<const SampleRowParams*>(p);
-  EXPECT_EQ(LaunchSample(f, 1, 0, 0, sp, 1, nullptr, i32, f, nullptr), kBad);
-  EXPECT_EQ(LaunchSample(f, 1, kMaxSampleVocab + 1, 0, sp, 1, nullptr, i32, f, nullptr), kBad);
-  EXPECT_EQ(LaunchSample(f, 1, kMaxPenaltyVocab + 1, 0, sp, 1, i32, i32, f, nullptr), kBad);
-  EXPECT_EQ(LaunchSample(f, -1, 10, 0, sp, 1, nullptr, i32, f, nullptr), kBad);
-  EXPECT_EQ(LaunchSample(f, 1, 10, 0, sp, -1, nullptr, i32, f, nullptr), kBad);
-  EXPECT_EQ(LaunchSample(f, 1, 10, 0, nullptr, 1, nullptr, i32, f, nullptr), kBad);
-  EXPECT_EQ(LaunchSample(f, 1, 10, 0, sp, 1, nullptr, i32, nullptr, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, 0, 0, sp, 1, nullptr, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, kMaxSampleVocab + 1, 0, sp, 1, nullptr, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, kMaxPenaltyVocab + 1, 0, sp, 1, i32, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, -1, 10, 0, sp, 1, nullptr, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, 10, 0, sp, -1, nullptr, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, 10, 0, nullptr, 1, nullptr, nullptr, i32, f, nullptr), kBad);
+  EXPECT_EQ(LaunchSample(f, 1, 10, 0, sp, 1, nullptr, nullptr, i32, nullptr, nullptr), kBad);
 }
 
 TEST(LayersContract, ZeroRowsIsANoOp) {
@@ -226,7 +226,7 @@ TEST(LayersContract, ZeroRowsIsANoOp) {
   }
   EXPECT_EQ(LaunchQkNorm(nullptr, nullptr, nullptr, nullptr, 0, 8, 2, 128, 1e-6f, nullptr), cudaSuccess);
   EXPECT_EQ(LaunchGreedy(nullptr, 0, 32000, nullptr, nullptr, nullptr), cudaSuccess);
-  EXPECT_EQ(LaunchSample(nullptr, 0, 32000, 0, nullptr, 0, nullptr, nullptr, nullptr, nullptr), cudaSuccess);
+  EXPECT_EQ(LaunchSample(nullptr, 0, 32000, 0, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr), cudaSuccess);
 }
 
 // ---------------------------------------------------------------------------
@@ -644,9 +644,11 @@ struct SampleLaunch {
   int vocab = 0;
   std::vector<SampleRowParams> params;
   std::vector<int32_t> history;
+  std::vector<uint32_t> masks;  // the samples' token masks, concatenated
 };
 
-SampleRowParams RandomSampleParams(std::mt19937& rng, int vocab, int rows, int64_t history_size) {
+SampleRowParams RandomSampleParams(std::mt19937& rng, int vocab, int rows, int64_t history_size,
+                                   std::vector<uint32_t>* masks) {
   auto pick = [&rng](auto const& options) { return options[rng() % options.size()]; };
   SampleRowParams p;
   p.row = static_cast<int32_t>(rng() % rows);
@@ -658,6 +660,20 @@ SampleRowParams RandomSampleParams(std::mt19937& rng, int vocab, int rows, int64
   if (p.penalty != 1.0f && history_size > 0) {
     p.history_begin = static_cast<int32_t>(rng() % history_size);
     p.history_end = p.history_begin + static_cast<int32_t>(rng() % (history_size - p.history_begin + 1));
+  }
+  // Half the samples constrained: dense, sparse or short masks.
+  if (rng() % 2 == 0) {
+    const int words = (vocab + 31) / 32;
+    p.mask_begin = static_cast<int32_t>(masks->size());
+    p.mask_words = rng() % 4 == 0 ? 1 + static_cast<int32_t>(rng() % words) : words;
+    const bool sparse = rng() % 2 == 0;
+    for (int w = 0; w < p.mask_words; ++w) {
+      const uint32_t bit = 1u << (rng() % 32);
+      masks->push_back(sparse ? (rng() % 8 == 0 ? bit : 0u) : ~bit);
+    }
+    // A token of the first word allowed: one of the vocabulary's, unless it
+    // is tiny (then the row has nothing allowed: -1 on both sides).
+    (*masks)[p.mask_begin] |= 1u << (rng() % 32);
   }
   p.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
   return p;
@@ -674,6 +690,7 @@ void ExpectSampleMatchesHost(const SampleLaunch& c, int block) {
   const int64_t n = static_cast<int64_t>(order.size());
   DeviceBuffer d_params = Upload(order);
   DeviceBuffer d_history = c.history.empty() ? Alloc(4) : Upload(c.history);
+  DeviceBuffer d_masks = c.masks.empty() ? Alloc(4) : Upload(c.masks);
   DeviceBuffer d_token = Poisoned(n * 4), d_logprob = Poisoned(n * 4);
   int64_t s0 = 0;
   for (int first = 0; first < rows; first += block) {
@@ -686,7 +703,8 @@ void ExpectSampleMatchesHost(const SampleLaunch& c, int block) {
     DeviceBuffer d_logits = Upload(part);
     ASSERT_EQ(LaunchSample(static_cast<const float*>(d_logits.get()), in_block, c.vocab, first,
                            static_cast<const SampleRowParams*>(d_params.get()) + s0, s1 - s0,
-                           static_cast<const int32_t*>(d_history.get()), static_cast<int32_t*>(d_token.get()) + s0,
+                           static_cast<const int32_t*>(d_history.get()), static_cast<const uint32_t*>(d_masks.get()),
+                           static_cast<int32_t*>(d_token.get()) + s0,
                            static_cast<float*>(d_logprob.get()) + s0, nullptr),
               cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -698,9 +716,10 @@ void ExpectSampleMatchesHost(const SampleLaunch& c, int block) {
   for (int64_t s = 0; s < n; ++s) {
     const SampleRowParams& p = order[s];
     const SampleRowResult want =
-        SampleRowOnHost(c.logits.data() + int64_t{p.row} * c.vocab, c.vocab, p, c.history.data());
-    SCOPED_TRACE(absl::StrFormat("sample %d: row %d, T %g, top_k %d, top_p %g, min_p %g, penalty %g, u %g", s, p.row,
-                                 p.temperature, p.top_k, p.top_p, p.min_p, p.penalty, p.u));
+        SampleRowOnHost(c.logits.data() + int64_t{p.row} * c.vocab, c.vocab, p, c.history.data(), c.masks.data());
+    SCOPED_TRACE(absl::StrFormat("sample %d: row %d, T %g, top_k %d, top_p %g, min_p %g, penalty %g, mask %d+%d, u %g",
+                                 s, p.row, p.temperature, p.top_k, p.top_p, p.min_p, p.penalty, p.mask_begin,
+                                 p.mask_words, p.u));
     EXPECT_EQ(token[s], want.token);
     if (want.token < 0) {
       EXPECT_TRUE(std::isnan(logprob[s])) << logprob[s];
@@ -730,7 +749,7 @@ TEST(LayersSample, MatchesTheHostRowAlgorithm) {
     std::fill_n(row(4), vocab, 0.25f);
     c.history.resize(300);
     for (int32_t& t : c.history) t = static_cast<int32_t>(rng() % vocab);
-    for (int s = 0; s < 48; ++s) c.params.push_back(RandomSampleParams(rng, vocab, rows, 300));
+    for (int s = 0; s < 48; ++s) c.params.push_back(RandomSampleParams(rng, vocab, rows, 300, &c.masks));
     ExpectSampleMatchesHost(c, 4);
     ExpectSampleMatchesHost(c, rows);
   }
@@ -741,24 +760,54 @@ TEST(LayersSample, RefusesContractBreachesWithoutTouchingMemory) {
   const int vocab = 100;
   std::vector<float> logits(2 * vocab, 0.0f);
   DeviceBuffer d_logits = Upload(logits);
-  std::vector<SampleRowParams> params(3);
+  std::vector<SampleRowParams> params(4);
   params[0].row = 5;  // outside the launch's rows [3, 5)
   params[1].row = 3;
   params[1].penalty = 1.5f;  // a penalty, but no history passed
   params[2].row = 4;
   params[2].temperature = 1.0f;  // a valid one
+  params[3].row = 4;
+  params[3].mask_begin = 0;  // a mask, but no mask array passed
+  params[3].mask_words = 1;
   DeviceBuffer d_params = Upload(params);
-  DeviceBuffer d_token = Poisoned(12), d_logprob = Poisoned(12);
+  DeviceBuffer d_token = Poisoned(16), d_logprob = Poisoned(16);
   ASSERT_EQ(LaunchSample(static_cast<const float*>(d_logits.get()), 2, vocab, 3,
-                         static_cast<const SampleRowParams*>(d_params.get()), 3, nullptr,
+                         static_cast<const SampleRowParams*>(d_params.get()), 4, nullptr, nullptr,
                          static_cast<int32_t*>(d_token.get()), static_cast<float*>(d_logprob.get()), nullptr),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<int32_t> token = Download<int32_t>(d_token, 3);
+  const std::vector<int32_t> token = Download<int32_t>(d_token, 4);
   EXPECT_EQ(token[0], -1);
   EXPECT_EQ(token[1], -1);
   EXPECT_GE(token[2], 0);
   EXPECT_LT(token[2], vocab);
+  EXPECT_EQ(token[3], -1);
+
+  // With masks: one longer than the vocabulary's 4 words is refused; one
+  // that allows only token 42 draws it, greedy or not, on a flat row.
+  const std::vector<uint32_t> masks = {0, 1u << 10, 0, 0, 0};
+  std::vector<SampleRowParams> masked(3);
+  for (SampleRowParams& p : masked) {
+    p.row = 3;
+    p.mask_begin = 0;
+    p.mask_words = 4;
+  }
+  masked[0].mask_words = 5;
+  masked[2].temperature = 1.0f;
+  DeviceBuffer d_masks = Upload(masks), d_masked = Upload(masked);
+  ASSERT_EQ(LaunchSample(static_cast<const float*>(d_logits.get()), 2, vocab, 3,
+                         static_cast<const SampleRowParams*>(d_masked.get()), 3, nullptr,
+                         static_cast<const uint32_t*>(d_masks.get()), static_cast<int32_t*>(d_token.get()),
+                         static_cast<float*>(d_logprob.get()), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int32_t> masked_token = Download<int32_t>(d_token, 3);
+  const std::vector<float> masked_logprob = Download<float>(d_logprob, 3);
+  EXPECT_EQ(masked_token[0], -1);
+  for (int s = 1; s < 3; ++s) {
+    EXPECT_EQ(masked_token[s], 42) << "sample " << s;
+    EXPECT_EQ(masked_logprob[s], 0.0f) << "the masked row's log-softmax, sample " << s;
+  }
 }
 
 // ---------------------------------------------------------------------------

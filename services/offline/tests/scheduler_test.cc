@@ -14,6 +14,7 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <set>
 
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
@@ -327,6 +328,80 @@ TEST(SchedulerTest, ConstrainedSamplesDrawOnlyAllowedTokensAndEndWhereTheConstra
   }
   EXPECT_GT(h.scheduler().stats().preemptions_total, 0);
   EXPECT_EQ(h.scheduler().cache_stats().used_chunks, 0);
+}
+
+// Constrained requests through the device sampler (the masks packed into
+// its launch, as the GPU model packs them) beside unconstrained ones: the
+// masks no longer send logits to the host, a constrained greedy sample never
+// takes the unmasked device-greedy path, and every sample gets the tokens
+// the host Sampler gives it under the same masks.
+TEST(SchedulerTest, DeviceSamplingHonoursTokenMasks) {
+  Workload w = MakeWorkload(9, 12, 40, /*sampled=*/true);  // greedy and sampled, penalties, n = 2
+  std::set<RequestId> constrained;
+  for (auto& [id, spec] : w.all) {
+    if (id % 3 == 0) continue;
+    constrained.insert(id);
+    spec.max_new_tokens = 60;
+  }
+  auto length = [](RequestId id) { return 10 + static_cast<int>(id * 7 % 25); };
+  // Constraints keep each sample's position: every run gets its own.
+  auto arrivals = [&] {
+    std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> out;
+    for (const auto& [at, list] : w.arrivals) {
+      for (const auto& [id, unused] : list) {
+        RequestSpec spec;
+        for (const auto& [aid, aspec] : w.all) {
+          if (aid == id) spec = aspec;
+        }
+        if (constrained.count(id) > 0) {
+          spec.constraint =
+              std::make_shared<ScriptConstraint>(static_cast<uint32_t>(id), length(id), id % 2 == 0, spec.n);
+        }
+        out[at].emplace_back(id, spec);
+      }
+    }
+    return out;
+  };
+  Harness host(256, 2048, true);
+  Harness device(256, 2048, true, /*device_sampling=*/true);
+  auto want = host.Run(arrivals());
+  auto got = device.Run(arrivals());
+  int greedy_constrained = 0;
+  for (const auto& [id, spec] : w.all) {
+    for (int i = 0; i < spec.n; ++i) {
+      const std::pair<RequestId, int> key(id, i);
+      EXPECT_EQ(got[key], want[key]) << "request " << id << " sample " << i;
+      if (constrained.count(id) == 0) continue;
+      greedy_constrained += spec.sampling.temperature == 0;
+      ASSERT_GE(got[key].size(), static_cast<size_t>(length(id))) << "request " << id << " sample " << i;
+      for (int p = 0; p < length(id); ++p) {
+        const auto allowed = ScriptConstraint::Allowed(static_cast<uint32_t>(id), i, p);
+        EXPECT_NE(std::find(allowed.begin(), allowed.end(), got[key][p]), allowed.end()) << id << "/" << i << "@" << p;
+      }
+      EXPECT_EQ(device.finish_[key], FinishReason::kStopToken) << "request " << id;
+    }
+  }
+  EXPECT_GT(greedy_constrained, 0);
+  EXPECT_GT(device.device_model_->sample_calls, 0);
+  EXPECT_EQ(device.device_model_->host_calls, 0);
+
+  // A greedy constrained request alone: every step is all-greedy, and still
+  // goes through the masked sampler, not the unmasked greedy one.
+  RequestSpec greedy = w.all[0].second;
+  greedy.sampling = SamplingParams();
+  greedy.sampling.temperature = 0;
+  greedy.n = 1;
+  greedy.max_new_tokens = 60;
+  greedy.constraint = std::make_shared<ScriptConstraint>(5, 20, false, 1);
+  Harness alone(256, 2048, true, /*device_sampling=*/true);
+  const std::vector<TokenId> tokens = alone.Run({{0, {{50, greedy}}}})[{50, 0}];
+  ASSERT_EQ(tokens.size(), 20u);
+  for (int p = 0; p < 20; ++p) {
+    const auto allowed = ScriptConstraint::Allowed(5, 0, p);
+    EXPECT_NE(std::find(allowed.begin(), allowed.end(), tokens[p]), allowed.end()) << "greedy @" << p;
+  }
+  EXPECT_EQ(alone.device_model_->greedy_calls, 0);
+  EXPECT_EQ(alone.device_model_->host_calls, 0);
 }
 
 TEST(SchedulerTest, InBatchSharingComputesTheCommonPrefixOnce) {
