@@ -79,6 +79,24 @@ void PublishHttpStats(const chunkattn::openai::OpenAiServer* server, chunkattn::
   }
 }
 
+// The structured-output compile cache's figures, at each scrape.
+void PublishGrammarStats(const chunkattn::grammar::CompileCache& cache, chunkattn::metrics::Registry& r) {
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  absl::MutexLock lock(&mu);
+  r.GetGauge("chunkattn_grammar_cache_entries", "Compiled structured-output constraints cached (per tenant).")
+      .Set(static_cast<double>(cache.size()));
+  r.GetGauge("chunkattn_grammar_cache_bytes", "Approximate memory the cached compiled constraints hold.")
+      .Set(static_cast<double>(cache.bytes()));
+  const std::pair<const char*, int64_t> lookups[] = {{"hit", cache.hits()}, {"miss", cache.misses()}};
+  for (const auto& [what, n] : lookups) {
+    chunkattn::metrics::Counter& c = r.GetCounter(
+        "chunkattn_grammar_compiles_total",
+        "Structured-output constraints looked up: found compiled (hit) or compiled (miss, refusals included).",
+        {{"result", what}});
+    c.Increment(static_cast<double>(n) - c.value());
+  }
+}
+
 // What the coordinator serves where, once it does (stderr).
 void LogStarted(const chunkattn::CoordinatorConfig& c, const chunkattn::openai::OpenAiServer* http,
                 const chunkattn::KvEventPublisher* kv_events) {
@@ -224,8 +242,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<openai::OpenAiServer> openai_server;
   std::atomic<const openai::OpenAiServer*> http_front{nullptr};  // for the scrapes, once started
   // /metrics on both the HTTP front and the metrics port.
-  auto render_metrics = [&registry, &http_front] {
+  auto render_metrics = [&registry, &http_front, &grammars] {
     PublishHttpStats(http_front.load(), registry);
+    PublishGrammarStats(grammars, registry);
     return registry.Serialize();
   };
   if (c.http_port > 0) {

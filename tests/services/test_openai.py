@@ -333,6 +333,11 @@ class OpenAiTest(OpenAiTestBase):
                 for choice in out['choices']:
                     self.assertTrue(ok(choice['text']), choice['text'])
                     self.assertEqual(choice['finish_reason'], 'stop', choice)
+        # Compiled once each (the same schema again is a hit), and cached.
+        m = harness.scrape_metrics(self.cluster.metrics_port)
+        self.assertGreaterEqual(m.get('chunkattn_grammar_compiles_total', result='miss'), 5)
+        self.assertGreaterEqual(m.get('chunkattn_grammar_compiles_total', result='hit'), 1)
+        self.assertGreaterEqual(m.get('chunkattn_grammar_cache_entries'), 5)
 
     def test_tool_calls(self):
         """tool_choice named and required are constrained calls; auto parses
