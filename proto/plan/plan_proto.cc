@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
+
 namespace chunkattn {
 namespace {
 
@@ -72,7 +74,7 @@ void DecodeAllowed(const internal::v1::SampleRow& row, std::vector<uint32_t>* al
   allowed->assign(std::min<size_t>((bytes.size() + 3) / 4, kMaxMaskWords), 0);
   const size_t n = std::min(bytes.size(), allowed->size() * 4);
   if constexpr (kLittleEndian) {
-    std::memcpy(allowed->data(), bytes.data(), n);
+    if (n > 0) std::memcpy(allowed->data(), bytes.data(), n);  // an empty vector's data() may be null
   } else {
     for (size_t i = 0; i < n; ++i) {
       (*allowed)[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << (8 * (i % 4));
@@ -137,6 +139,29 @@ void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
     row->set_step(s.step);
     if (!s.allowed.empty()) EncodeAllowed(s.allowed, row);
   }
+  out->set_masks_follow(plan.masks_follow);
+}
+
+void MasksToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
+  out->Clear();
+  out->set_step(plan.step);
+  out->set_masks_only(true);
+  for (const SampleRow& s : plan.samples) {
+    auto* row = out->add_samples();
+    if (!s.allowed.empty()) EncodeAllowed(s.allowed, row);
+  }
+}
+
+absl::Status MasksFromProto(const internal::v1::StepPlan& wire, uint64_t step, size_t samples,
+                            std::vector<std::vector<uint32_t>>* masks) {
+  if (!wire.masks_only() || wire.step() != step || static_cast<size_t>(wire.samples_size()) != samples) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "expected the token masks of step %d (%d samples), got a message of step %d with %d samples%s", step, samples,
+        wire.step(), wire.samples_size(), wire.masks_only() ? "" : " that is not masks_only"));
+  }
+  masks->resize(samples);
+  for (size_t k = 0; k < samples; ++k) DecodeAllowed(wire.samples(static_cast<int>(k)), &(*masks)[k]);
+  return absl::OkStatus();
 }
 
 void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
@@ -196,6 +221,7 @@ void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
     out->samples[k] = {s.row(), s.key(), s.step(), {}};
     DecodeAllowed(s, &out->samples[k].allowed);
   }
+  out->masks_follow = plan.masks_follow();
 }
 
 void ToProto(const StepResult& result, internal::v1::StepResult* out) {

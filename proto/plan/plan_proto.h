@@ -4,6 +4,10 @@
 #ifndef CHUNKATTN_PROTO_PLAN_PLAN_PROTO_H_
 #define CHUNKATTN_PROTO_PLAN_PLAN_PROTO_H_
 
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
 #include "chunkattn/internal/v1/worker.pb.h"
 #include "proto/plan/step_plan.h"
 
@@ -16,6 +20,13 @@ inline constexpr char kSessionMetadata[] = "chunkattn-session";
 void ToProto(const StepPlan& plan, internal::v1::StepPlan* out);
 // Overwrites every field of `out`, reusing its vectors' memory.
 void FromProto(const internal::v1::StepPlan& plan, StepPlan* out);
+
+// The masks_only message of a plan whose masks follow (its samples'
+// `allowed`, in order), and back into `masks` (one per sample of the plan
+// in flight). INVALID_ARGUMENT for a message that is not that step's masks.
+void MasksToProto(const StepPlan& plan, internal::v1::StepPlan* out);
+absl::Status MasksFromProto(const internal::v1::StepPlan& wire, uint64_t step, size_t samples,
+                            std::vector<std::vector<uint32_t>>* masks);
 
 void ToProto(const StepResult& result, internal::v1::StepResult* out);
 void FromProto(const internal::v1::StepResult& result, StepResult* out);

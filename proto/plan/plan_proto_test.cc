@@ -60,6 +60,7 @@ StepPlan RandomPlan(std::mt19937_64& rng) {
     c.private_tokens = Ints(rng, 8, 1, 64);
   }
   p.has_decode = rng() % 2;
+  p.masks_follow = rng() % 2;
   p.seq_len = Ints(rng, 8, 1, 4096);
   p.logits_rows = Ints(rng, 8, 0, 60);
   for (int k = rng() % 6; k > 0; --k) {
@@ -116,6 +117,7 @@ void ExpectSamePlan(const StepPlan& a, const StepPlan& b) {
   EXPECT_EQ(a.has_decode, b.has_decode);
   EXPECT_EQ(a.seq_len, b.seq_len);
   EXPECT_EQ(a.logits_rows, b.logits_rows);
+  EXPECT_EQ(a.masks_follow, b.masks_follow);
   ASSERT_EQ(a.samples.size(), b.samples.size());
   for (size_t k = 0; k < a.samples.size(); ++k) {
     EXPECT_EQ(a.samples[k].row, b.samples[k].row);
@@ -137,6 +139,29 @@ TEST(PlanProto, RandomPlansSurviveTheWire) {
     FromProto(parsed, &decoded);
     ExpectSamePlan(plan, decoded);
     if (::testing::Test::HasFailure()) break;
+  }
+}
+
+// The masks that follow a plan: its samples' masks, in order, and nothing
+// that is not that step's masks message.
+TEST(PlanProto, MasksFollowTheirPlan) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 200; ++i) {
+    const StepPlan plan = RandomPlan(rng);
+    internal::v1::StepPlan wire;
+    MasksToProto(plan, &wire);
+    internal::v1::StepPlan parsed;
+    ASSERT_TRUE(parsed.ParseFromString(wire.SerializeAsString()));
+    std::vector<std::vector<uint32_t>> masks = {{1, 2, 3}};  // overwritten whole
+    ASSERT_TRUE(MasksFromProto(parsed, plan.step, plan.samples.size(), &masks).ok());
+    ASSERT_EQ(masks.size(), plan.samples.size());
+    for (size_t k = 0; k < masks.size(); ++k) EXPECT_EQ(masks[k], plan.samples[k].allowed);
+    EXPECT_EQ(MasksFromProto(parsed, plan.step + 1, plan.samples.size(), &masks).code(),
+              absl::StatusCode::kInvalidArgument);  // another step's
+    EXPECT_EQ(MasksFromProto(parsed, plan.step, plan.samples.size() + 1, &masks).code(),
+              absl::StatusCode::kInvalidArgument);  // another plan's
+    ToProto(plan, &wire);  // a plan is not a masks message
+    EXPECT_EQ(MasksFromProto(wire, plan.step, plan.samples.size(), &masks).code(), absl::StatusCode::kInvalidArgument);
   }
 }
 

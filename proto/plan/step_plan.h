@@ -56,6 +56,9 @@ struct StepPlan {
   std::vector<int32_t> seq_len;      // per context sequence, every step with decode rows
   std::vector<int32_t> logits_rows;  // rows whose logits are computed
   std::vector<SampleRow> samples;    // the sampling rank samples these
+  // The samples' `allowed` masks are sent after the plan, while the ranks
+  // run its forward pass (Scheduler::FillMasks; plan_proto.h's MasksToProto).
+  bool masks_follow = false;
 };
 
 struct StepResult {

@@ -204,7 +204,12 @@ int main(int argc, char** argv) {
   // vocabulary, whose stop tokens are the model's EOS.
   grammar::CompileCache grammars(grammar::CompileCache::Options{});
   StructuredOutputs structured;
-  if (tokenizer != nullptr) {
+  if (tokenizer != nullptr && tokenizer->vocab_size() > config->vocab_size) {
+    // A mask could then allow only tokens the model has no logit for, and
+    // the workers would refuse the whole step.
+    std::fprintf(stderr, "coordinator: no structured outputs: the tokenizer has %d tokens, the model %d\n",
+                 tokenizer->vocab_size(), config->vocab_size);
+  } else if (tokenizer != nullptr) {
     absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab =
         grammar::Vocabulary::Create(*tokenizer, config->eos_token_ids);
     if (vocab.ok()) {

@@ -251,6 +251,7 @@ void Engine::Loop() {
       absl::Status s = pool_->Connect();
       if (s.ok()) {
         SchedulerOptions so = options_.scheduler;
+        so.defer_masks = true;  // Step() sends them while the workers run the forward pass
         so.record_block_events = options_.kv_events != nullptr;
         so.num_chunks = static_cast<int32_t>(std::min<int64_t>(pool_->num_chunks(), kMaxChunks));
         absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
@@ -410,7 +411,7 @@ void Engine::Step() {
     return;
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<StepResult> result = pool_->Step(plan);
+  absl::StatusOr<StepResult> result = pool_->Step(&plan, [this](StepPlan* p) { scheduler_->FillMasks(p); });
   const absl::Time now = absl::Now();
   if (!result.ok()) {
     Log(result.status().ToString());

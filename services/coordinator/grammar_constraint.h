@@ -1,12 +1,14 @@
 // Structured outputs on the coordinator: a request's compiled constraint
 // (text/grammar/) as the scheduler's TokenConstraint, one grammar matcher
-// per sample. Masks are computed on the coordinator's engine loop as the
-// scheduler writes each step's plan, not on the worker: the mask of step
-// t + 1 needs step t's token, which the coordinator has first, the workers
-// stay free of tokenizers and grammars, and a mask costs about 1 us at the
-// median and under 100 us at p99 on a 150k vocabulary (bench/grammar_bench.cc)
-// against milliseconds a step. Compiling (the slow part) happens before, on
-// the text pool (ProcessInput), cached by (vocabulary, constraint).
+// per sample. Masks are computed on the coordinator, not on the workers: the
+// mask of step t + 1 needs step t's token, which the coordinator has first,
+// and the workers stay free of tokenizers and grammars. They are computed
+// after the step's plan has gone out, while the ranks run its forward pass,
+// and follow it to rank 0, which needs them only to sample (Scheduler::
+// FillMasks, WorkerPool::Step): a mask costs about 1 us at the median and
+// under 100 us at p99 on a 150k vocabulary (bench/grammar_bench.cc), about
+// 40 us inside a free JSON string. Compiling (the slow part) happens before,
+// on the text pool (ProcessInput), cached by (tenant, vocabulary, constraint).
 //
 // Thread ownership: built on a text-pool thread, then used only by the
 // engine loop (TokenConstraint's contract).

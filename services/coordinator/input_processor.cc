@@ -281,6 +281,10 @@ absl::StatusOr<EngineRequest> ProcessInput(const ClientRequest& request, const M
   }
   spec.priority = request.priority;
   if (request.constraint.has_value()) {
+    if (request.constraint->text.size() > kMaxConstraintBytes) {
+      return Invalid(RequestField::kConstraint, absl::StrFormat("has %d bytes; at most %d",
+                                                                request.constraint->text.size(), kMaxConstraintBytes));
+    }
     if (text.structured == nullptr || text.structured->cache == nullptr) {
       return Invalid(RequestField::kConstraint, "is not supported: the model is served without its tokenizer");
     }

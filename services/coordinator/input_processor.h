@@ -32,6 +32,10 @@ namespace chunkattn {
 // Abort call names: every front's.
 inline constexpr size_t kMaxIdBytes = 256;
 inline constexpr int kMaxAbortIds = 1024;
+// The longest constraint text (a JSON Schema, a regex, a grammar, a choice
+// list's JSON): far past any tool schema, and what bounds the compile
+// cache's keys.
+inline constexpr size_t kMaxConstraintBytes = 1 << 20;
 
 // A fresh sampling seed (for a request that names none) or id suffix.
 uint64_t NewRequestSeed();

@@ -9,6 +9,7 @@
 #define CHUNKATTN_SERVICES_COORDINATOR_WORKER_GROUP_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,8 +31,11 @@ class WorkerGroup {
   // engine): OK, or UNAVAILABLE naming the first that is gone or refusing.
   virtual absl::Status Probe() = 0;
   // Runs one plan on every rank and returns the sampling rank's result.
+  // With plan->masks_follow, `fill_masks(plan)` fills the samples' masks on
+  // the caller's thread once the plan is on its way to the ranks (which run
+  // its forward pass meanwhile), and they follow it to the sampling rank.
   // UNAVAILABLE when any rank fails; the group is then disconnected.
-  virtual absl::StatusOr<StepResult> Step(const StepPlan& plan) = 0;
+  virtual absl::StatusOr<StepResult> Step(StepPlan* plan, const std::function<void(StepPlan*)>& fill_masks) = 0;
   // A worker that said in the last step result that it is shutting down
   // (it serves on until released by Disconnect); empty if none.
   virtual const std::string& draining() const = 0;

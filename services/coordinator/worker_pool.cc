@@ -144,9 +144,25 @@ void WorkerPool::StreamLoop(Rank* rank, uint64_t seen) {
   }
 }
 
+void WorkerPool::PrepareMasks() {
+  (*fill_masks_)(step_plan_);
+  MasksToProto(*step_plan_, &wire_masks_);
+}
+
 void WorkerPool::RunRank(Rank* rank) {
   rank->status = absl::OkStatus();
-  if (!rank->stream->Write(wire_plan_) || !rank->stream->Read(&rank->result)) {
+  bool ok = rank->stream->Write(wire_plan_);
+  if (ok && rank == ranks_[0].get() && wire_plan_.masks_follow()) {
+    if (stream_threads_.empty()) {
+      PrepareMasks();  // one rank, on the loop thread: while the worker runs the forward pass
+    } else {
+      absl::MutexLock lock(&step_mu_);
+      auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return masks_ready_; };
+      step_mu_.Await(absl::Condition(&ready));
+    }
+    ok = rank->stream->Write(wire_masks_);
+  }
+  if (!ok || !rank->stream->Read(&rank->result)) {
     rank->status = absl::UnavailableError(absl::StrCat("worker ", rank->address, " failed"));
     // Its own status before anything cancels it: once cancelled, Finish()
     // says CANCELLED, and a lost connection (a stopped worker's keepalive
@@ -243,9 +259,11 @@ absl::Status WorkerPool::Connect() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
+absl::StatusOr<StepResult> WorkerPool::Step(StepPlan* step, const std::function<void(StepPlan*)>& fill_masks) {
   if (!connected_) return absl::UnavailableError("the workers are not connected");
-  ToProto(step, &wire_plan_);
+  ToProto(*step, &wire_plan_);
+  step_plan_ = step;
+  fill_masks_ = &fill_masks;
   if (!sized_) {
     wire_plan_.set_num_kv_chunks(num_chunks_);
     sized_ = true;
@@ -265,12 +283,22 @@ absl::StatusOr<StepResult> WorkerPool::Step(const StepPlan& step) {
   if (stream_threads_.empty()) {
     RunRank(ranks_[0].get());
   } else {
+    {
+      absl::MutexLock lock(&step_mu_);
+      pending_ = static_cast<int>(ranks_.size());
+      masks_ready_ = false;
+      ++step_seq_;
+    }
+    // The ranks write the plan and run its forward pass; rank 0's thread
+    // waits for the masks only before writing them after it.
+    if (wire_plan_.masks_follow()) PrepareMasks();
     absl::MutexLock lock(&step_mu_);
-    pending_ = static_cast<int>(ranks_.size());
-    ++step_seq_;
+    masks_ready_ = true;
     auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return pending_ == 0; };
     step_mu_.Await(absl::Condition(&done));
   }
+  step_plan_ = nullptr;
+  fill_masks_ = nullptr;
   {
     absl::MutexLock lock(&watch_mu_);
     step_started_ = absl::InfiniteFuture();

@@ -85,9 +85,10 @@ class WorkerPool final : public WorkerGroup {
 
   // Runs one plan on every rank (converted to its wire form once) and
   // returns rank 0's result. The first plan after Connect() carries the pool
-  // size. UNAVAILABLE (with the worker and its error) when any rank fails;
-  // the pool is then disconnected.
-  absl::StatusOr<StepResult> Step(const StepPlan& plan) override;
+  // size. Masks that follow the plan are written to rank 0's stream after
+  // it, once fill_masks has run here. UNAVAILABLE (with the worker and its
+  // error) when any rank fails; the pool is then disconnected.
+  absl::StatusOr<StepResult> Step(StepPlan* plan, const std::function<void(StepPlan*)>& fill_masks) override;
 
   // One cheap authenticated call to every rank (no session needed): OK while
   // all answer, else UNAVAILABLE naming the first that does not (gone, or
@@ -109,9 +110,13 @@ class WorkerPool final : public WorkerGroup {
  private:
   struct Rank;
 
-  // Writes the current plan to `rank`'s stream and reads its result; the
-  // first rank to fail cancels every stream.
+  // Writes the current plan to `rank`'s stream (and to rank 0 its masks,
+  // once masks_gate_ says they are ready) and reads its result; the first
+  // rank to fail cancels every stream.
   void RunRank(Rank* rank);
+  // The plan in flight's masks, on the loop thread: fills them and converts
+  // them to wire_masks_.
+  void PrepareMasks();
   // Runs `rank`'s part of every step after step number `seen`.
   void StreamLoop(Rank* rank, uint64_t seen);
   void StartStreamThreads();
@@ -130,6 +135,10 @@ class WorkerPool final : public WorkerGroup {
   std::string kv_dtype_;
   std::string draining_;
   internal::v1::StepPlan wire_plan_;  // reused across steps
+  internal::v1::StepPlan wire_masks_;  // the masks that follow it (masks_follow)
+  // The step in flight's plan and mask filler (loop thread only).
+  StepPlan* step_plan_ = nullptr;
+  const std::function<void(StepPlan*)>* fill_masks_ = nullptr;
   std::atomic<Rank*> first_failed_{nullptr};
 
   // The stream threads' hand-off: Step() bumps step_seq_ and waits until
@@ -137,6 +146,7 @@ class WorkerPool final : public WorkerGroup {
   absl::Mutex step_mu_;
   uint64_t step_seq_ ABSL_GUARDED_BY(step_mu_) = 0;
   int pending_ ABSL_GUARDED_BY(step_mu_) = 0;
+  bool masks_ready_ ABSL_GUARDED_BY(step_mu_) = false;  // wire_masks_ holds the step's masks
   bool stop_threads_ ABSL_GUARDED_BY(step_mu_) = false;
   std::vector<std::thread> stream_threads_;
 

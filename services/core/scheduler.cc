@@ -391,6 +391,7 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
 
   step_seqs_.clear();
   step_samples_.clear();
+  mask_jobs_.clear();
   RETURN_IF_ERROR(WritePrefill(work, plan));
   RETURN_IF_ERROR(WriteDecode(work, plan));
   plan->step = ++step_;
@@ -597,11 +598,23 @@ absl::Status Scheduler::WriteDecode(const std::vector<Work>& work, StepPlan* pla
     for (int32_t index : seq->samples) {
       plan->samples.push_back(
           {static_cast<int32_t>(s), r->samples[index].sampler_key, r->samples[index].generated.size(), {}});
-      if (r->spec.constraint != nullptr) ConstraintMask(*r, index, &plan->samples.back().allowed);
+      if (r->spec.constraint != nullptr) {
+        if (options_.defer_masks) {
+          mask_jobs_.push_back({plan->samples.size() - 1, r, index});
+          plan->masks_follow = true;
+        } else {
+          ConstraintMask(*r, index, &plan->samples.back().allowed);
+        }
+      }
       step_samples_.push_back({r->id, index, r->spec.sampling.top_logprobs});
     }
   }
   return absl::OkStatus();
+}
+
+void Scheduler::FillMasks(StepPlan* plan) {
+  for (const MaskJob& job : mask_jobs_) ConstraintMask(*job.request, job.index, &plan->samples[job.sample].allowed);
+  mask_jobs_.clear();
 }
 
 void Scheduler::ConstraintMask(const Request& r, int32_t index, std::vector<uint32_t>* mask) const {

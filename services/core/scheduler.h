@@ -118,6 +118,10 @@ struct SchedulerOptions {
   absl::Duration priority_aging = absl::ZeroDuration();  // see AdmissionPolicy
   const Clock* clock = nullptr;  // borrowed: arrivals, cache ages (null: the wall clock)
   bool record_block_events = false;  // the forest records BlockEvents (KV events; TakeBlockEvents)
+  // Schedule() leaves the constrained samples' masks to FillMasks() and marks
+  // the plan masks_follow, so a caller that sends plans to workers can send
+  // the masks while the workers run the step's forward pass.
+  bool defer_masks = false;
 };
 
 // One sampled token of one sample, in the order they were produced.
@@ -189,6 +193,10 @@ class Scheduler {
   // Fills `plan` with the next step. Returns false (and leaves the plan
   // empty) when there is nothing to run. INTERNAL only on a broken invariant.
   absl::StatusOr<bool> Schedule(StepPlan* plan);
+  // With defer_masks: the constrained samples' masks of the plan Schedule()
+  // just made (plan->masks_follow). REQUIRES: between Schedule() and
+  // Complete(), on that plan.
+  void FillMasks(StepPlan* plan);
 
   // Applies the result of the last scheduled plan (rank 0's sampled tokens)
   // and appends one event per sampled token. INTERNAL if the result has not
@@ -286,6 +294,13 @@ class Scheduler {
   };
   std::vector<StepSeq> step_seqs_;
   std::vector<StepSample> step_samples_;
+  // With defer_masks: the plan's constrained samples, for FillMasks().
+  struct MaskJob {
+    size_t sample = 0;  // index into the plan's samples
+    const Request* request = nullptr;
+    int32_t index = 0;  // the request's sample
+  };
+  std::vector<MaskJob> mask_jobs_;
   std::vector<SamplerStart> pending_starts_;
   std::vector<int64_t> pending_sampler_ends_;
   uint64_t step_ = 0;

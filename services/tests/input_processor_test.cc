@@ -318,6 +318,10 @@ TEST(InputProcessorTest, ConstraintsCompileOrAreRefusedAsTheirField) {
   EXPECT_TRUE(e->spec.constraint->Accept(0, 's'));  // complete, nothing can follow: the sample ends
   EXPECT_FALSE(e->spec.constraint->Accept(1, 'n'));  // sample 1 is its own
   EXPECT_TRUE(e->spec.constraint->Accept(1, 'x'));   // a token the mask did not allow ends it too
+  r.constraint = grammar::Constraint{grammar::ConstraintKind::kRegex, std::string(kMaxConstraintBytes + 1, 'a')};
+  e = ProcessInput(r, f.config, f.text);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(ErrorField(e.status())->field, RequestField::kConstraint);
   r.constraint = grammar::Constraint{grammar::ConstraintKind::kJsonSchema, R"({"type": "object", "frobnicate": 1})"};
   e = ProcessInput(r, f.config, f.text);
   ASSERT_FALSE(e.ok());

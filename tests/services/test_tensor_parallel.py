@@ -20,6 +20,21 @@ class TensorParallelTest(harness.ServiceTestCase):
             self.assertEqual(s.finish_reason, harness.pb.FINISH_REASON_LENGTH)
             self.assertEqual(s.completion_tokens, 24)
             outputs.append((s.tokens, s.text))
+        # Constrained (structured outputs): the masks follow each plan to rank 0
+        # while the ranks run its forward pass.
+        for field, value, pattern in (('regex', '[a-z]{4}-[0-9]{3}', r'[a-z]{4}-[0-9]{3}'),
+                                      ('json_schema', '{"type": "object", "properties": {"n": {"type": "integer", '
+                                                      '"minimum": 0, "maximum": 999}}, "required": ["n"]}',
+                                       r'\{"n": ?[0-9]{1,3}\}')):
+            for temperature in (0.0, 1.0):
+                request = harness.make_request(prompt_ids=harness.random_ids(rng, 40), temperature=temperature,
+                                               seed=5, max_new_tokens=48)
+                setattr(request.constraint, field, value)
+                s = cluster.generate(request)[0]
+                self.assertRegex(s.text, '^' + pattern + '$')
+                self.assertEqual(s.finish_reason, harness.pb.FINISH_REASON_STOP_TOKEN)
+                if temperature == 0.0:  # greedy: the same tokens on both (a draw may sit on a rounding edge)
+                    outputs.append((s.tokens, s.text))
         return outputs
 
     def test_tp2_equals_tp1(self):

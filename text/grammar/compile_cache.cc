@@ -38,8 +38,9 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileCache::Get(std::sh
   }
   if (!owner) return future.get();  // compiled, or being compiled by another thread
   Result result = CompileConstraint(constraint, std::move(vocab), options_.json_options, options_.limits);
-  // A failure is small; a grammar costs what its tables hold.
-  const int64_t cost = result.ok() ? (*result)->stats().memory_bytes : static_cast<int64_t>(key.size());
+  // What its tables hold, and its key twice (the list's and the index's):
+  // a long constraint text costs what it takes, failed or not.
+  const int64_t cost = (result.ok() ? (*result)->stats().memory_bytes : 0) + 2 * static_cast<int64_t>(key.size());
   promise.set_value(result);
   absl::MutexLock lock(&mu_);
   auto it = index_.find(key);

@@ -100,7 +100,7 @@ absl::Status PlanExecutor::UpdateLengths(const StepPlan& plan) {
   return absl::OkStatus();
 }
 
-absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
+absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, const AwaitMasks& await_masks) {
   const absl::Time start = absl::Now();
   result->step = plan.step;
   result->tokens.clear();
@@ -150,6 +150,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
     // A bad sample is reported after the forward pass, so rank 0 still joins
     // the step's collectives and its peers do not wait out the timeout.
     absl::StatusOr<bool> samplers = samples_ ? LookupSamplers(plan) : absl::StatusOr<bool>(true);
+    const bool awaiting = samples_ && plan.masks_follow && await_masks != nullptr;
     const bool greedy = samplers.ok() && *samplers;
     if (!samplers.ok()) {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
@@ -164,9 +165,12 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result) {
         }
       }
     } else if (!keep_logits_ && !masking_ && samples_ && model_->has_device_sampling()) {
+      // The device model samples in the same call: the masks come first.
+      if (awaiting) RETURN_IF_ERROR(TakeMasks(await_masks));
       RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows_, sample_inputs_, picks_));
     } else {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
+      if (awaiting) RETURN_IF_ERROR(TakeMasks(await_masks));  // computed while this forward pass ran
       if (samples_) RETURN_IF_ERROR(SampleOnHost());
     }
     if (samples_) RETURN_IF_ERROR(Report(result));
@@ -216,7 +220,7 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     // top_logprobs and constrained samples take the sampling path, whose
     // models return them (a GPU model by its host fallback) and mask.
     greedy &= (p.temperature == 0 || p.top_k == 1) && p.repetition_penalty == 1.0f && p.top_logprobs == 0 &&
-              row.allowed.empty();
+              row.allowed.empty() && !plan.masks_follow;
     sample_states_[k] = &state;
     sample_rows_[k] = row.row;
     sample_inputs_[k].params = &state.params;
@@ -228,6 +232,19 @@ absl::StatusOr<bool> PlanExecutor::LookupSamplers(const StepPlan& plan) {
     RETURN_IF_ERROR(CheckAllowedTokens(row.allowed, model_->config().vocab_size, k));
   }
   return greedy;
+}
+
+absl::Status PlanExecutor::TakeMasks(const AwaitMasks& await_masks) {
+  RETURN_IF_ERROR(await_masks(&awaited_masks_));
+  if (awaited_masks_.size() != sample_inputs_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d token masks for %d samples", awaited_masks_.size(),
+                                                      sample_inputs_.size()));
+  }
+  for (size_t k = 0; k < awaited_masks_.size(); ++k) {
+    RETURN_IF_ERROR(CheckAllowedTokens(awaited_masks_[k], model_->config().vocab_size, static_cast<int>(k)));
+    sample_inputs_[k].allowed = awaited_masks_[k];
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PlanExecutor::SampleOnHost() {

@@ -23,6 +23,7 @@
 #define CHUNKATTN_WORKERS_SERVER_PLAN_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -41,9 +42,16 @@ class PlanExecutor {
   // state and returns tokens.
   PlanExecutor(Model* model, bool samples) : model_(model), samples_(samples) {}
 
+  // Reads the token masks of a plan whose masks follow it (one per sample of
+  // the plan, in order; MasksFromProto), from the coordinator's stream.
+  using AwaitMasks = std::function<absl::Status(std::vector<std::vector<uint32_t>>* masks)>;
+
   // Runs one step. On error the executor's state may be behind the
-  // coordinator's: the session must be restarted.
-  absl::Status Execute(const StepPlan& plan, StepResult* result);
+  // coordinator's: the session must be restarted. With plan.masks_follow
+  // and `await_masks`, the sampling rank runs the forward pass first and
+  // reads the masks only then (the coordinator computes them meanwhile);
+  // otherwise the masks are the plan's own (SampleRow::allowed).
+  absl::Status Execute(const StepPlan& plan, StepResult* result, const AwaitMasks& await_masks = nullptr);
 
   // With `keep`, every step takes the host-logits path (no sampling on the
   // device) and keeps its (logits_rows, vocab) fp32 logits in logits() until
@@ -69,6 +77,8 @@ class PlanExecutor {
   // masks), checked; whether all can take ForwardGreedy. Sets masking_ when a
   // sample is under its min_tokens.
   absl::StatusOr<bool> LookupSamplers(const StepPlan& plan);
+  // The masks that follow the plan, checked, as the samples' inputs.
+  absl::Status TakeMasks(const AwaitMasks& await_masks);
   // picks_ from the host logits_ through the CPU Sampler.
   absl::Status SampleOnHost();
   // picks_ into the result, and each penalized stream's history.
@@ -92,6 +102,7 @@ class PlanExecutor {
   std::vector<SamplerState*> sample_states_;
   std::vector<int32_t> sample_rows_;
   std::vector<SampleInput> sample_inputs_;
+  std::vector<std::vector<uint32_t>> awaited_masks_;  // the step's masks that followed its plan
   std::vector<SampleResult> picks_;
   std::vector<float> logits_;
   std::vector<int32_t> greedy_tokens_;

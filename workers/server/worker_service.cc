@@ -386,11 +386,22 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
   absl::MutexLock lock(&session->mu);
   if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
   // The wire messages, and their C++ forms that the executor runs.
-  internal::v1::StepPlan wire_plan;
+  internal::v1::StepPlan wire_plan, wire_masks;
   internal::v1::StepResult wire_result;
   StepPlan plan;
   StepResult result;
+  // A plan's masks that follow it (rank 0), read once its forward pass has run.
+  const PlanExecutor::AwaitMasks await_masks = [&](std::vector<std::vector<uint32_t>>* masks) -> absl::Status {
+    if (!stream->Read(&wire_masks)) {
+      return absl::UnavailableError("the coordinator's stream ended before the step's token masks came");
+    }
+    return MasksFromProto(wire_masks, plan.step, plan.samples.size(), masks);
+  };
   while (stream->Read(&wire_plan)) {
+    if (wire_plan.masks_only()) {
+      session->broken = true;
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token masks came with no plan before them");
+    }
     FromProto(wire_plan, &plan);
     if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
     if (session->executor == nullptr) {
@@ -421,7 +432,7 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
       }
       session->executor = std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0);
     }
-    absl::Status status = session->executor->Execute(plan, &result);
+    absl::Status status = session->executor->Execute(plan, &result, await_masks);
     if (!status.ok()) {
       // The pool and the sampler state may now be behind the coordinator's.
       session->broken = true;

@@ -64,8 +64,10 @@ class InProcessWorkers final : public WorkerGroup {
   absl::Status Probe() override {
     return drain ? absl::UnavailableError("worker in-process is shutting down") : absl::OkStatus();
   }
-  absl::StatusOr<StepResult> Step(const StepPlan& plan) override {
+  absl::StatusOr<StepResult> Step(StepPlan* step, const std::function<void(StepPlan*)>& fill_masks) override {
     ++steps;
+    if (step->masks_follow) fill_masks(step);  // in process: no forward pass to overlap
+    const StepPlan& plan = *step;
     if (executor_ == nullptr) return absl::UnavailableError("not connected");
     if (fail_next_step.exchange(false)) {
       Disconnect();

@@ -34,7 +34,9 @@ using testing::TinyConfig;
 // the network.
 class Harness {
  public:
-  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_sampling = false) {
+  // `defer_masks`: constrained samples' masks follow their plan, as the
+  // served engine sends them (the executor reads them after the forward pass).
+  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_sampling = false, bool defer_masks = false) {
     config_ = TinyConfig();
     auto weights = DummyWeights(config_, {0, 1}, 7);
     EXPECT_TRUE(weights.ok()) << weights.status();
@@ -59,6 +61,7 @@ class Harness {
     so.max_tokens_per_step = budget;
     so.prefix_sharing = sharing;
     so.eos_token_ids = config_.eos_token_ids;
+    so.defer_masks = defer_masks;
     auto scheduler = Scheduler::Create(so);
     EXPECT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
@@ -86,7 +89,20 @@ class Harness {
       if (plan.has_context) ++contexts_sent_;
       if (on_plan_) on_plan_(plan);
       StepResult result;
-      absl::Status s = executor_->Execute(plan, &result);
+      absl::Status s;
+      if (plan.masks_follow) {
+        for (const SampleRow& row : plan.samples) EXPECT_TRUE(row.allowed.empty());  // not in the plan
+        StepPlan with_masks = plan;
+        scheduler_->FillMasks(&with_masks);
+        ++deferred_steps_;
+        s = executor_->Execute(plan, &result, [&](std::vector<std::vector<uint32_t>>* masks) {
+          masks->clear();
+          for (const SampleRow& row : with_masks.samples) masks->push_back(row.allowed);
+          return absl::OkStatus();
+        });
+      } else {
+        s = executor_->Execute(plan, &result);
+      }
       EXPECT_TRUE(s.ok()) << s;
       if (!s.ok()) break;
       std::vector<SampleEvent> events;
@@ -109,6 +125,7 @@ class Harness {
   std::map<RequestId, int32_t> cached_;
   std::map<std::pair<RequestId, int>, FinishReason> finish_;
   int steps_ = 0;
+  int deferred_steps_ = 0;  // steps whose masks followed the plan
   int contexts_sent_ = 0;
   testing::DeviceSamplingModel* device_model_ = nullptr;
 
@@ -293,19 +310,29 @@ TEST(SchedulerTest, ConstrainedSamplesDrawOnlyAllowedTokensAndEndWhereTheConstra
                                                          script[id].second, spec->n);
     spec->constraint = constraints[id];
   };
-  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
-  for (auto& [at, list] : w.arrivals) {
-    for (auto& [id, spec] : list) {
-      RequestSpec s = spec;
-      for (const auto& [aid, aspec] : w.all) {
-        if (aid == id) s = aspec;
+  // The workload with fresh constraints (they keep each sample's state).
+  auto make_arrivals = [&] {
+    std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+    for (auto& [at, list] : w.arrivals) {
+      for (auto& [id, spec] : list) {
+        RequestSpec s = spec;
+        for (const auto& [aid, aspec] : w.all) {
+          if (aid == id) s = aspec;
+        }
+        attach(id, &s);
+        arrivals[at].emplace_back(id, s);
       }
-      attach(id, &s);
-      arrivals[at].emplace_back(id, s);
     }
-  }
+    return arrivals;
+  };
+  // Masks sent after their plan (the served engine's way) give the same run.
+  Harness deferred(24, 64, true, false, /*defer_masks=*/true);
+  const auto deferred_out = deferred.Run(make_arrivals());
+  EXPECT_GT(deferred.deferred_steps_, 0);
   Harness h(24, 64, true);  // a small pool: preemption recomputes constrained requests too
-  auto together = h.Run(arrivals);
+  auto together = h.Run(make_arrivals());
+  EXPECT_EQ(deferred_out, together);
+  EXPECT_EQ(deferred.finish_, h.finish_);
   for (const auto& [id, spec] : w.all) {
     for (int i = 0; i < spec.n; ++i) {
       const std::pair<RequestId, int> key(id, i);
