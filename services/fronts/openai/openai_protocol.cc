@@ -104,6 +104,11 @@ absl::Status Unsupported(const char* key, absl::string_view why) {
   return InvalidParam(key, absl::StrCat("'", key, "' ", why));
 }
 
+// Two parameters that each constrain the output: one is allowed.
+absl::Status BothConstrain(const std::string& key, const std::string& other) {
+  return InvalidParam(key, absl::StrCat("'", key, "' and '", other, "' both constrain the output: give one"));
+}
+
 // A JSON Schema given as an object (or a boolean), or as its text.
 absl::StatusOr<std::string> SchemaText(const json& schema, absl::string_view param) {
   if (schema.is_object() || schema.is_boolean()) return Dump(schema);
@@ -119,7 +124,7 @@ absl::Status ParseConstraint(const Fields& f, std::optional<grammar::Constraint>
   using grammar::ConstraintKind;
   auto set = [&](const std::string& key, grammar::Constraint c) -> absl::Status {
     if (out->has_value()) {
-      return InvalidParam(key, absl::StrCat("'", key, "' and '", *param, "' both constrain the output: give one"));
+      return BothConstrain(key, *param);
     }
     *out = std::move(c);
     *param = key;
@@ -240,7 +245,7 @@ absl::Status ParseTools(const Fields& f, ChatPrompt* chat, ApiRequest* out,
                       R"(},"required":["name","parameters"],"additionalProperties":false})");
     }
     if (!param->empty()) {
-      return InvalidParam("tool_choice", absl::StrCat("'tool_choice' and '", *param, "' both constrain the output: give one"));
+      return BothConstrain("tool_choice", *param);
     }
     out->tool_mode = ToolMode::kRequired;
     *constraint = grammar::Constraint{grammar::ConstraintKind::kJsonSchema,
@@ -260,7 +265,7 @@ absl::Status ParseTools(const Fields& f, ChatPrompt* chat, ApiRequest* out,
                                                     "', which is not one of 'tools'"));
   }
   if (!param->empty()) {
-    return InvalidParam("tool_choice", absl::StrCat("'tool_choice' and '", *param, "' both constrain the output: give one"));
+    return BothConstrain("tool_choice", *param);
   }
   out->tool_mode = ToolMode::kNamed;
   out->tool_name = it->first;
@@ -791,10 +796,10 @@ std::optional<std::vector<std::pair<std::string, std::string>>> RequiredCalls(co
 
 }  // namespace
 
-json ResponseBuilder::ToolCallJson(int index, const std::string& name, const std::string& arguments,
-                                   bool streamed) const {
-  json call = {{"id", ids_.Next()}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
-  if (streamed) call["index"] = index;
+json ResponseBuilder::ToolCallJson(int index, const std::string& id, const std::string& name,
+                                   const std::string& arguments) {
+  json call = {{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+  if (index >= 0) call["index"] = index;
   return call;
 }
 
@@ -825,8 +830,7 @@ json ResponseBuilder::ChatDelta(Choice& choice, const std::string& text, bool la
         if (!d.is_tool_call()) {
           content += d.content;
         } else if (!d.id.empty()) {
-          calls.push_back({{"index", d.index}, {"id", d.id}, {"type", "function"},
-                           {"function", {{"name", d.name}, {"arguments", d.arguments}}}});
+          calls.push_back(ToolCallJson(d.index, d.id, d.name, d.arguments));
         } else {
           calls.push_back({{"index", d.index}, {"function", {{"arguments", d.arguments}}}});
         }
@@ -836,7 +840,7 @@ json ResponseBuilder::ChatDelta(Choice& choice, const std::string& text, bool la
     case ToolMode::kNamed:
       // The reply is the function's arguments: streamed as they come.
       if (!choice.named_started) {
-        calls.push_back(ToolCallJson(0, request_.tool_name, content, true));
+        calls.push_back(ToolCallJson(0, ids_.Next(), request_.tool_name, content));
         choice.named_started = true;
       } else if (!content.empty()) {
         calls.push_back({{"index", 0}, {"function", {{"arguments", content}}}});
@@ -850,7 +854,7 @@ json ResponseBuilder::ChatDelta(Choice& choice, const std::string& text, bool la
       if (last) {
         if (auto parsed = RequiredCalls(choice.text); parsed.has_value()) {
           for (size_t i = 0; i < parsed->size(); ++i) {
-            calls.push_back(ToolCallJson(static_cast<int>(i), (*parsed)[i].first, (*parsed)[i].second, true));
+            calls.push_back(ToolCallJson(static_cast<int>(i), ids_.Next(), (*parsed)[i].first, (*parsed)[i].second));
           }
         } else {
           content = choice.text;  // cut short: the text as it is
@@ -881,7 +885,7 @@ json ResponseBuilder::ChatMessage(const Choice& choice, std::string* finish_reas
     case ToolMode::kAuto: {
       tools::ParsedOutput parsed = tools::ParseToolCalls(request_.output.tool_calls, content, &ids_);
       for (const tools::ToolCall& c : parsed.calls) {
-        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        calls.push_back(ToolCallJson(-1, c.id, c.name, c.arguments));
       }
       if (!parsed.calls.empty()) content = std::move(parsed.content);
       break;
@@ -889,14 +893,14 @@ json ResponseBuilder::ChatMessage(const Choice& choice, std::string* finish_reas
     case ToolMode::kNamed: {
       // Compact when it parses (it does, unless cut short by max_tokens).
       json args = json::parse(content, nullptr, /*allow_exceptions=*/false);
-      calls.push_back(ToolCallJson(0, request_.tool_name, args.is_discarded() ? content : Dump(args), false));
+      calls.push_back(ToolCallJson(-1, ids_.Next(), request_.tool_name, args.is_discarded() ? content : Dump(args)));
       content.clear();
       break;
     }
     case ToolMode::kRequired:
       if (auto parsed = RequiredCalls(content); parsed.has_value()) {
         for (size_t i = 0; i < parsed->size(); ++i) {
-          calls.push_back(ToolCallJson(static_cast<int>(i), (*parsed)[i].first, (*parsed)[i].second, false));
+          calls.push_back(ToolCallJson(-1, ids_.Next(), (*parsed)[i].first, (*parsed)[i].second));
         }
         content.clear();
       }

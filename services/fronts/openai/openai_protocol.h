@@ -165,7 +165,9 @@ class ResponseBuilder {
   // Chat, not streamed: the message for a choice's whole text, and its
   // finish_reason as tools change it.
   nlohmann::json ChatMessage(const Choice& choice, std::string* finish_reason) const;
-  nlohmann::json ToolCallJson(int index, const std::string& name, const std::string& arguments, bool streamed) const;
+  // A tool call as OpenAI writes it; `index` >= 0 in a streamed delta.
+  static nlohmann::json ToolCallJson(int index, const std::string& id, const std::string& name,
+                                     const std::string& arguments);
   nlohmann::json Usage() const;
   // `extra`: more top-level members (chat's prompt_token_ids), or null.
   std::string Event(nlohmann::json choices, bool with_usage_null, nlohmann::json extra = nullptr) const;
