@@ -39,8 +39,9 @@ struct StructuredOutputs {
 // only the next token of that completion (spelled greedily, longest token
 // first), then a stop token. Where the vLLM family returns JSON cut off
 // at max_tokens, the output then always parses when the budget could hold
-// the shortest completion at all. Costs nothing until the budget is within
-// the completion's length in bytes.
+// the shortest completion at all. Costs a shortest-completion search per
+// step (a walk of the automaton), and the spelling only once the budget is
+// within the completion's length in bytes.
 class GrammarConstraint : public TokenConstraint {
  public:
   GrammarConstraint(std::shared_ptr<const grammar::CompiledGrammar> grammar, int32_t samples,
