@@ -300,19 +300,16 @@ int main(int argc, char** argv) {
     SetReady(health, false);
     health->SetServingStatus("liveness", true);
   }
-  // A plaintext API port is probed from inside (listener_probe.h): should its
-  // listener stop accepting, liveness turns NOT_SERVING and the pod restarts.
-  // (A probe of a TLS port would log a failed handshake every few seconds;
-  // there the HTTP front's caps are what keep descriptors in reserve.)
-  std::unique_ptr<ListenerProbe> listener_probe;
-  if (!c.tls()) {
-    ListenerProbeOptions probe;
-    probe.host = c.listen_address.host;
-    probe.port = bound;
-    listener_probe = std::make_unique<ListenerProbe>(probe, [healths] {
-      for (grpc::HealthCheckServiceInterface* health : healths) health->SetServingStatus("liveness", false);
-    });
-  }
+  // The API port is probed from inside (listener_probe.h), in plaintext or
+  // TLS as it serves: should its listener stop accepting, liveness turns
+  // NOT_SERVING and the pod restarts.
+  ListenerProbeOptions probe;
+  probe.host = c.listen_address.host;
+  probe.port = bound;
+  probe.tls = c.tls();
+  auto listener_probe = std::make_unique<ListenerProbe>(probe, [healths] {
+    for (grpc::HealthCheckServiceInterface* health : healths) health->SetServingStatus("liveness", false);
+  });
   // Once draining, readiness stays NOT_SERVING whatever the workers do.
   std::atomic<bool> draining{false};
   engine.SetReadyCallback([healths, &draining](bool ready) {

@@ -10,8 +10,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "absl/time/clock.h"
+#include "openssl/bio.h"
+#include "openssl/ssl.h"
 
 namespace chunkattn {
 namespace {
@@ -28,9 +31,30 @@ bool WaitFor(int fd, short events, absl::Time deadline) {
   }
 }
 
+// A TLS ClientHello, as OpenSSL's client sends it first; empty if OpenSSL
+// cannot make one (the probe then sends nothing and waits for a close).
+std::string ClientHello() {
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
+  if (ctx == nullptr) return "";
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  if (ssl == nullptr || in == nullptr || out == nullptr) {
+    BIO_free(in);
+    BIO_free(out);
+    return "";
+  }
+  SSL_set_bio(ssl.get(), in, out);  // `ssl` owns both from here
+  SSL_set_connect_state(ssl.get());
+  (void)SSL_do_handshake(ssl.get());  // writes the hello, then wants the server's reply
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(out, &data);
+  return n > 0 ? std::string(data, static_cast<size_t>(n)) : "";
+}
+
 }  // namespace
 
-bool ListenerAnswers(const std::string& host, int port, absl::Duration timeout) {
+bool ListenerAnswers(const std::string& host, int port, absl::Duration timeout, bool tls) {
   sockaddr_storage addr{};
   socklen_t len = 0;
   std::string target = host;
@@ -58,9 +82,10 @@ bool ListenerAnswers(const std::string& host, int port, absl::Duration timeout) 
     int error = 0;
     socklen_t elen = sizeof(error);
     if (WaitFor(fd, POLLOUT, deadline) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &elen) == 0 && error == 0) {
-      // The HTTP/2 client preface and an empty SETTINGS frame.
+      // The HTTP/2 client preface and an empty SETTINGS frame, or a ClientHello.
       static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
-      (void)!send(fd, kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL);
+      const std::string first = tls ? ClientHello() : std::string(kPreface, sizeof(kPreface) - 1);
+      (void)!send(fd, first.data(), first.size(), MSG_NOSIGNAL);
       answered = WaitFor(fd, POLLIN, deadline);  // a byte, a close or a reset: accepted and handled
     }
   }
@@ -88,7 +113,7 @@ void ListenerProbe::Run() {
       mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.interval);
       if (stop_) return;
     }
-    if (ListenerAnswers(options_.host, options_.port, options_.timeout)) {
+    if (ListenerAnswers(options_.host, options_.port, options_.timeout, options_.tls)) {
       silent = 0;
       continue;
     }

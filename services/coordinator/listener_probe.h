@@ -2,10 +2,14 @@
 // gRPC 1.51's listener stops for good after one failed accept() (out of
 // descriptors: it logs "Failed accept4" and never accepts again) while the
 // process, and a health port on another listener, go on answering SERVING.
-// The probe notices: every `interval` it connects to the port and sends the
-// HTTP/2 client preface; a listener that accepts answers (SETTINGS in
-// plaintext, an alert or a close under TLS: any byte or a close will do)
-// within `timeout`. A connection left in the kernel's backlog gets nothing.
+// The probe notices: every `interval` it connects to the port and sends what
+// a client sends first, the HTTP/2 client preface on a plaintext port or a TLS
+// ClientHello on a TLS one; a listener that accepts answers (SETTINGS, a
+// ServerHello, an alert or a close: any byte or a close will do) within
+// `timeout`. A connection left in the kernel's backlog gets nothing. The
+// probe then closes: a TLS server sees a client that went away mid-handshake,
+// which gRPC does not log (it logs bytes that are not TLS), so a probe every
+// few seconds leaves the log clean.
 // After `failures` probes in a row get nothing, `on_dead` runs once (the
 // coordinator turns liveness NOT_SERVING, so Kubernetes restarts the pod).
 //
@@ -29,11 +33,12 @@ struct ListenerProbeOptions {
   absl::Duration interval = absl::Seconds(5);
   absl::Duration timeout = absl::Seconds(2);
   int failures = 3;
+  bool tls = false;  // the port serves TLS (mutual or not)
 };
 
 // Whether the listener at host:port accepted a connection and answered (or
-// closed it) within `timeout`.
-bool ListenerAnswers(const std::string& host, int port, absl::Duration timeout);
+// closed it) within `timeout`; `tls` as in ListenerProbeOptions.
+bool ListenerAnswers(const std::string& host, int port, absl::Duration timeout, bool tls = false);
 
 class ListenerProbe {
  public:
