@@ -506,16 +506,41 @@ absl::Status Scheduler::AdmitWaiting(std::vector<Request*>* running, std::vector
 }
 
 // Phase 3: every decode row first, then prefill pieces in admission order
-// within the token budget.
-std::vector<Scheduler::Work> Scheduler::ChooseRows(const std::vector<Request*>& running) const {
+// within the token budget. A newcomer's first token comes first between
+// named tenants: in a step that prefills a request with no token yet for a
+// tenant holding fewer sequences than another, that other tenant's rows sit
+// the step out, so a flood's decode rows do not slow another tenant's time to
+// first token (on a CPU a decode row costs about what a prompt row does).
+// Never two steps in a row: a flood waits at most every other step.
+std::vector<Scheduler::Work> Scheduler::ChooseRows(const std::vector<Request*>& running) {
+  absl::flat_hash_map<std::string, int64_t> held;  // sequences running, per tenant
+  for (const Request* r : running) held[r->spec.tenant] += static_cast<int64_t>(r->seqs.size());
+  int64_t newcomer = -1;  // the fewest held by a named tenant prefilling a request with no token yet
+  for (const Request* r : running) {
+    if (r->spec.tenant.empty()) continue;
+    const bool first_token = std::all_of(r->samples.begin(), r->samples.end(),
+                                         [](const Request::Sample& s) { return s.generated.empty(); });
+    const bool prefills = std::any_of(r->seqs.begin(), r->seqs.end(), [](const std::unique_ptr<Seq>& seq) {
+      return static_cast<int32_t>(seq->tokens.size()) - seq->computed > 1;
+    });
+    if (first_token && prefills && (newcomer < 0 || held[r->spec.tenant] < newcomer)) newcomer = held[r->spec.tenant];
+  }
+  absl::flat_hash_set<std::string> sit_out;
+  for (const auto& [tenant, n] : held) {
+    if (!tenant.empty() && newcomer >= 0 && n > newcomer && !sat_out_.contains(tenant)) sit_out.insert(tenant);
+  }
+  sat_out_ = sit_out;
+
   std::vector<Work> work;
   int64_t rows = 0;
   for (Request* r : running) {
+    if (sit_out.contains(r->spec.tenant)) continue;
     for (auto& seq : r->seqs) {
       if (static_cast<int32_t>(seq->tokens.size()) - seq->computed == 1) ++rows;
     }
   }
   for (Request* r : running) {
+    if (sit_out.contains(r->spec.tenant)) continue;
     for (auto& seq_ptr : r->seqs) {
       Seq* seq = seq_ptr.get();
       const int32_t len = static_cast<int32_t>(seq->tokens.size());

@@ -13,7 +13,10 @@
 //    several steps when the per-step token budget is short (chunked prefill).
 //    A request whose prompt shares at least one more chunk with a prompt
 //    still being prefilled waits a step, so it reuses that KV instead of
-//    computing a second copy (in-batch prefix sharing).
+//    computing a second copy (in-batch prefix sharing). Between named
+//    tenants, admission takes the tenant holding the fewest sequences next,
+//    and the step that prefills its first token leaves out the rows of the
+//    tenants holding more (one step at a time; scheduler.cc, ChooseRows).
 //  - The last prompt token always runs as a decode row over the (C, i, j)
 //    context (its logits give the first token), so every row that is
 //    sampled is a decode row and prefill never needs logits. A fully cached
@@ -47,6 +50,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -261,7 +265,7 @@ class Scheduler {
   std::vector<Request*> RunningInAdmissionOrder() const;
   absl::Status FeedBackTokens(std::vector<Request*>* running, std::vector<KvCopy>* copies);
   absl::Status AdmitWaiting(std::vector<Request*>* running, std::vector<KvCopy>* copies);
-  std::vector<Work> ChooseRows(const std::vector<Request*>& running) const;
+  std::vector<Work> ChooseRows(const std::vector<Request*>& running);
   absl::Status WritePrefill(const std::vector<Work>& work, StepPlan* plan);
   absl::Status WriteDecode(const std::vector<Work>& work, StepPlan* plan);
 
@@ -303,6 +307,8 @@ class Scheduler {
   std::vector<MaskJob> mask_jobs_;
   std::vector<SamplerStart> pending_starts_;
   std::vector<int64_t> pending_sampler_ends_;
+  // Tenants whose rows sat out the last step for a newcomer's prefill (ChooseRows).
+  absl::flat_hash_set<std::string> sat_out_;
   uint64_t step_ = 0;
   bool in_step_ = false;
 

@@ -219,6 +219,55 @@ TEST(SchedulerFairShareTest, ATenantsShareLeavesASlotFree) {
   }
 }
 
+TEST(SchedulerFairShareTest, ANewcomersFirstStepLeavesAFloodsRowsOutOneStepAtATime) {
+  // Tenant a decodes 4 requests; b's requests come one per step. The step
+  // that prefills b's first has no row of a's (so b's first token is not
+  // slowed by a's batch), the next has a's rows again although another b
+  // request prefills in it, and so on: a decodes at least every other step.
+  // Without names (one shared tenant) or from a itself, nothing sits out.
+  for (const std::string newcomer : {"t:b", "t:a", ""}) {
+    SCOPED_TRACE("newcomer '" + newcomer + "'");
+    auto s = MakeScheduler(256, 16, nullptr);
+    for (int i = 0; i < 4; ++i) {
+      RequestSpec spec = Spec(100 + 32 * i, 40, 0);
+      spec.ignore_eos = true;
+      spec.tenant = newcomer.empty() ? "" : "t:a";
+      ASSERT_TRUE(s->Add(i, spec).ok());
+    }
+    StepPlan plan;
+    StepResult result;
+    auto step = [&](std::map<RequestId, int>* tokens) {
+      ASSERT_TRUE(*s->Schedule(&plan));
+      NullExecute(plan, &result);
+      std::vector<SampleEvent> events;
+      ASSERT_TRUE(s->Complete(result, &events).ok());
+      for (const SampleEvent& e : events) ++(*tokens)[e.request];
+    };
+    for (int k = 0; k < 2; ++k) {
+      std::map<RequestId, int> warmup;
+      step(&warmup);
+    }
+    int a_steps = 0;
+    for (int k = 0; k < 6; ++k) {
+      RequestSpec b = Spec(4000 + 32 * k, 2, 0);
+      b.tenant = newcomer;
+      ASSERT_TRUE(s->Add(100 + k, b).ok());
+      std::map<RequestId, int> tokens;
+      step(&tokens);
+      EXPECT_EQ(tokens[100 + k], 1) << "step " << k << ": the newcomer's first token";
+      const bool a_decoded = tokens[0] == 1 && tokens[1] == 1 && tokens[2] == 1 && tokens[3] == 1;
+      EXPECT_TRUE(a_decoded || (tokens[0] + tokens[1] + tokens[2] + tokens[3]) == 0) << "step " << k;
+      if (newcomer == "t:b") {
+        EXPECT_EQ(a_decoded, k % 2 == 1) << "step " << k;
+      } else {
+        EXPECT_TRUE(a_decoded) << "step " << k;
+      }
+      a_steps += a_decoded ? 1 : 0;
+    }
+    EXPECT_GE(a_steps, 3);
+  }
+}
+
 TEST(SchedulerPolicyTest, AgingThroughTheInjectedClock) {
   for (bool aging : {false, true}) {
     ManualClock clock;
