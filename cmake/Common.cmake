@@ -55,10 +55,15 @@ add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-Wall> $<$<COMPILE_LANGUAGE:CXX>:-
 # Sanitizer builds (scripts/sanitize.sh configures them with clang, CUDA off):
 # "address,undefined" or "thread". Any report fails the process.
 set(CHUNKATTN_SANITIZE "" CACHE STRING "Sanitizers for every target: address,undefined or thread")
+# They compile at -O0, but for the libraries the top-level CMakeLists.txt
+# lists and the HEAVY tests: ASan + UBSan at -O2 doubles a file's compile
+# (the text library's batch: 62 against 31 s), and most code under test runs
+# little there; what does runs optimized.
 if(CHUNKATTN_SANITIZE)
   add_compile_options(-fsanitize=${CHUNKATTN_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer)
   add_link_options(-fsanitize=${CHUNKATTN_SANITIZE})
   add_compile_definitions(CHUNKATTN_SANITIZER_BUILD=1)
+  string(REGEX REPLACE "-O[0-9s]" "-O0" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
 endif()
 # Debug information: "full" (-g, as the build type gives it) or "lines" (line
 # tables and function names: what a backtrace, gdb's `bt` and a sanitizer
@@ -99,7 +104,15 @@ endif()
 # link, not on every target: tests/fuzz/CMakeLists.txt says why.
 option(CHUNKATTN_FUZZ "Build the libFuzzer harnesses in tests/fuzz/ (clang)" OFF)
 
-# chunkattn_test(NAME SOURCES... LIBS ... [TSAN] [HEAVY] [PROPERTIES ...]): a
+# Whether a plain (unsanitized) build builds and registers the unit tests the
+# sanitizer builds run too (every GoogleTest binary but the CUDA ones).
+# scripts/test.sh turns it off in the main folder it creates when the
+# sanitizer builds run, as in CI: each unit test then runs once, under ASan +
+# UBSan (and TSan where marked TSAN), and no test file is compiled a third
+# time by gcc. A developer's folder keeps them (the default).
+option(CHUNKATTN_SANITIZED_UNIT_TESTS "Plain builds also build and run the unit tests the sanitizer builds run" ON)
+
+# chunkattn_test(NAME SOURCES... LIBS ... [TSAN] [HEAVY] [CUDA] [PROPERTIES ...]): a
 # GoogleTest binary registered with ctest, labelled "unit" (the sanitizer
 # builds run those), or "unit_tsan" with TSAN (the thread sanitizer's
 # build runs those too; ctest -L takes a regular expression). A test's own
@@ -112,7 +125,7 @@ option(CHUNKATTN_FUZZ "Build the libFuzzer harnesses in tests/fuzz/ (clang)" OFF
 # gtest_discover_tests cannot pass a list as a property value. The top-level
 # targets unit_tests and tsan_tests build each group (CMakeLists.txt).
 function(chunkattn_test name)
-  cmake_parse_arguments(ARG "TSAN;HEAVY" "" "SOURCES;LIBS;PROPERTIES" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN;HEAVY;CUDA" "" "SOURCES;LIBS;PROPERTIES" ${ARGN})
   if(NOT BUILD_TESTING)
     return()
   endif()
@@ -125,6 +138,9 @@ function(chunkattn_test name)
   if(ARG_HEAVY)
     list(APPEND flags HEAVY)
   endif()
+  if(ARG_CUDA)
+    list(APPEND flags CUDA)
+  endif()
   chunkattn_register_unit_test(${name} ${flags} PROPERTIES ${ARG_PROPERTIES})
 endfunction()
 
@@ -135,10 +151,19 @@ endfunction()
 # start, about 0.4 s each under ASan (the 141 TESTs of the cache and CPU kernel
 # tests took 216 core-seconds as 141 processes, 161 as two), and the unit
 # tests are ~540 TESTs. Per-TEST TIMEOUTs do not fit a whole binary: 900 s.
+# CUDA marks a test built only where CUDA is, which the sanitizer builds never
+# are: with CHUNKATTN_SANITIZED_UNIT_TESTS off, the only kind a plain build
+# keeps.
 function(chunkattn_register_unit_test name)
-  cmake_parse_arguments(ARG "TSAN;HEAVY" "" "PROPERTIES" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN;HEAVY;CUDA" "" "PROPERTIES" ${ARGN})
+  if(NOT CHUNKATTN_SANITIZE AND NOT CHUNKATTN_SANITIZED_UNIT_TESTS AND NOT ARG_CUDA)
+    set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    return()
+  endif()
   if(NOT ARG_HEAVY)
     target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+  elseif(CHUNKATTN_SANITIZE)
+    target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O2>)
   endif()
   set(label unit)
   if(ARG_TSAN)

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/sanitizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/kv_events/block_hash.h"
@@ -46,6 +47,7 @@ class KvEventWalkTest : public ::testing::TestWithParam<WalkCase> {};
 TEST_P(KvEventWalkTest, RouterIndexEqualsForestBlocks) {
   WalkCase c = GetParam();
   c.params.record_block_events = true;
+  c.steps = SanitizerSlice(c.steps, 4);  // each step rebuilds the index: slow under a sanitizer
   std::mt19937 rng(c.seed);
   testing::RandomWalk walk(c.params, [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); });
   KvEventTracker tracker(c.params.chunk_size, "0");
@@ -591,11 +593,8 @@ TEST(KvEventPublisherTest, ReplayIsBoundedAndResumes) {
   EXPECT_EQ(stats.replay_refused, 0);
 }
 
-#if defined(CHUNKATTN_SANITIZER_BUILD)  // clang's sanitizers define no __SANITIZE_*__
-constexpr bool kSanitized = true;  // shadow memory and quarantines: RSS says nothing; the bounds are checked
-#else
-constexpr bool kSanitized = false;
-#endif
+// Under a sanitizer, shadow memory and quarantines: RSS says nothing; the bounds are checked.
+constexpr bool kSanitized = kSanitizerBuild;
 
 // The process's resident memory, bytes, once glibc has handed back what is
 // free (it keeps freed small blocks in its arenas otherwise, which would

@@ -1,9 +1,10 @@
 // The prefix forest against a brute-force model (forest_walk.h): seeded
-// walks of 20,000 to 100,000 operations on pools from tiny to roomy, each of
-// which must visit every kind of event.
+// walks of 20,000 to 100,000 operations on pools from tiny to roomy (a
+// quarter under a sanitizer), each of which must visit every kind of event.
 #include <random>
 #include <string>
 
+#include "base/sanitizer.h"
 #include "gtest/gtest.h"
 #include "services/tests/forest_walk.h"
 
@@ -15,7 +16,8 @@ using testing::WalkCase;
 class PrefixForestRandomWalkTest : public ::testing::TestWithParam<WalkCase> {};
 
 TEST_P(PrefixForestRandomWalkTest, MatchesBruteForceModel) {
-  const WalkCase& c = GetParam();
+  WalkCase c = GetParam();
+  c.steps = SanitizerSlice(c.steps, 4);
   std::mt19937 rng(c.seed);
   testing::RandomWalk walk(c.params, [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); });
   for (int step = 0; step < c.steps && !HasFailure(); ++step) walk.Step();

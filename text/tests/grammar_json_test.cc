@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/sanitizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "text/grammar/json_schema.h"
@@ -38,17 +39,7 @@ TEST(GrammarJsonSchema, RandomSchemasAgainstReferenceValidator) {
   std::mt19937 rng(424242);
   int accepted_walks = 0;
   // Fewer under a sanitizer (its build looks for memory errors; the plain build checks all 250).
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  constexpr int kRounds = 100;
-#else
-  constexpr int kRounds = 250;
-#endif
-#elif defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  constexpr int kRounds = 100;
-#else
-  constexpr int kRounds = 250;
-#endif
+  constexpr int kRounds = SanitizerSlice(250, 5);
   for (int round = 0; round < kRounds; ++round) {
     const Json schema = round % 10 == 9 ? Json::parse(kTree) : RandomSchema(rng, 3);
     JsonSchemaOptions options;

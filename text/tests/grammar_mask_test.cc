@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/sanitizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "text/grammar/compile_cache.h"
@@ -150,24 +151,11 @@ void ExpectSameMask(GrammarMatcher* m, const Vocabulary& v, const std::string& w
 class GrammarMaskTest : public ::testing::TestWithParam<std::string> {};
 
 // Under a sanitizer the brute-force check (a walk of the whole vocabulary
-// per position) runs at every third token and for 4 random steps, not 12:
+// per position) runs at every sixth token and for 2 random steps, not 12:
 // that build looks for memory errors, which every position's fast path
 // still meets; the plain build checks every position.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define CHUNKATTN_GRAMMAR_TEST_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define CHUNKATTN_GRAMMAR_TEST_SANITIZED 1
-#endif
-#ifdef CHUNKATTN_GRAMMAR_TEST_SANITIZED
-constexpr size_t kBruteForceStride = 3;
-constexpr int kRandomSteps = 4;
-#else
-constexpr size_t kBruteForceStride = 1;
-constexpr int kRandomSteps = 12;
-#endif
+constexpr size_t kBruteForceStride = kSanitizerBuild ? 6 : 1;
+constexpr int kRandomSteps = SanitizerSlice(12, 6);
 
 TEST_P(GrammarMaskTest, MaskEqualsBruteForce) {
   const Loaded* l = Load(GetParam());

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "base/sanitizer.h"
 #include "kernels/api/attention_state.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/tests/attention_test_util.h"
@@ -126,7 +127,7 @@ TEST_P(DecodeWorkParity, ExecutedPlanMatchesTheOracle) {
   fopt.max_private = 6;
   std::mt19937 rng(g * 100 + c + concurrent);
   int split_seen = 0;
-  for (int trial = 0; trial < 12; ++trial) {
+  for (int trial = 0; trial < SanitizerSlice(12, 2); ++trial) {  // the float64 oracle dominates
     SCOPED_TRACE(absl::StrFormat("trial %d", trial));
     TestPool kv(DType::kFloat32, testing::MaxForestChunks(fopt), kvh, c, d);
     const ChunkContext ctx = RandomForest(rng, kv, fopt);
