@@ -20,6 +20,8 @@ void Log(const std::string& message) {
 
 // Between two liveness probes of the workers while nothing runs.
 constexpr absl::Duration kIdleProbeInterval = absl::Seconds(1);
+// The per-tenant gauges walk every tenant and cache namespace: not every step.
+constexpr absl::Duration kTenantGaugePeriod = absl::Milliseconds(250);
 
 // Latency buckets, seconds: 1 ms .. ~65 s.
 std::vector<double> LatencyBuckets() { return metrics::ExponentialBuckets(0.001, 2, 17); }
@@ -490,7 +492,33 @@ void Engine::UpdateGauges() {
   preemptions_seen_ = ss.preemptions_total;
   m_running_->Set(static_cast<double>(ss.running_requests));
   m_waiting_->Set(static_cast<double>(ss.waiting_requests));
-  // Per tenant: the label values are the token file's tenants (one, "",
+  // Per tenant: at most every kTenantGaugePeriod while the same requests
+  // run, and at once when one starts or ends (a client holding its last
+  // response sees its tenant's figures).
+  const absl::Time now = absl::Now();
+  const std::pair<int64_t, int64_t> totals{ss.running_requests, ss.waiting_requests};
+  if (totals != tenant_gauges_totals_ || now - tenant_gauges_at_ >= kTenantGaugePeriod) {
+    tenant_gauges_totals_ = totals;
+    tenant_gauges_at_ = now;
+    UpdateTenantGauges(cs);
+  }
+  m_vllm_running_->Set(static_cast<double>(ss.running_requests));
+  m_vllm_waiting_->Set(static_cast<double>(ss.waiting_requests));
+  const double usage = cs.kv_usage();
+  m_vllm_kv_usage_->Set(usage);
+  m_vllm_gpu_cache_usage_->Set(usage);
+  absl::MutexLock lock(&snapshot_mu_);
+  snapshot_.num_chunks = scheduler_->options().num_chunks;
+  snapshot_.chunk_bytes_total = pool_->chunk_bytes_total();
+  snapshot_.dtype = pool_->dtype();
+  snapshot_.device = pool_->device();
+  snapshot_.kv_dtype = pool_->kv_dtype();
+  snapshot_.cache = cs;
+  snapshot_.scheduler = ss;
+}
+
+void Engine::UpdateTenantGauges(const CacheStats& cs) {
+  // The label values are the token file's tenants (one, "",
   // without tokens), so the series stay few. A tenant gone idle reads 0.
   const std::map<std::string, TenantLoad> loads = scheduler_->tenant_loads();
   for (const auto& [tenant, load] : loads) {
@@ -526,19 +554,6 @@ void Engine::UpdateGauges() {
     }
     gauges[3]->Set(static_cast<double>(chunks));
   }
-  m_vllm_running_->Set(static_cast<double>(ss.running_requests));
-  m_vllm_waiting_->Set(static_cast<double>(ss.waiting_requests));
-  const double usage = cs.kv_usage();
-  m_vllm_kv_usage_->Set(usage);
-  m_vllm_gpu_cache_usage_->Set(usage);
-  absl::MutexLock lock(&snapshot_mu_);
-  snapshot_.num_chunks = scheduler_->options().num_chunks;
-  snapshot_.chunk_bytes_total = pool_->chunk_bytes_total();
-  snapshot_.dtype = pool_->dtype();
-  snapshot_.device = pool_->device();
-  snapshot_.kv_dtype = pool_->kv_dtype();
-  snapshot_.cache = cs;
-  snapshot_.scheduler = ss;
 }
 
 }  // namespace chunkattn

@@ -179,6 +179,7 @@ class Engine {
   void EndSession();
   void SetReady(bool ready);
   void UpdateGauges();
+  void UpdateTenantGauges(const CacheStats& cs);
 
   EngineOptions options_;
   const ModelConfig* config_;
@@ -211,6 +212,11 @@ class Engine {
   int64_t preemptions_seen_ = 0;
   // Per tenant seen: its running, waiting, sequence and KV chunk gauges (kept at 0 once idle).
   std::map<std::string, std::array<metrics::Gauge*, 4>> tenant_gauges_;
+  // When they were last set, and for which running and waiting totals: they
+  // walk every tenant and cache namespace, so a step refreshes them only when
+  // a request started or ended, or kTenantGaugePeriod passed (UpdateGauges).
+  absl::Time tenant_gauges_at_ = absl::InfinitePast();
+  std::pair<int64_t, int64_t> tenant_gauges_totals_{-1, -1};
   // Queued requests kept for the next worker session (see ReleaseWorkers).
   std::vector<std::pair<int64_t, RequestSpec>> held_;
   absl::Time next_probe_ = absl::InfinitePast();
