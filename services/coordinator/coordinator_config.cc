@@ -39,7 +39,7 @@ ABSL_FLAG(int64_t, http_max_connections_per_peer, 0,
           "--http_max_connections");
 ABSL_FLAG(std::string, tool_call_parser, "auto",
           "how chat replies become tool_calls with tool_choice auto: auto (from the chat template) | hermes "
-          "(Qwen2.5/Qwen3 <tool_call>) | llama3_json | deepseek_v3 | none");
+          "(Qwen2.5/Qwen3 <tool_call>) | llama3_json | deepseek_v3 | deepseek_v31 (DeepSeek V3.1) | none");
 ABSL_FLAG(std::string, reasoning_parser, "auto",
           "how chat replies' thinking becomes reasoning_content: auto (a chat template that writes <think>) | "
           "qwen3 (<think>...</think>) | none");
@@ -295,7 +295,7 @@ absl::StatusOr<CoordinatorConfig> CoordinatorConfigFromFlags() {
   c.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   if (c.tool_call_parser != "auto") {
     if (absl::StatusOr<tools::ToolCallFormat> f = tools::ParseToolCallFormat(c.tool_call_parser); !f.ok()) {
-      return Invalid("--tool_call_parser must be auto, hermes, llama3_json, deepseek_v3 or none");
+      return Invalid("--tool_call_parser must be auto, hermes, llama3_json, deepseek_v3, deepseek_v31 or none");
     }
   }
   c.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);

@@ -142,13 +142,15 @@ ParsedOutput Want(std::string content, std::vector<std::pair<std::string, std::s
 // Names, detection, ids.
 
 TEST(ToolCallFormatTest, NamesRoundTrip) {
-  for (ToolCallFormat f : {ToolCallFormat::kNone, ToolCallFormat::kHermes,
-                           ToolCallFormat::kLlama3Json, ToolCallFormat::kDeepSeekV3}) {
+  for (ToolCallFormat f : {ToolCallFormat::kNone, ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                           ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31}) {
     const auto parsed = ParseToolCallFormat(ToolCallFormatName(f));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, f);
   }
   EXPECT_STREQ(ToolCallFormatName(ToolCallFormat::kLlama3Json), "llama3_json");
+  EXPECT_STREQ(ToolCallFormatName(ToolCallFormat::kDeepSeekV31), "deepseek_v31");
+  EXPECT_EQ(ParseToolCallFormat("deepseek_v3.1").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseToolCallFormat("mistral").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseToolCallFormat("Hermes").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseToolCallFormat("").status().code(), absl::StatusCode::kInvalidArgument);
@@ -184,6 +186,21 @@ TEST(ToolCallFormatTest, DetectFromChatTemplates) {
 {%- if not ns.is_first %}{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}
 {%- endif %}{%- endfor %}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}})";
   EXPECT_EQ(DetectToolCallFormat(deepseek), ToolCallFormat::kDeepSeekV3);
+
+  // DeepSeek V3.1 renders them as name, separator, arguments: no type, no fence.
+  const std::string deepseek_v31 = R"({%- for tool in message['tool_calls'] -%}
+      {%- if not ns.is_first -%}
+        {%- if message['content'] is none -%}{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}
+          {%- else -%}{{message['content'] + '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}
+        {%- endif -%}
+        {%- set ns.is_first = true -%}
+        {%- else -%}{{'<｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}
+      {%- endif -%}
+    {%- endfor -%}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}
+{%- if message['role'] == 'tool' -%}{{'<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif -%})";
+  EXPECT_EQ(DetectToolCallFormat(deepseek_v31), ToolCallFormat::kDeepSeekV31);
+  // The begin marker alone (say, in a system prompt) keeps the V3 default.
+  EXPECT_EQ(DetectToolCallFormat("Call tools with <｜tool▁calls▁begin｜>."), ToolCallFormat::kDeepSeekV3);
 
   // Llama 2 / Mistral style templates have no tool markers.
   EXPECT_EQ(DetectToolCallFormat(
@@ -413,6 +430,86 @@ TEST(DeepSeekV3Test, MalformedCallsStayContent) {
                  Want(rest, {{"f", "{}"}}));
 }
 
+// ---------------------------------------------------------------------------
+// DeepSeek V3.1.
+
+std::string Ds31Call(const std::string& name, const std::string& json) {
+  return absl::StrCat(kDsCallBegin, name, kDsSep, json, kDsCallEnd);
+}
+
+TEST(DeepSeekV31Test, SingleCall) {
+  CheckAllSplits(ToolCallFormat::kDeepSeekV31,
+                 absl::StrCat(kDsCallsBegin, Ds31Call("get_weather", R"({"location": "Tokyo"})"),
+                              kDsCallsEnd),
+                 Want("", {{"get_weather", R"({"location":"Tokyo"})"}}));
+  // Whitespace around the name and the arguments is tolerated.
+  CheckAllSplits(ToolCallFormat::kDeepSeekV31,
+                 absl::StrCat(kDsCallsBegin, kDsCallBegin, " f\t", kDsSep, "\n{\n  \"a\": 1\n}\n", kDsCallEnd,
+                              kDsCallsEnd),
+                 Want("", {{"f", R"({"a":1})"}}));
+}
+
+TEST(DeepSeekV31Test, ContentThenSeveralCalls) {
+  const std::string text = absl::StrCat(
+      "Let me look both up.\n\n", kDsCallsBegin,
+      Ds31Call("get_weather", R"({"location": "東京", "days": [1, 2]})"),
+      Ds31Call("search", R"({"q": "a } b <｜tool▁sep｜><｜tool▁call▁end｜>", "n": {"deep": [[]]}})"), "\n",
+      Ds31Call("noop", "{}"), kDsCallsEnd);
+  CheckAllSplits(ToolCallFormat::kDeepSeekV31, text,
+                 Want("Let me look both up.\n\n",
+                      {{"get_weather", R"({"location":"東京","days":[1,2]})"},
+                       {"search", R"({"q":"a } b <｜tool▁sep｜><｜tool▁call▁end｜>","n":{"deep":[[]]}})"},
+                       {"noop", "{}"}}));
+}
+
+TEST(DeepSeekV31Test, MissingSectionEndAndTrailingText) {
+  const std::string call = Ds31Call("f", "{}");
+  CheckAllSplits(ToolCallFormat::kDeepSeekV31, absl::StrCat(kDsCallsBegin, call), Want("", {{"f", "{}"}}));
+  CheckAllSplits(ToolCallFormat::kDeepSeekV31, absl::StrCat(kDsCallsBegin, call, kDsCallsEnd, " ok"),
+                 Want(" ok", {{"f", "{}"}}));
+  // Cut off inside the second call: the first stands, the rest is content.
+  for (const std::string& cut : {absl::StrCat(kDsCallBegin, "get_w"),
+                                 absl::StrCat(kDsCallBegin, "get_weather", kDsSep.substr(0, 7)),
+                                 absl::StrCat(kDsCallBegin, "g", kDsSep, "{\"a\": [1"),
+                                 absl::StrCat(kDsCallBegin, "g", kDsSep, "{}", kDsCallEnd.substr(0, 4))}) {
+    CheckAllSplits(ToolCallFormat::kDeepSeekV31, absl::StrCat(kDsCallsBegin, call, cut), Want(cut, {{"f", "{}"}}));
+  }
+}
+
+TEST(DeepSeekV31Test, MalformedCallsStayContent) {
+  const std::vector<std::string> bad = {
+      absl::StrCat(kDsCallsBegin, Ds31Call("f", R"({"a": })"), kDsCallsEnd),          // bad JSON
+      absl::StrCat(kDsCallsBegin, Ds31Call("f", "{'a': 1}"), kDsCallsEnd),            // not JSON
+      absl::StrCat(kDsCallsBegin, Ds31Call("f", "{}}"), kDsCallsEnd),                 // stray brace
+      absl::StrCat(kDsCallsBegin, Ds31Call("f", "[1, 2]"), kDsCallsEnd),              // args not an object
+      absl::StrCat(kDsCallsBegin, Ds31Call("f", R"("{}")"), kDsCallsEnd),             // args a string
+      absl::StrCat(kDsCallsBegin, Ds31Call("f", "```json\n{}\n```"), kDsCallsEnd),   // fenced, as V3
+      absl::StrCat(kDsCallsBegin, DsCall("f", "{}"), kDsCallsEnd),                    // V3's call
+      absl::StrCat(kDsCallsBegin, kDsCallBegin, "f", kDsSep, "{}", kDsCallsEnd),      // no call end
+      absl::StrCat(kDsCallsBegin, kDsCallBegin, "f", kDsSep, "{}"),                   // cut off
+      absl::StrCat(kDsCallsBegin, kDsCallBegin, "f", kDsCallEnd),                     // no separator
+      absl::StrCat(kDsCallsBegin, Ds31Call("", "{}"), kDsCallsEnd),                   // no name
+      absl::StrCat(kDsCallsBegin, Ds31Call(" \t", "{}"), kDsCallsEnd),                // blank name
+      absl::StrCat(kDsCallsBegin, Ds31Call("get\nweather", "{}"), kDsCallsEnd),       // name over two lines
+      absl::StrCat(kDsCallsBegin, Ds31Call("a<b", "{}"), kDsCallsEnd),                // '<' in the name
+      absl::StrCat(kDsCallsBegin, Ds31Call(std::string(300, 'n'), "{}")),             // name too long
+      absl::StrCat(kDsCallsBegin, kDsCallsEnd),
+      absl::StrCat(kDsCallsBegin, "plain text"),
+      absl::StrCat(kDsCallsBegin, kDsCallBegin, "f", kDsSep.substr(0, 10)),          // ends inside the separator
+      std::string(kDsCallsBegin),
+  };
+  for (const std::string& b : bad) {
+    CheckAllSplits(ToolCallFormat::kDeepSeekV31, "Hi." + b, Want("Hi." + b, {}));
+  }
+  // A bad call after a good one ends the section there.
+  const std::string rest = absl::StrCat("\n", Ds31Call("g", "{oops}"), Ds31Call("h", "{}"), kDsCallsEnd);
+  CheckAllSplits(ToolCallFormat::kDeepSeekV31, absl::StrCat(kDsCallsBegin, Ds31Call("f", "{}"), rest),
+                 Want(rest, {{"f", "{}"}}));
+  // A V3.1 call is not a V3 one.
+  const std::string v31 = absl::StrCat(kDsCallsBegin, Ds31Call("f", "{}"), kDsCallsEnd);
+  CheckAllSplits(ToolCallFormat::kDeepSeekV3, v31, Want(v31, {}));
+}
+
 TEST(ToolCallFormatTest, NoneIsContentOnly) {
   const std::string text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> é";
   CheckAllSplits(ToolCallFormat::kNone, text, Want(text, {}));
@@ -476,6 +573,17 @@ TEST(StreamingTest, MarkerSplitAcrossDeltasIsHeldBack) {
         p.Feed(DsCall("f", "{\"a\": 1}").substr(5) + std::string(kDsCallsEnd));
     ASSERT_EQ(d.size(), 1u);
     EXPECT_EQ(d[0].arguments, R"({"a":1})");
+  }
+  {
+    StreamingToolParser p(ToolCallFormat::kDeepSeekV31, &ids);
+    EXPECT_EQ(ContentOf(p.Feed("Sure." + kDsCallsBegin + kDsCallBegin + "get_we")), "Sure.");
+    EXPECT_EQ(ContentOf(p.Feed("ather" + kDsSep.substr(0, 6))), "");  // inside the separator
+    EXPECT_EQ(ContentOf(p.Feed(kDsSep.substr(6) + "{\"a\": 1}" + kDsCallEnd.substr(0, 2))), "");
+    const std::vector<ToolDelta> d = p.Feed(kDsCallEnd.substr(2) + kDsCallsEnd);
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_EQ(d[0].name, "get_weather");
+    EXPECT_EQ(d[0].arguments, R"({"a":1})");
+    EXPECT_EQ(ContentOf(p.Feed(" Done.")), " Done.");
   }
   {
     StreamingToolParser p(ToolCallFormat::kNone, &ids);
@@ -781,11 +889,25 @@ Generated RandomLlama3(std::mt19937_64& rng) {
   return g;
 }
 
-std::string RenderDsCall(std::mt19937_64& rng, const std::string& name, const Json& args) {
-  return absl::StrCat(kDsCallBegin, "function", kDsSep, name, "\n```json\n", RenderJson(rng, args),
-                      "\n```", kDsCallEnd);
+std::string RenderDsCall(std::mt19937_64& rng, ToolCallFormat format, const std::string& name, const Json& args) {
+  if (format == ToolCallFormat::kDeepSeekV31) return Ds31Call(name, RenderJson(rng, args));
+  return DsCall(name, RenderJson(rng, args));
 }
 
+// Calls that end a section: each is not a call, in `format`.
+const std::vector<std::string>& BadDsCalls(ToolCallFormat format) {
+  static const auto* v3 = new std::vector<std::string>{
+      absl::StrCat(kDsCallBegin, "function", kDsSep, "f\n```json\n{\"a\": }\n```", kDsCallEnd),
+      absl::StrCat(kDsCallBegin, "fn", kDsSep, "f\n```json\n{}\n```", kDsCallEnd),
+      absl::StrCat(kDsCallBegin, "function", kDsSep, "f```json{}```", kDsCallEnd),
+      absl::StrCat(kDsCallBegin, "function", kDsSep, "f\n```json\n[1]\n```", kDsCallEnd)};
+  static const auto* v31 = new std::vector<std::string>{
+      Ds31Call("f", "{\"a\": }"), Ds31Call("f", "[1]"), Ds31Call("f\ng", "{}"), DsCall("f", "{}"),
+      absl::StrCat(kDsCallBegin, "f", kDsSep, "{}", kDsCallsEnd)};
+  return format == ToolCallFormat::kDeepSeekV31 ? *v31 : *v3;
+}
+
+template <ToolCallFormat format>
 Generated RandomDeepSeek(std::mt19937_64& rng) {
   Generated g;
   g.runs.emplace_back();
@@ -799,21 +921,18 @@ Generated RandomDeepSeek(std::mt19937_64& rng) {
   std::vector<std::string> rendered;
   for (int i = 0; i < good; ++i) {
     calls.push_back({RandomName(rng), RandomArgs(rng)});
-    rendered.push_back(absl::StrCat(i > 0 ? RandomSpace(rng) : "", RenderDsCall(rng, calls.back().first, calls.back().second)));
+    const std::string space = i > 0 ? RandomSpace(rng) : "";
+    rendered.push_back(space + RenderDsCall(rng, format, calls.back().first, calls.back().second));
   }
   std::string tail;  // text after the good calls
   switch (rng() % 4) {
     case 0: {  // a bad call, then the section's end
-      static const std::vector<std::string> kBad = {
-          absl::StrCat(kDsCallBegin, "function", kDsSep, "f\n```json\n{\"a\": }\n```", kDsCallEnd),
-          absl::StrCat(kDsCallBegin, "fn", kDsSep, "f\n```json\n{}\n```", kDsCallEnd),
-          absl::StrCat(kDsCallBegin, "function", kDsSep, "f```json{}```", kDsCallEnd),
-          absl::StrCat(kDsCallBegin, "function", kDsSep, "f\n```json\n[1]\n```", kDsCallEnd)};
-      tail = absl::StrCat(RandomSpace(rng), kBad[rng() % kBad.size()], kDsCallsEnd);
+      const std::vector<std::string>& bad = BadDsCalls(format);
+      tail = absl::StrCat(RandomSpace(rng), bad[rng() % bad.size()], kDsCallsEnd);
       break;
     }
     case 1: {  // cut off inside one more call
-      const std::string more = RenderDsCall(rng, "g", RandomArgs(rng));
+      const std::string more = RenderDsCall(rng, format, "g", RandomArgs(rng));
       tail = absl::StrCat(RandomSpace(rng), more.substr(0, rng() % more.size()));
       break;
     }
@@ -869,7 +988,12 @@ void RunDifferential(ToolCallFormat format, Generated (*generate)(std::mt19937_6
 
 TEST(DifferentialTest, Hermes) { RunDifferential(ToolCallFormat::kHermes, RandomHermes, 101); }
 TEST(DifferentialTest, Llama3Json) { RunDifferential(ToolCallFormat::kLlama3Json, RandomLlama3, 202); }
-TEST(DifferentialTest, DeepSeekV3) { RunDifferential(ToolCallFormat::kDeepSeekV3, RandomDeepSeek, 303); }
+TEST(DifferentialTest, DeepSeekV3) {
+  RunDifferential(ToolCallFormat::kDeepSeekV3, RandomDeepSeek<ToolCallFormat::kDeepSeekV3>, 303);
+}
+TEST(DifferentialTest, DeepSeekV31) {
+  RunDifferential(ToolCallFormat::kDeepSeekV31, RandomDeepSeek<ToolCallFormat::kDeepSeekV31>, 304);
+}
 
 // Reasoning: text = [pre] <think> R </think> C in its variants.
 TEST(DifferentialTest, Reasoning) {

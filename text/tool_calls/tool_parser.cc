@@ -27,15 +27,17 @@ constexpr std::string_view kHermesBegin = "<tool_call>";
 constexpr std::string_view kHermesEnd = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 // ｜ is U+FF5C FULLWIDTH VERTICAL LINE and ▁ is U+2581 LOWER ONE EIGHTH
-// BLOCK, as DeepSeek V3's special tokens spell them (no plain text collides).
+// BLOCK, as DeepSeek V3's and V3.1's special tokens spell them (no plain
+// text collides).
 constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>";
 constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kDsType = "function";
-// A DeepSeek name runs to the end of its line; past this many bytes without
-// one the block is not a call, rather than held back for ever.
+// A DeepSeek name runs to the end of its line (V3) or to the separator
+// (V3.1); past this many bytes without that the block is not a call, rather
+// than held back for ever.
 constexpr size_t kMaxNameBytes = 256;
 
 struct NamedCall {
@@ -322,10 +324,15 @@ class Llama3JsonParser final : public StreamingToolParser::Impl {
 // A section <｜tool▁calls▁begin｜> call... <｜tool▁calls▁end｜>. Calls are
 // emitted one by one as they complete; the section ends at its end marker or
 // at the first thing that is not a call, which is content. A section with no
-// call at all is not one: its begin marker is content.
-class DeepSeekV3Parser final : public StreamingToolParser::Impl {
+// call at all is not one: its begin marker is content. The variants differ
+// only inside a call:
+//   V3:   <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>
+//   V3.1: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+class DeepSeekParser final : public StreamingToolParser::Impl {
  public:
-  using Impl::Impl;
+  enum class Variant { kV3, kV31 };
+
+  DeepSeekParser(IdSource* ids, Variant variant) : Impl(ids), variant_(variant) {}
 
  private:
   enum class State { kText, kSection, kType, kSep, kName, kFenceOpen, kJson, kFenceClose, kCallEnd };
@@ -345,7 +352,8 @@ class DeepSeekV3Parser final : public StreamingToolParser::Impl {
           const Prefix end = MatchAt(buf_, scan_, kDsCallsEnd);
           if (call == Prefix::kMatch) {
             scan_ += kDsCallBegin.size();
-            state_ = State::kType;
+            name_begin_ = scan_;
+            state_ = variant_ == Variant::kV3 ? State::kType : State::kName;
           } else if (end == Prefix::kMatch && section_calls_ > 0) {
             Consume(scan_ + kDsCallsEnd.size());
             state_ = State::kText;
@@ -371,8 +379,9 @@ class DeepSeekV3Parser final : public StreamingToolParser::Impl {
           break;
         }
         case State::kName: {
-          // The name is the rest of the line; a '<' first means a marker
-          // came where the newline should be.
+          // V3's name is the rest of the line, V3.1's runs to the separator;
+          // either way a name is one line and holds no marker, so the first
+          // '\n' or '<' ends it.
           const size_t stop = buf_.find_first_of("\n<", scan_);
           if (stop == std::string::npos) {
             scan_ = buf_.size();
@@ -380,17 +389,27 @@ class DeepSeekV3Parser final : public StreamingToolParser::Impl {
             LeaveSection();
             break;
           }
+          scan_ = stop;
+          const std::string_view terminator = variant_ == Variant::kV3 ? "\n" : kDsSep;
+          const Prefix m = MatchAt(buf_, stop, terminator);
           const std::string_view line(buf_.data() + name_begin_, stop - name_begin_);
           const size_t first = line.find_first_not_of(kJsonSpace);
           // The length test repeats the one above so that the decision does
           // not depend on where the text was split.
-          if (buf_[stop] == '<' || first == std::string_view::npos || line.size() > kMaxNameBytes) {
+          const bool bad = first == std::string_view::npos || line.size() > kMaxNameBytes;
+          if (!bad && MustWait(m, at_end)) return;
+          if (bad || m != Prefix::kMatch) {
             LeaveSection();
             break;
           }
           name_ = std::string(line.substr(first, line.find_last_not_of(kJsonSpace) + 1 - first));
-          scan_ = stop + 1;
-          state_ = State::kFenceOpen;
+          scan_ = stop + terminator.size();
+          if (variant_ == Variant::kV3) {
+            state_ = State::kFenceOpen;
+          } else {
+            json_.Reset(scan_);
+            state_ = State::kJson;
+          }
           break;
         }
         case State::kFenceOpen: {  // "```json", tolerating a bare "```" or none
@@ -414,7 +433,7 @@ class DeepSeekV3Parser final : public StreamingToolParser::Impl {
             break;
           }
           scan_ = json_.end();
-          state_ = State::kFenceClose;
+          state_ = variant_ == Variant::kV3 ? State::kFenceClose : State::kCallEnd;
           break;
         }
         case State::kFenceClose: {
@@ -457,11 +476,27 @@ class DeepSeekV3Parser final : public StreamingToolParser::Impl {
     state_ = State::kText;
   }
 
+  const Variant variant_;
   State state_ = State::kText;
   int section_calls_ = 0;
   size_t name_begin_ = 0;
   std::string name_;
 };
+
+// Whether a DeepSeek template renders a past call as V3.1 does, name +
+// separator + arguments, rather than V3's type + separator + name + fenced
+// arguments: what it writes after a separator up to the call's end marker
+// names the arguments but neither the name nor a fence.
+bool WritesArgumentsAfterSep(std::string_view chat_template) {
+  for (size_t sep = chat_template.find(kDsSep); sep != std::string_view::npos;
+       sep = chat_template.find(kDsSep, sep + 1)) {
+    std::string_view after = chat_template.substr(sep + kDsSep.size());
+    after = after.substr(0, after.find(kDsCallEnd));
+    const auto has = [&](std::string_view s) { return after.find(s) != std::string_view::npos; };
+    if (has("arguments") && !has("name") && !has("```")) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -475,25 +510,30 @@ const char* ToolCallFormatName(ToolCallFormat format) {
       return "llama3_json";
     case ToolCallFormat::kDeepSeekV3:
       return "deepseek_v3";
+    case ToolCallFormat::kDeepSeekV31:
+      return "deepseek_v31";
   }
   return "none";
 }
 
 absl::StatusOr<ToolCallFormat> ParseToolCallFormat(std::string_view name) {
-  for (ToolCallFormat f : {ToolCallFormat::kNone, ToolCallFormat::kHermes,
-                           ToolCallFormat::kLlama3Json, ToolCallFormat::kDeepSeekV3}) {
+  for (ToolCallFormat f : {ToolCallFormat::kNone, ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                           ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31}) {
     if (name == ToolCallFormatName(f)) return f;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown tool call format \"", absl::string_view(name.data(), name.size()),
-                   "\" (want none, hermes, llama3_json or deepseek_v3)"));
+                   "\" (want none, hermes, llama3_json, deepseek_v3 or deepseek_v31)"));
 }
 
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template) {
   const auto has = [&](std::string_view s) {
     return chat_template.find(s) != std::string_view::npos;
   };
-  if (has(kDsCallsBegin)) return ToolCallFormat::kDeepSeekV3;
+  if (has(kDsCallsBegin)) {
+    return WritesArgumentsAfterSep(chat_template) ? ToolCallFormat::kDeepSeekV31
+                                                  : ToolCallFormat::kDeepSeekV3;
+  }
   if (has(kHermesBegin)) return ToolCallFormat::kHermes;
   // Llama 3.1-3.3 name <|python_tag|> (built-in tools) and ask for
   // {"name": ..., "parameters": ...}; 3.2's template lacks the tag.
@@ -523,7 +563,10 @@ StreamingToolParser::StreamingToolParser(ToolCallFormat format, IdSource* ids) {
       impl_ = std::make_unique<Llama3JsonParser>(ids);
       return;
     case ToolCallFormat::kDeepSeekV3:
-      impl_ = std::make_unique<DeepSeekV3Parser>(ids);
+      impl_ = std::make_unique<DeepSeekParser>(ids, DeepSeekParser::Variant::kV3);
+      return;
+    case ToolCallFormat::kDeepSeekV31:
+      impl_ = std::make_unique<DeepSeekParser>(ids, DeepSeekParser::Variant::kV31);
       return;
     case ToolCallFormat::kNone:
       break;

@@ -14,6 +14,9 @@
 //      <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
 //      ```json\n{...}\n```<｜tool▁call▁end｜> ... <｜tool▁calls▁end｜>
 //    (｜ is U+FF5C, ▁ is U+2581, as in DeepSeek V3's tokenizer).
+//  - deepseek_v31 (DeepSeek V3.1): the same section, but each call is the
+//    name, the separator and the bare arguments object:
+//      <｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
 //
 // Contract (all formats):
 //  - Arguments are the JSON object re-serialized compactly by nlohmann with
@@ -52,9 +55,10 @@
 
 namespace chunkattn::tools {
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kDeepSeekV3 };
+enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kDeepSeekV3, kDeepSeekV31 };
 
-// "none", "hermes", "llama3_json", "deepseek_v3" (vLLM's --tool-call-parser names).
+// "none", "hermes", "llama3_json", "deepseek_v3", "deepseek_v31" (vLLM's
+// --tool-call-parser names).
 const char* ToolCallFormatName(ToolCallFormat format);
 
 // The inverse of ToolCallFormatName; INVALID_ARGUMENT for any other name.
@@ -63,7 +67,9 @@ absl::StatusOr<ToolCallFormat> ParseToolCallFormat(std::string_view name);
 // The format a model emits, read off its Jinja chat template: the template
 // mentions the markers it asks the model to write (<tool_call>,
 // <｜tool▁calls▁begin｜>, Llama 3.1's <|python_tag|> or its
-// "parameters" JSON instruction). kNone when nothing matches.
+// "parameters" JSON instruction). A DeepSeek template is V3.1's when it
+// renders past calls with the arguments right after <｜tool▁sep｜> (V3
+// writes the name there). kNone when nothing matches.
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template);
 
 // Makes tool call ids. The default is "call_" + 24 characters [A-Za-z0-9]
