@@ -2,8 +2,9 @@
 # Installs every build and test dependency from Debian 12 packages (the same
 # names exist on Ubuntu 24.04, the CUDA images' base), then, for the tests,
 # npm (Debian's, where the machine has none), Helm for the chart tests
-# (scripts/install-helm.sh) and the Hugging Face reference tokenizers for the
-# tokenizer tests (scripts/install-hf-reference.sh). Idempotent: does nothing
+# (scripts/install-helm.sh), the Hugging Face reference tokenizers for the
+# tokenizer tests (scripts/install-hf-reference.sh) and XGrammar for the
+# grammar test (scripts/install-xgrammar-reference.sh). Idempotent: does nothing
 # when all is present.
 # Nothing is downloaded at build time; CMake only uses what this script installs.
 #   CHUNKATTN_DEPS=build  only what building needs (the container images)
@@ -58,5 +59,6 @@ fi
 if [ "$deps" = all ]; then
   scripts/install-helm.sh >/dev/null
   scripts/install-hf-reference.sh >/dev/null
+  scripts/install-xgrammar-reference.sh >/dev/null
   scripts/install-openai-sdk.sh >/dev/null
 fi

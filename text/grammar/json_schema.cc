@@ -688,22 +688,31 @@ class SchemaConverter {
       rest = g_.Empty();
     } else if (used_prefix == 0) {
       const int32_t more_max = tail_max == Grammar::kUnbounded ? Grammar::kUnbounded : tail_max - 1;
+      // Not optional when tail_min is 0: then minItems is 0, and the empty
+      // array is the body's own Optional below.
       rest = g_.Seq({*item, g_.Repeat(g_.Seq({Comma(), *item}), std::max(0, tail_min - 1), more_max)});
-      if (tail_min == 0) rest = g_.Optional(rest);
     } else {
       rest = g_.Repeat(g_.Seq({Comma(), *item}), tail_min, tail_max);
     }
     for (int32_t j = used_prefix; j-- > 0;) {
       ExprId part = g_.Seq({j == 0 ? prefix[j] : g_.Seq({Comma(), prefix[j]}), rest});
-      if (j >= min_items) part = g_.Optional(part);
+      if (j >= min_items && j > 0) part = g_.Optional(part);  // j = 0: the body's Optional
       rest = part;
     }
-    const bool may_be_empty = min_items == 0;
+    // `rest` matches at least one item, so "[" and "]" have one run of
+    // whitespace between them whether the array is empty or not (an empty
+    // `rest` inside the Optional would allow two: twice max_whitespace).
     const RuleId r = g_.AddRule("array-schema");
     g_.SetNoInline(r);
-    // `rest` is already optional when it may be empty.
-    g_.SetBody(r, g_.Seq({g_.Literal("["), Ws(), may_be_empty ? g_.Optional(g_.Seq({rest, Ws()})) : g_.Seq({rest, Ws()}),
-                          g_.Literal("]")}));
+    ExprId items;
+    if (tail_max == 0 && used_prefix == 0) {
+      items = g_.Empty();  // only the empty array
+    } else if (min_items == 0) {
+      items = g_.Optional(g_.Seq({rest, Ws()}));
+    } else {
+      items = g_.Seq({rest, Ws()});
+    }
+    g_.SetBody(r, g_.Seq({g_.Literal("["), Ws(), items, g_.Literal("]")}));
     return g_.Ref(r);
   }
 
