@@ -114,6 +114,12 @@ def code_name(e):
     return e.code().name if hasattr(e, 'code') and e.code() is not None else type(e).__name__
 
 
+def error_text(e):
+    """The status code and, for the record, the server's message (a flake's cause)."""
+    details = e.details() if hasattr(e, 'details') else str(e)
+    return '%s: %s' % (code_name(e), details) if details else code_name(e)
+
+
 # --- the victims ---------------------------------------------------------------
 
 def grpc_victim(cluster, prompt, max_tokens, timeout):
@@ -131,7 +137,7 @@ def grpc_victim(cluster, prompt, max_tokens, timeout):
             if r.finish_reason != harness.pb.FINISH_REASON_UNSPECIFIED:
                 finished = True
     except Exception as e:  # noqa: BLE001 (an outcome to record)
-        error = code_name(e)
+        error = error_text(e)
     finally:
         channel.close()
     return dict(front='grpc', ok=finished and tokens == max_tokens and error is None, tokens=tokens,
@@ -998,6 +1004,9 @@ def main():
         idle_rss = rss_mib(ctx.pid)
         print('coordinator pid %d, RSS %.1f MiB idle; victims alone: gRPC TTFT %s ms, HTTP %s ms' % (
             ctx.pid, idle_rss, ctx.alone['grpc'], ctx.alone['http']), flush=True)
+        baseline_failed = [(f, alone[f]['error']) for f in ('grpc', 'http') if not alone[f]['ok']]
+        for front, error in baseline_failed:
+            print('BASELINE FAILED: the %s victim alone: %s' % (front, error), flush=True)
         results = []
         for name, fn, expect, http_must in attacks:
             r = run_attack(ctx, name, fn, expect, http_must)
@@ -1022,7 +1031,9 @@ def main():
                        seconds=total_s, attacks=results)
             write_result(args.json, doc)
         failed = [r['attack'] for r in results if not r['expectation_met']]
-        return 1 if args.check and failed else 0
+        if failed or baseline_failed:
+            cluster.dump_logs()  # the processes' side of a failure (the logs go at exit)
+        return 1 if args.check and (failed or baseline_failed) else 0
     finally:
         cluster.stop()
 

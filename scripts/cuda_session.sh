@@ -44,9 +44,9 @@
 # CHUNKATTN_SOURCE_DIR and CHUNKATTN_PYTHON (workers/tests/model_test_util.h).
 #
 # CHUNKATTN_SESSION_NO_GPU=1 is the mode where no GPU is expected (CI checks
-# this plumbing with it): no nvidia-smi is needed and every step is cut to
-# CHUNKATTN_SESSION_STEP_CAP_S (default 10) seconds; the table still shows
-# each step's own limit.
+# this plumbing with it): no nvidia-smi is needed and every step but the
+# bundle's unpacking is cut to CHUNKATTN_SESSION_STEP_CAP_S (default 10)
+# seconds; the table still shows each step's own limit.
 # CHUNKATTN_BUNDLE (default ./gpu-bundle.tar.xz), CHUNKATTN_E2E_REQUESTS
 # (default 6 per row), CHUNKATTN_PYTHON (default: python3 on PATH) and
 # CHUNKATTN_E2E_PORT (the coordinator's, default 50151; the worker's is the
@@ -176,7 +176,10 @@ record() {  # record NAME STATUS RC SECONDS LIMIT
 step() {
   local name=$1 limit=$2 run_limit=$2
   shift 2
-  if [ "$no_gpu" = 1 ] && [ "$limit" -gt "$cap" ]; then run_limit=$cap; fi
+  # Not the bundle's unpacking: the same work with or without a GPU, and on a
+  # busy machine (CI's tests, four at a time on 2 cores) it can take longer
+  # than the cap.
+  if [ "$no_gpu" = 1 ] && [ "$limit" -gt "$cap" ] && [ "$name" != bundle ]; then run_limit=$cap; fi
   local t0 rc=0 status
   t0=$(date +%s)
   timeout -k 5 "$run_limit" "$@" > "$work/logs/$name.log" 2>&1 || rc=$?
@@ -200,7 +203,7 @@ export CHUNKATTN_COMMIT
 CHUNKATTN_COMMIT=$(cat "${bundle_tar%.tar.xz}.commit" 2>/dev/null || echo unknown)
 {
   echo "# chunkattn GPU session: call $call on ${gpu}, commit $CHUNKATTN_COMMIT, started $started"
-  [ "$no_gpu" = 1 ] && echo "# no GPU expected: every step cut to ${cap} s"
+  [ "$no_gpu" = 1 ] && echo "# no GPU expected: every step but the bundle cut to ${cap} s"
   echo
   printf '| %-22s | %-8s | %3s | %7s | %7s |\n' step status rc seconds limit_s
   echo "|------------------------|----------|-----|---------|---------|"

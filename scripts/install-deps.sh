@@ -28,6 +28,7 @@ TEST_PACKAGES=(
   python3-zmq python3-msgpack python3-cbor2  # the KV-event consumer (tests/services/kv_events_consumer.py)
   openssl unzip
   clang-14 libclang-rt-14-dev  # the sanitizer and fuzzer builds (scripts/sanitize.sh)
+  lld  # their linker, and CI's main build's (cmake/Common.cmake)
 )
 deps=${CHUNKATTN_DEPS:-all}
 case "$deps" in

@@ -156,10 +156,11 @@ struct Options {
   absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration body_timeout = absl::Seconds(60);
   size_t max_buffered_body_bytes = 64 << 20;
-  HeadCheck head_check;  // empty: every head passes
+  // Initialized, as every field is, so that `{host, port}` sets the rest.
+  HeadCheck head_check = nullptr;  // empty: every head passes
   // PEM files: cert + key serve HTTPS; a client CA on top requires client
   // certificates it signed.
-  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  std::string tls_cert_file = {}, tls_key_file = {}, tls_client_ca_file = {};
 };
 
 // Called on the loop thread for every complete request; must not block.
