@@ -378,4 +378,38 @@ absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const f
   return absl::OkStatus();
 }
 
+absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const void* w, DType w_dtype, int64_t n,
+                        float* c, ThreadPool* pool, Isa isa) {
+  if (rows < 0 || n < 0 || k <= 0 || k % 8 != 0 || rows > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("LinearRows: %d rows, k %d (a positive multiple of 8), n %d", rows, k, n));
+  }
+  if (rows == 0 || n == 0) return absl::OkStatus();
+  const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w_dtype);
+  internal::LinearArgs args;
+  args.a = a;
+  args.a_stride = k;
+  args.rows = static_cast<int>(rows);
+  args.w = w;
+  args.k = k;
+  args.c = c;
+  args.c_stride = n;
+  // Blocks of 64 columns (a multiple of the kernel's 4); under 8 of them
+  // (512 columns) run on this thread, cheaper than waking the pool.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  auto run = [&](int64_t block, int) {
+    internal::LinearArgs part = args;
+    part.j0 = block * kBlock;
+    part.j1 = std::min(n, part.j0 + kBlock);
+    kern->linear(part);
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || blocks < 4 * 2) {
+    for (int64_t b = 0; b < blocks; ++b) run(b, 0);
+  } else {
+    pool->ParallelFor(blocks, run);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace chunkattn::cpu

@@ -97,6 +97,17 @@ absl::StatusOr<DenseKv> GatherDense(const ChunkContext& ctx, const KvPoolView& k
 absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const float* q, float* o,
                          ThreadPool* pool, Isa isa = BestIsa());
 
+// The model's Linear layers for few rows (decode), beside the attention that
+// shares their ISA dispatch and threads:
+//   c (rows, n) = a (rows, k) * w^T,  w (n, k) row-major in `w_dtype`
+// Each weight row is read once for all rows (BLAS's sgemm packs the whole
+// weight matrix first, 12x the time of one pass for a single row), and the
+// columns are split across `pool`'s threads (null: this thread). k must be a
+// multiple of 8. Each c(r, j) is summed in one fixed order, so a row's result
+// does not depend on the other rows.
+absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const void* w, DType w_dtype, int64_t n,
+                        float* c, ThreadPool* pool, Isa isa = BestIsa());
+
 }  // namespace chunkattn::cpu
 
 #endif  // CHUNKATTN_KERNELS_CPU_ATTENTION_H_

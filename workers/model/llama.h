@@ -68,11 +68,14 @@ class LlamaModel final : public Model {
              Communicator* comm, cpu::ThreadPool* pool);
 
   absl::Status AllReduce(std::vector<float>& x);
+  absl::Status Linear(const float* a, int64_t m, int64_t matrix_rows, int64_t k, const std::vector<float>& w,
+                      int64_t n, std::vector<float>& c);
 
   ModelConfig config_;
   ModelWeights weights_;
   ModelOptions options_;
   Communicator* comm_;
+  cpu::ThreadPool* pool_;  // borrowed; null: single-threaded
   std::unique_ptr<KvPool> kv_;
   cpu::CpuAttention attention_;
   std::vector<float> inv_freq_;  // (head_dim / 2) rotary frequencies after scaling

@@ -99,7 +99,25 @@ struct NaiveArgs {
   float* o = nullptr;        // (group, head_dim)
 };
 
+// Rows of activations times a weight matrix in the table's dtype, the
+// matrix-vector form of a Linear layer for few rows (decode):
+//   c(r, j) = sum_i a(r, i) * w(j, i)   for r < rows, j in [j0, j1)
+// Each weight row is loaded once for all rows, so the weights stream from
+// memory once per call. Every c(r, j) is summed in the same order whatever
+// `rows` and [j0, j1) are: a row's result does not depend on its batch.
+struct LinearArgs {
+  const float* a = nullptr;  // row r at a + r * a_stride
+  int64_t a_stride = 0;
+  int rows = 0;
+  const void* w = nullptr;  // (n, k) row-major: a PyTorch Linear's weight
+  int64_t k = 0;            // a multiple of 8
+  int64_t j0 = 0, j1 = 0;
+  float* c = nullptr;  // row r at c + r * c_stride
+  int64_t c_stride = 0;
+};
+
 struct IsaKernels {
+  void (*linear)(const LinearArgs&) = nullptr;
   void (*block)(const BlockArgs&) = nullptr;
   void (*seq)(const SeqArgs&) = nullptr;
   void (*naive_scores)(const NaiveArgs&) = nullptr;

@@ -346,9 +346,48 @@ struct Impl {
     }
   }
 
+  // c(r0 .. r0+R, j0 .. j0+J) of LinearArgs: J weight rows against R
+  // activation rows, one accumulator each (J * R <= 8 keeps them, the J
+  // weight vectors and an activation vector in 16 registers). J > 1 gives a
+  // single row several independent FMA chains.
+  template <class D, int R, int J>
+  static void LinearTile(const LinearArgs& a, int r0, int64_t j0) {
+    const auto* w = static_cast<const typename D::T*>(a.w) + j0 * a.k;
+    V acc[R][J];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) acc[r][j] = S::Zero();
+    for (int64_t i = 0; i < a.k; i += L) {
+      V wv[J];
+      for (int j = 0; j < J; ++j) wv[j] = S::LoadKv(w + j * a.k + i, D{});
+      for (int r = 0; r < R; ++r) {
+        const V x = S::Load(a.a + (r0 + r) * a.a_stride + i);
+        for (int j = 0; j < J; ++j) acc[r][j] = S::Fma(x, wv[j], acc[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) a.c[(r0 + r) * a.c_stride + j0 + j] = S::HSum(acc[r][j]);
+  }
+
+  // Weight rows in groups of 4, each group against every activation row
+  // while it is in L1; the rows two at a time, then one.
+  template <class D, int J>
+  static void LinearColumns(const LinearArgs& a, int64_t j) {
+    int r = 0;
+    for (; r + 2 <= a.rows; r += 2) LinearTile<D, 2, J>(a, r, j);
+    if (r < a.rows) LinearTile<D, 1, J>(a, r, j);
+  }
+
+  template <class D>
+  static void Linear(const LinearArgs& a) {
+    int64_t j = a.j0;
+    for (; j + 4 <= a.j1; j += 4) LinearColumns<D, 4>(a, j);
+    for (; j < a.j1; ++j) LinearColumns<D, 1>(a, j);
+  }
+
   template <class D>
   static IsaKernels Table() {
     IsaKernels t;
+    t.linear = &Linear<D>;
     t.block = &Block<D>;
     t.seq = &Seq<D>;
     t.naive_scores = &NaiveScores<D>;
