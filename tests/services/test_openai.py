@@ -434,7 +434,10 @@ class OpenAiTest(OpenAiTestBase):
         self.assertEqual(self.http.request('GET', '/health')[0], 200)
 
     def test_disconnect_cancels_and_frees_chunks(self):
-        body = json.dumps({'prompt': self.prose(300, 50), 'max_tokens': 400, 'ignore_eos': True, 'stream': True,
+        # Long enough that it cannot end by itself before the server sees the
+        # disconnect: the demo model decodes 400 tokens alone in well under a
+        # second, so a run that lost the race ended "length", not "cancelled".
+        body = json.dumps({'prompt': self.prose(300, 50), 'max_tokens': 3000, 'ignore_eos': True, 'stream': True,
                            'cache_salt': harness.fresh_namespace('gone')}).encode()
         with socket.create_connection(('127.0.0.1', self.cluster.http_port), timeout=30) as s:
             s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
