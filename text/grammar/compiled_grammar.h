@@ -15,9 +15,16 @@
 // inlined rule) and across compiles on one vocabulary, through a
 // process-wide cache bounded in bytes (the JSON string, number and value
 // rules are the same in every schema, and they are the costly positions:
-// nearly every token can continue a string). Positions of rules that call
-// nothing and agree on every byte string of up to 16 bytes (the counted
-// states of maxLength or {m,n} far from either end) share one
+// nearly every token can continue a string). The counted states of
+// maxLength, minLength or {m,n} in a rule that calls nothing form chains
+// (pda.h): one walk of the vocabulary per chain template gives, per token,
+// the interval of counts that accept it (a string of k characters fits
+// while k <= maxLength minus the count, closes it once the count plus k
+// reaches minLength, ...), so the template's states share classifications
+// between the counts where some token's interval ends: at most a few per
+// token length, however long the repetition (computed per compile, outside
+// the shared cache: one walk per template). Other positions of rules that
+// call nothing and agree on every byte string of up to 16 bytes share one
 // classification too, exact for tokens of up to 16 bytes and leaving the
 // longer ones uncertain.
 //

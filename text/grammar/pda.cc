@@ -19,6 +19,8 @@ namespace {
 // inlined into its callers.
 constexpr int64_t kInlineMaxStates = 64;
 constexpr int32_t kInlineMaxChain = 16;
+// A counted repetition of at least this many copies is tagged as a chain.
+constexpr int32_t kMinChainCopies = 8;
 
 struct ByteSeq {
   uint8_t lo[4];
@@ -110,6 +112,7 @@ class PdaBuilder {
     Minimize();
     RETURN_IF_ERROR(CheckLeftRecursion());
     ComputeShortest();
+    CheckChains();
     return std::shared_ptr<const Pda>(std::move(pda));
   }
 
@@ -291,33 +294,115 @@ class PdaBuilder {
         return to;
       }
       case Grammar::Kind::kRepeat: {
+        // The outermost long repetition is a chain; repetitions inside one
+        // of its copies are part of the copy.
+        const bool bounded = e.max != Grammar::kUnbounded;
+        int32_t rep = -1;
+        if (!in_chain_ && (bounded ? e.max : e.min) >= kMinChainCopies) {
+          rep = static_cast<int32_t>(reps_.size());
+          reps_.push_back({bounded ? std::numeric_limits<int32_t>::max() : e.min});
+          in_chain_ = true;
+        }
+        // One copy of the item after `prev`, the `count`th; returns its end.
+        auto copy = [&](int32_t prev, int32_t count) -> absl::StatusOr<int32_t> {
+          const int32_t entry = NewState();
+          Eps(prev, entry);
+          ASSIGN_OR_RETURN(int32_t end, BuildExpr(e.items[0], entry, depth + 1));
+          if (rep >= 0) TagCopy(rep, count, entry, end);
+          return end;
+        };
         int32_t cur = from;
         for (int32_t i = 0; i < e.min; ++i) {
-          const int32_t entry = NewState();
-          Eps(cur, entry);
-          ASSIGN_OR_RETURN(cur, BuildExpr(e.items[0], entry, depth + 1));
+          ASSIGN_OR_RETURN(cur, copy(cur, i));
         }
-        if (e.max == Grammar::kUnbounded) {
-          const int32_t head = NewState();
-          Eps(cur, head);
-          const int32_t entry = NewState();
-          Eps(head, entry);
-          ASSIGN_OR_RETURN(int32_t end, BuildExpr(e.items[0], entry, depth + 1));
-          Eps(end, head);
-          return head;
+        int32_t out;
+        if (!bounded) {
+          out = NewState();  // the loop's head
+          Eps(cur, out);
+          ASSIGN_OR_RETURN(int32_t end, copy(out, e.min));
+          Eps(end, out);
+        } else {
+          out = NewState();
+          for (int32_t i = e.min; i < e.max; ++i) {
+            Eps(cur, out);
+            ASSIGN_OR_RETURN(cur, copy(cur, i));
+          }
+          Eps(cur, out);
         }
-        const int32_t to = NewState();
-        for (int32_t i = e.min; i < e.max; ++i) {
-          Eps(cur, to);
-          const int32_t entry = NewState();
-          Eps(cur, entry);
-          ASSIGN_OR_RETURN(cur, BuildExpr(e.items[0], entry, depth + 1));
-        }
-        Eps(cur, to);
-        return to;
+        if (rep >= 0) in_chain_ = false;
+        return out;
       }
     }
     return from;
+  }
+
+  // Tags the NFA states of copy `count` of repetition `rep`, [entry, the
+  // states built since): states reached from the entry without a byte are
+  // the boundary before the copy (count copies done), its end the boundary
+  // after it; other states with a byte edge keep their offset in the copy,
+  // the same in every copy.
+  void TagCopy(int32_t rep, int32_t count, int32_t entry, int32_t end) {
+    Repetition& r = reps_[rep];
+    const int32_t size = static_cast<int32_t>(edges_.size()) - entry;
+    if (r.copy_size >= 0 && r.copy_size != size) r.valid = false;
+    r.copy_size = size;
+    tags_.resize(edges_.size());
+    for (int32_t s = entry; s < entry + size; ++s) {
+      for (const NfaEdge& x : edges_[s]) {
+        if (x.kind == NfaEdge::kByte) {
+          tags_[s] = {rep, count, s - entry};
+          break;
+        }
+      }
+    }
+    std::vector<int32_t> work = {entry};
+    tags_[entry] = {rep, count, kBoundary};
+    while (!work.empty()) {
+      const int32_t s = work.back();
+      work.pop_back();
+      if (s == end) r.valid = false;  // the item matches "": counts are ambiguous
+      for (const NfaEdge& x : edges_[s]) {
+        if (x.kind == NfaEdge::kEps && x.to >= entry && x.to < entry + size && tags_[x.to].code != kBoundary) {
+          tags_[x.to] = {rep, count, kBoundary};
+          work.push_back(x.to);
+        }
+      }
+    }
+    if (end >= entry && end < entry + size) {
+      tags_[end] = {rep, std::min(count + 1, r.cap), kBoundary};
+    } else {
+      r.valid = false;
+    }
+  }
+
+  // The chain template (interned) and count of a deterministic state's NFA
+  // set: its tagged states, all of one repetition, relative to the lowest
+  // count among them; {-1, 0} when it has none or several repetitions.
+  std::pair<int32_t, int32_t> ChainOf(const std::vector<int32_t>& set) {
+    int32_t rep = -1, low = std::numeric_limits<int32_t>::max();
+    for (int32_t s : set) {
+      if (s >= static_cast<int32_t>(tags_.size()) || tags_[s].rep < 0) continue;
+      if (rep >= 0 && tags_[s].rep != rep) return {-1, 0};
+      rep = tags_[s].rep;
+      low = std::min(low, tags_[s].count);
+    }
+    if (rep < 0 || !reps_[rep].valid) return {-1, 0};
+    std::vector<std::pair<int32_t, int32_t>> shape;
+    for (int32_t s : set) {
+      if (s < static_cast<int32_t>(tags_.size()) && tags_[s].rep == rep) {
+        shape.push_back({tags_[s].count - low, tags_[s].code});
+      }
+    }
+    std::sort(shape.begin(), shape.end());
+    shape.erase(std::unique(shape.begin(), shape.end()), shape.end());
+    std::vector<int32_t> key = {rep};
+    for (const auto& [dc, code] : shape) {
+      key.push_back(dc);
+      key.push_back(code);
+    }
+    auto [it, inserted] = template_ids_.try_emplace(std::move(key), static_cast<int32_t>(template_rep_.size()));
+    if (inserted) template_rep_.push_back(rep);
+    return {it->second, low};
   }
 
   void ComputeByteClasses() {
@@ -382,6 +467,9 @@ class PdaBuilder {
         const int32_t id = static_cast<int32_t>(raw.size());
         const bool is_final = std::binary_search(set.begin(), set.end(), nfa_final[r]);
         raw.push_back(RawState{static_cast<int32_t>(r), is_final, {}});
+        const auto [chain, count] = ChainOf(set);
+        raw_chain_.push_back(chain);
+        raw_chain_count_.push_back(count);
         next.resize(next.size() + num_classes_, -1);
         ids.emplace(set, id);
         sets.push_back(std::move(set));
@@ -498,10 +586,14 @@ class PdaBuilder {
     p.rule_of_.assign(m, 0);
     p.call_begin_.assign(m + 1, 0);
     p.calls_.clear();
+    p.chain_of_.assign(m, -1);
+    p.chain_count_.assign(m, 0);
     for (int32_t i = 0; i < m; ++i) {
       const int32_t s = order[i];
       p.final_[i] = raw_final_[s];
       p.rule_of_[i] = raw_rule_[s];
+      p.chain_of_[i] = raw_chain_[s];
+      p.chain_count_[i] = raw_chain_count_[s];
       for (int32_t c = 0; c < num_classes_; ++c) {
         const int32_t t = raw_next_[static_cast<size_t>(s) * num_classes_ + c];
         if (t >= 0 && alive[t]) {
@@ -531,8 +623,12 @@ class PdaBuilder {
   // Merges states of a rule that behave alike (Moore's partition refinement,
   // calls as symbols): fewer positions to classify and to keep per mask. A
   // string rule's "after the quote", "after a character" and "after an
-  // escape" states become one. Skipped, leaving the automaton as it is, when
-  // refinement would take too long (long counted repetitions).
+  // escape" states become one. States of a chain start apart by template and
+  // count: counts differ only on strings as long as the rest of the
+  // repetition, which would take as many rounds to tell (states alike across
+  // counts then stay apart: a few more states, never a wrong merge).
+  // Skipped, leaving the automaton as it is, when refinement would take too
+  // long.
   void Minimize() {
     Pda& p = *pda_;
     const int32_t n = p.num_states();
@@ -546,6 +642,8 @@ class PdaBuilder {
         key.clear();
         key.push_back(p.rule_of_[s]);
         key.push_back(p.final_[s]);
+        key.push_back(p.chain_of_[s]);
+        key.push_back(p.chain_count_[s]);
         if (!initial) {
           key.push_back(cur[s]);
           for (int32_t c = 0; c < num_classes_; ++c) {
@@ -580,7 +678,7 @@ class PdaBuilder {
     }
     std::vector<int32_t> next(static_cast<size_t>(blocks) * num_classes_, -1);
     std::vector<uint8_t> final(blocks), has_bytes(blocks);
-    std::vector<int32_t> rule_of(blocks), call_begin(blocks + 1);
+    std::vector<int32_t> rule_of(blocks), call_begin(blocks + 1), chain_of(blocks), chain_count(blocks);
     std::vector<Pda::Call> calls;
     int64_t transitions = 0;
     for (int32_t b = 0; b < blocks; ++b) {
@@ -588,6 +686,8 @@ class PdaBuilder {
       final[b] = p.final_[s];
       has_bytes[b] = p.has_bytes_[s];
       rule_of[b] = p.rule_of_[s];
+      chain_of[b] = p.chain_of_[s];
+      chain_count[b] = p.chain_count_[s];
       for (int32_t c = 0; c < num_classes_; ++c) {
         const int32_t t = p.NextByClass(s, c);
         if (t >= 0) {
@@ -609,6 +709,8 @@ class PdaBuilder {
     p.final_ = std::move(final);
     p.has_bytes_ = std::move(has_bytes);
     p.rule_of_ = std::move(rule_of);
+    p.chain_of_ = std::move(chain_of);
+    p.chain_count_ = std::move(chain_count);
     p.call_begin_ = std::move(call_begin);
     p.calls_ = std::move(calls);
     p.num_transitions_ = transitions;
@@ -738,6 +840,117 @@ class PdaBuilder {
     for (int32_t s = 0; s < n; ++s) p.min_bytes_[s] = static_cast<int32_t>(cost[s] / kByte);
   }
 
+  // Keeps the chain templates whose states behave as Pda::ChainTemplate
+  // describes (the tags only propose them), renumbered densely; a
+  // repetition with one template that does not is ungrouped entirely.
+  void CheckChains() {
+    Pda& p = *pda_;
+    const int32_t n = p.num_states();
+    const int32_t num_templates = static_cast<int32_t>(template_rep_.size());
+    std::vector<uint8_t> leaf(p.num_rules(), 1);
+    for (int32_t s = 0; s < n; ++s) {
+      if (!p.calls(s).empty()) leaf[p.rule_of(s)] = 0;
+    }
+    std::vector<std::vector<int32_t>> members(num_templates);
+    for (int32_t s = 0; s < n; ++s) {
+      if (p.chain_of_[s] >= 0) members[p.chain_of_[s]].push_back(s);
+    }
+    std::vector<uint8_t> bad(reps_.size(), 0);
+    std::vector<Pda::ChainTemplate> tables(num_templates);
+    for (int32_t tp = 0; tp < num_templates; ++tp) {
+      const std::vector<int32_t>& states = members[tp];
+      if (states.empty()) continue;
+      const int32_t rep = template_rep_[tp];
+      Pda::ChainTemplate& table = tables[tp];
+      table.cap = reps_[rep].cap;
+      bool ok = true;
+      for (int32_t s : states) ok = ok && leaf[p.rule_of(s)];
+      // The counts of the states where `holds` is true, when they are all
+      // the template's counts in an interval.
+      auto interval = [&](auto holds, int32_t* lo, int32_t* hi) {
+        *lo = std::numeric_limits<int32_t>::max();
+        *hi = std::numeric_limits<int32_t>::min();
+        for (int32_t s : states) {
+          if (!holds(s)) continue;
+          *lo = std::min(*lo, p.chain_count_[s]);
+          *hi = std::max(*hi, p.chain_count_[s]);
+        }
+        for (int32_t s : states) {
+          if (!holds(s) && p.chain_count_[s] >= *lo && p.chain_count_[s] <= *hi) return false;
+        }
+        return true;
+      };
+      ok = ok && interval([&](int32_t s) { return p.is_final(s); }, &table.final_lo, &table.final_hi);
+      table.moves.resize(num_classes_);
+      for (int32_t c = 0; ok && c < num_classes_; ++c) {
+        Pda::ChainMove& mv = table.moves[c];
+        int64_t delta = -1, saturating = 0;
+        for (int32_t s : states) {
+          const int32_t t = p.NextByClass(s, c);
+          if (t < 0) continue;
+          const bool exit = p.chain_of_[t] < 0 || template_rep_[p.chain_of_[t]] != rep;
+          const int32_t to = exit ? t : p.chain_of_[t];
+          if (mv.to < 0) {
+            mv.to = to;
+            mv.exit = exit;
+          }
+          if (mv.to != to || mv.exit != exit) ok = false;
+          if (exit) continue;
+          const int64_t from_count = p.chain_count_[s], to_count = p.chain_count_[t];
+          if (to_count < table.cap) {
+            if (to_count < from_count || (delta >= 0 && delta != to_count - from_count)) ok = false;
+            delta = to_count - from_count;
+          } else {
+            saturating = std::max(saturating, table.cap - from_count);
+          }
+        }
+        if (!ok || mv.to < 0) continue;
+        if (!mv.exit) {
+          mv.delta = static_cast<int32_t>(delta >= 0 ? delta : saturating);
+          for (int32_t s : states) {
+            const int32_t t = p.NextByClass(s, c);
+            if (t >= 0 && p.chain_count_[t] != std::min<int64_t>(p.chain_count_[s] + int64_t{mv.delta}, table.cap)) {
+              ok = false;
+            }
+          }
+        }
+        ok = ok && interval([&](int32_t s) { return p.NextByClass(s, c) >= 0; }, &mv.lo, &mv.hi);
+      }
+      if (!ok) bad[rep] = 1;
+    }
+    std::vector<int32_t> id(num_templates, -1);
+    for (int32_t tp = 0; tp < num_templates; ++tp) {
+      if (members[tp].empty() || bad[template_rep_[tp]]) continue;
+      id[tp] = static_cast<int32_t>(p.chains_.size());
+      p.chains_.push_back(std::move(tables[tp]));
+    }
+    for (Pda::ChainTemplate& table : p.chains_) {
+      for (Pda::ChainMove& mv : table.moves) {
+        if (mv.to >= 0 && !mv.exit) mv.to = id[mv.to];
+      }
+    }
+    for (int32_t s = 0; s < n; ++s) {
+      if (p.chain_of_[s] < 0) continue;
+      p.chain_of_[s] = id[p.chain_of_[s]];
+      if (p.chain_of_[s] < 0) p.chain_count_[s] = 0;
+    }
+  }
+
+  // Counted repetitions expanded copy by copy (chains).
+  struct Repetition {
+    int32_t cap;  // counts saturate here (the loop of x{m,}: m); else INT32_MAX
+    int32_t copy_size = -1;  // NFA states of one copy, the same in every copy
+    bool valid = true;
+  };
+  static constexpr int32_t kBoundary = -1;
+  // Where an NFA state sits in a repetition: its copy and its offset there,
+  // or kBoundary between two copies (count: the copies done).
+  struct NfaTag {
+    int32_t rep = -1;
+    int32_t count = 0;
+    int32_t code = 0;
+  };
+
   const Grammar& g_;
   const Limits& limits_;
   std::vector<bool> inline_;
@@ -752,6 +965,12 @@ class PdaBuilder {
   std::vector<uint8_t> raw_final_;
   std::vector<std::vector<std::pair<int32_t, int32_t>>> raw_calls_;
   std::vector<int32_t> raw_next_;
+  std::vector<int32_t> raw_chain_, raw_chain_count_;
+  std::vector<Repetition> reps_;
+  std::vector<NfaTag> tags_;  // by NFA state; untagged past its end
+  bool in_chain_ = false;
+  absl::flat_hash_map<std::vector<int32_t>, int32_t> template_ids_;
+  std::vector<int32_t> template_rep_;  // by template id
 };
 
 absl::StatusOr<std::shared_ptr<const Pda>> Pda::Build(const Grammar& grammar, const Limits& limits) {

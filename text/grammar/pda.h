@@ -10,6 +10,14 @@
 // trimmed to the states from which the rule can finish, and minimized (states
 // of a rule that behave alike merged; skipped when that would take too long).
 //
+// Counted repetition x{m,n} (maxLength, minLength, a regex's {m,n}) expands
+// to one copy of x's states per count. Within rules that call nothing, those
+// copies are grouped into *chain templates*: the states of a template behave
+// alike but for their count k (copies of x done), so that one classification
+// of the vocabulary per template serves every count (compiled_grammar.h).
+// The grouping comes from the expansion and is then checked on the finished
+// automaton; a repetition that fails the check is left ungrouped.
+//
 // Refused with INVALID_ARGUMENT and the reason: left recursion (a rule that
 // can reach itself without consuming a byte: the stack would grow forever),
 // a grammar that matches no string, and automata larger than the limits.
@@ -68,6 +76,31 @@ class Pda {
   // Total transitions (bytes and calls), for limits and reports.
   int64_t num_transitions() const { return num_transitions_; }
 
+  // Chain templates (see above). A byte class moves every state of a
+  // template the same way: to one template with the count k + delta (capped
+  // at the template's cap: x{m,} counts past m as m), or out of the chain to
+  // one state, exactly when k lies in [lo, hi]; elsewhere it has no move. A
+  // state of the template is final exactly when k lies in [final_lo,
+  // final_hi]. Chain states have no calls.
+  struct ChainMove {
+    int32_t to = -1;  // a template, or a state when `exit`; -1: no move at any count
+    bool exit = false;
+    int32_t delta = 0;
+    int32_t lo = 0;
+    int32_t hi = -1;
+  };
+  struct ChainTemplate {
+    int32_t cap = 0;
+    int32_t final_lo = 0;
+    int32_t final_hi = -1;
+    std::vector<ChainMove> moves;  // per byte class
+  };
+  int32_t num_chain_templates() const { return static_cast<int32_t>(chains_.size()); }
+  const ChainTemplate& chain(int32_t t) const { return chains_[t]; }
+  // The template of `state`, or -1 when it is in none; and its count.
+  int32_t chain_of(int32_t state) const { return chain_of_[state]; }
+  int32_t chain_count(int32_t state) const { return chain_count_[state]; }
+
  private:
   Pda() = default;
   friend class PdaBuilder;
@@ -88,6 +121,9 @@ class Pda {
   // (-2 - index into calls_), or -1 at a final state with nothing left.
   std::vector<int32_t> best_move_;
   int64_t num_transitions_ = 0;
+  std::vector<int32_t> chain_of_;
+  std::vector<int32_t> chain_count_;
+  std::vector<ChainTemplate> chains_;
 };
 
 }  // namespace chunkattn::grammar

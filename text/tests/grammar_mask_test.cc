@@ -2,7 +2,9 @@
 // from scripts/install-hf-reference.sh: without them these tests fail, never
 // skip) against brute force: for every token id, accept its bytes and roll
 // back. Prefixes come from valid outputs tokenized by the tokenizer itself
-// and from random walks over allowed tokens.
+// and from random walks over allowed tokens. Counted repetitions (maxLength,
+// minLength, {m,n}) also on a small vocabulary made for them, at every byte
+// of outputs that run to their bounds.
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -99,11 +101,20 @@ std::vector<Case> Cases() {
             "n":{"type":["integer","null"]}},"additionalProperties":{"type":"boolean"}})"},
        {"{\n  \"xs\": [\n    \"ab\",\n    \"c\"\n  ],\n  \"n\": null,\n  \"other\": true\n}"},
        flexible},
-      // Counted states far from both ends share classifications
+      // Counted states share classifications per chain template
       // (compiled_grammar.cc): a walk to near the end checks they may.
       {"long_string", {ConstraintKind::kJsonSchema, R"({"type":"string","minLength":200,"maxLength":300})"},
        {"\"" + std::string(120, 'a') + " The quick brown fox jumps over the lazy dog; 東京 \\\"quoted\\\" " +
         std::string(90, '=') + "x\""}},
+      // Strings filled to maxLength (name: 12 of 12), escapes and
+      // multi-byte characters counted as one, a minLength alone.
+      {"bounded_strings",
+       {ConstraintKind::kJsonSchema,
+        R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},
+            "bio":{"type":"string","minLength":3,"maxLength":40},"tag":{"type":"string","minLength":10}},
+            "required":["name","bio"],"additionalProperties":false})"},
+       {R"({"name": "Ada Lovelace", "bio": "Wrote \"notes\" on the engine; 東京\n 😀 ok", "tag": "abcdefghijk"})",
+        R"({"name":"x","bio":"abc"})"}},
       {"regex", {ConstraintKind::kRegex, R"(\d{3}-[a-z]+( [A-Z]\w*)?|(x|y)*\.)"}, {"123-abc Hello", "xyxy."}},
       {"choice", {ConstraintKind::kChoice, R"(["yes","no","maybe later","日本語です"])"}, {"maybe later", "日本語です"}},
       {"gbnf",
@@ -256,6 +267,131 @@ TEST_P(GrammarMaskTest, CompileWorkIsBounded) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTokenizers, GrammarMaskTest, ::testing::Values("llama3", "qwen3"));
+
+// A vocabulary made for counted strings: runs of up to 34 characters of
+// every spelling (plain, escaped, multi-byte), pieces that close a string
+// and go on, partial escapes and partial UTF-8, and random mixes of them.
+std::shared_ptr<const Vocabulary> CountingVocab() {
+  std::vector<std::string> tokens = {"</s>"};
+  const std::vector<std::string> chars = {"a",  "Z", " ", "\\n", "\\\"", "\\\\", "\\u00e9", "\\ud83d\\ude00", "é",
+                                          "東", "😀", "-", "7"};
+  for (const std::string& c : chars) {
+    for (int n : {1, 2, 3, 5, 8, 13, 21, 34}) {
+      std::string run;
+      for (int i = 0; i < n; ++i) run += c;
+      tokens.push_back(run);
+    }
+  }
+  const std::vector<std::string> pieces = {
+      "\"", ",", "}", "{", ":", "\"a\"", "\"b\"", "\": \"", "\", \"b\": \"", "\"}", "\",", "\"\n", "\"\"", "\\",
+      "\\u", "\\u00", "\\ud83d", "\\ude00", "e9", "u00e9", "de00", "n", "\xE6", "\x9D\xB1", "\xF0\x9F", "\x98\x80",
+      "\x01", "\x7F", "x", "ab", "c", "!"};
+  tokens.insert(tokens.end(), pieces.begin(), pieces.end());
+  std::mt19937 rng(7);
+  for (int i = 0; i < 400; ++i) {
+    std::string mix;
+    for (int n = 1 + static_cast<int>(rng() % 10); n > 0; --n) {
+      const size_t k = rng() % (chars.size() + 4);
+      mix += k < chars.size() ? chars[k] : std::vector<std::string>{"\"", ",", "}", "b"}[k - chars.size()];
+    }
+    tokens.push_back(mix);
+  }
+  std::vector<bool> control(tokens.size(), false);
+  control[0] = true;
+  auto vocab = Vocabulary::FromTokens(std::move(tokens), std::move(control), {0});
+  EXPECT_TRUE(vocab.ok()) << vocab.status();
+  return vocab.ok() ? *vocab : nullptr;
+}
+
+// Masks inside counted repetitions, at every byte of an output that runs to
+// the bounds (and in the middle of escapes and characters) and along random
+// walks: tokens that fit, overshoot the bound, or close the string early,
+// in time or too late.
+TEST(GrammarChainMasks, EqualBruteForceAtEveryCount) {
+  const std::shared_ptr<const Vocabulary> vocab = CountingVocab();
+  ASSERT_NE(vocab, nullptr);
+  const std::string ten = "a\\né\\u00e9😀\\ud83d\\ude00 \\\"Z\\\\";  // 10 characters
+  std::string long_body;
+  for (int i = 0; i < 30; ++i) long_body += ten;  // 300
+  struct Case {
+    Constraint constraint;
+    std::string output;
+    bool chained;  // expects chain templates
+  };
+  const std::vector<Case> cases = {
+      {{ConstraintKind::kJsonSchema, R"({"type":"string","maxLength":10})"}, "\"" + ten + "\"", true},
+      {{ConstraintKind::kJsonSchema, R"({"type":"string","minLength":4,"maxLength":9})"},
+       "\"東a\\u00e9\\\\-7😀aZ\"",
+       true},
+      {{ConstraintKind::kJsonSchema, R"({"type":"string","minLength":12})"}, "\"" + ten + ten + "\"", true},
+      {{ConstraintKind::kJsonSchema, R"({"type":"string","minLength":290,"maxLength":300})"},
+       "\"" + long_body + "\"", true},
+      {{ConstraintKind::kJsonSchema,
+        R"({"type":"object","properties":{"a":{"type":"string","maxLength":8},
+            "b":{"type":"string","minLength":2,"maxLength":20}},"required":["a","b"],"additionalProperties":false})"},
+       "{\"a\": \"ab\\\"c\", \"b\": \"" + ten + ten + "\"}", true},
+      {{ConstraintKind::kRegex, "[a-z]{2,30}(-[0-9]{0,9})?"}, "abcdefghijklmnopqrstuvwxyzabcd-123456789", true},
+      // x{m,}: counts past m are one state.
+      {{ConstraintKind::kRegex, "(ab|c){10,}x"}, "abcabcabcabcabcabcabcx", true},
+      // Two repetitions that overlap: the first is not a chain.
+      {{ConstraintKind::kRegex, "a{8,12}b{0,9}"}, "aaaaaaaaaaaabbbbbbbbb", true},
+      // A rule that calls another: no chain, classified state by state.
+      {{ConstraintKind::kGrammar, "root ::= \"<\" [a-z]{0,20} tail\ntail ::= \">\" | \"!\" tail"},
+       "<abcdefghijklmno!!>",
+       false},
+  };
+  std::mt19937 rng(5);
+  for (const Case& c : cases) {
+    const std::string name = c.constraint.text;
+    auto compiled = CompileConstraint(c.constraint, vocab);
+    ASSERT_TRUE(compiled.ok()) << name << ": " << compiled.status();
+    EXPECT_EQ((*compiled)->pda().num_chain_templates() > 0, c.chained) << name;
+    GrammarMatcher m(*compiled);
+    for (size_t i = 0; i <= c.output.size(); ++i) {
+      ExpectSameMask(&m, *vocab, absl::StrCat(name, " after \"", c.output.substr(0, i), "\""));
+      if (HasFailure()) return;
+      if (i < c.output.size()) {
+        ASSERT_TRUE(m.AcceptBytes(c.output.substr(i, 1))) << name << " at byte " << i;
+      }
+    }
+    EXPECT_TRUE(m.IsCompleted()) << name;
+    std::vector<uint32_t> mask(vocab->bitmask_words());
+    for (int walk = 0; walk < 12; ++walk) {
+      GrammarMatcher w(*compiled);
+      std::string text;
+      for (int step = 0; step < 40 && !w.IsTerminated(); ++step) {
+        ExpectSameMask(&w, *vocab, absl::StrCat(name, " walk ", walk, " step ", step));
+        if (HasFailure()) return;
+        ASSERT_TRUE(w.FillNextTokenBitmask(absl::MakeSpan(mask)).ok());
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < vocab->vocab_size(); ++id) {
+          if (mask[id >> 5] >> (id & 31) & 1) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;  // a dead end of this small vocabulary (brute force agrees)
+        const int32_t id = allowed[rng() % allowed.size()];
+        text += vocab->is_stop(id) ? "</s>" : vocab->token_bytes(id);
+        ASSERT_TRUE(w.AcceptToken(id));
+      }
+    }
+  }
+}
+
+// A chain's classifications depend on the token lengths, not on its bound:
+// a string of up to 2,000 characters has tens of thousands of positions
+// and compiles to a few hundred classifications.
+TEST(GrammarChainMasks, ClassificationsStayFewForLongBounds) {
+  const std::shared_ptr<const Vocabulary> vocab = CountingVocab();
+  ASSERT_NE(vocab, nullptr);
+  auto compiled =
+      CompileConstraint({ConstraintKind::kJsonSchema, R"({"type":"string","minLength":10,"maxLength":2000})"}, vocab);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const CompiledGrammar::Stats& st = (*compiled)->stats();
+  EXPECT_GT(st.positions, 20000);
+  EXPECT_LT(st.distinct_positions, 1000) << st.positions;
+  GrammarMatcher m(*compiled);
+  ASSERT_TRUE(m.AcceptBytes("\"" + std::string(1990, 'a')));
+  ExpectSameMask(&m, *vocab, "10 characters before maxLength 2000");
+}
 
 }  // namespace
 }  // namespace chunkattn::grammar
