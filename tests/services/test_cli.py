@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -17,21 +18,40 @@ def run_cli(*args, timeout=240):
 
 
 def watch_while(server, interval_s, action):
-    """Runs `chunkattn stats --watch` while action() runs; sends the signal
-    action returns, if any; (exit code, stdout, stderr), never hanging."""
+    """Runs `chunkattn stats --watch`, and action() once the watch has shown
+    its first panel (traffic sent before it would fall before the first
+    interval, unseen); sends the signal action returns, if any; (exit code,
+    stdout, stderr), never hanging."""
     watch = subprocess.Popen([harness.bin_path('chunkattn'), 'stats', '--server', server, '--watch',
                               '--interval_s', str(interval_s)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
+    out, err = [], []
+    first_panel = threading.Event()
+
+    def read(stream, lines, panel_end):
+        for line in stream:
+            lines.append(line)
+            if panel_end and line.startswith('requests '):
+                first_panel.set()
+        first_panel.set()  # the watch ended: the caller's checks say how
+
+    readers = [threading.Thread(target=read, args=(watch.stdout, out, True), daemon=True),
+               threading.Thread(target=read, args=(watch.stderr, err, False), daemon=True)]
+    for t in readers:
+        t.start()
     try:
+        first_panel.wait(30)
         sig = action()
         if sig is not None:
             watch.send_signal(sig)
-        out, err = watch.communicate(timeout=60)
+        watch.wait(timeout=60)
     finally:
         if watch.poll() is None:
             watch.kill()
-            watch.communicate()
-    return watch.returncode, out, err
+            watch.wait()
+        for t in readers:
+            t.join(10)
+    return watch.returncode, ''.join(out), ''.join(err)
 
 
 USAGE_LINE = re.compile(r'^finish=(\w+) prompt_tokens=(\d+) cached_prompt_tokens=(\d+) '
