@@ -97,20 +97,37 @@ def json_kind(case):
     return case["kind"] in ("json_schema", "json_object")
 
 
+def json_bytes(s, d):
+    """Bytes 0..d-1 of s as (offset, byte, where): where is 'open' for the
+    quote that opens a JSON string, 'close' for the one that closes it, 'in'
+    for a byte between (escapes included) and 'out' for any other."""
+    inside = escaped = False
+    for i in range(d):
+        c = s[i]
+        if not inside:
+            inside = c == 0x22
+            yield i, c, 'open' if inside else 'out'
+        elif escaped:
+            escaped = False
+            yield i, c, 'in'
+        elif c == 0x5C:
+            escaped = True
+            yield i, c, 'in'
+        elif c == 0x22:
+            inside = False
+            yield i, c, 'close'
+        else:
+            yield i, c, 'in'
+
+
 def string_start(s, d):
     """The offset of the quote that opens the JSON string around byte d of s
     (d <= len(s); a closing quote counts as inside), or None outside one."""
-    start, escaped = None, False
-    for i in range(d):
-        c = s[i]
-        if start is None:
-            if c == 0x22:
-                start = i
-        elif escaped:
-            escaped = False
-        elif c == 0x5C:
-            escaped = True
-        elif c == 0x22:
+    start = None
+    for i, _, where in json_bytes(s, d):
+        if where == 'open':
+            start = i
+        elif where == 'close':
             start = None
     return start
 
@@ -273,20 +290,14 @@ def value_path(s, d):
     """The path from the top-level value to the value that byte d is in:
     object keys (bytes, as spelled) and array indices; None when d is in an
     object key."""
-    stack, inside, escaped, start, last_string = [], False, False, None, None
-    for i in range(d):
-        c = s[i]
-        if inside:
-            if escaped:
-                escaped = False
-            elif c == 0x5C:
-                escaped = True
-            elif c == 0x22:
-                inside = False
-                last_string = s[start + 1:i]
-            continue
-        if c == 0x22:
+    stack, inside, start, last_string = [], False, None, None
+    for i, c, where in json_bytes(s, d):
+        if where == 'open':
             inside, start = True, i
+        elif where == 'close':
+            inside, last_string = False, s[start + 1:i]
+        elif where == 'in':
+            continue
         elif c == 0x7B:
             stack.append([0x7B, None])
         elif c == 0x5B:
