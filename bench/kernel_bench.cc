@@ -111,7 +111,7 @@ struct XorShift {
 // Each workload's context gets a version no earlier one had: a CudaAttention
 // keeps its plan while the version is unchanged, and the forests of two
 // configurations count versions alike.
-absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed, cpu::ThreadPool& pool) {
+absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed, ThreadPool& pool) {
   static uint64_t workloads_built = 0;
   const int c = cfg.chunk;
   PrefixForestOptions opt;
@@ -157,7 +157,7 @@ absl::StatusOr<std::unique_ptr<Workload>> Build(const Config& cfg, uint32_t seed
 
 // Read bandwidth of this machine with `pool`'s threads: the median of 5 passes
 // over a buffer far larger than the last-level cache.
-double MeasureReadGBps(cpu::ThreadPool& pool) {
+double MeasureReadGBps(ThreadPool& pool) {
   const int64_t words = int64_t{1} << 26;  // 512 MiB
   std::vector<uint64_t> buf(words, 1);
   std::vector<uint64_t> sink(pool.num_threads());
@@ -275,7 +275,7 @@ double AgreeTol(double fallback) {
 // Times one configuration on the CPU and reports its rows. A non-OK status:
 // nothing was measured.
 absl::Status MeasureCpu(const Config& cfg, const std::vector<std::string>& impls, int repeat, int warmup,
-                        double read_gbps, cpu::Isa isa, cpu::ThreadPool& pool, cpu::CpuAttention& attn,
+                        double read_gbps, cpu::Isa isa, ThreadPool& pool, cpu::CpuAttention& attn,
                         Report& report) {
   ASSIGN_OR_RETURN(std::unique_ptr<Workload> built, Build(cfg, absl::GetFlag(FLAGS_seed), pool));
   Workload& w = *built;
@@ -403,7 +403,7 @@ struct CudaBench {
   cuda::DeviceBuffer flush;
   size_t flush_bytes = 0;
   double copy_gbps = 0;
-  cpu::ThreadPool* pool = nullptr;  // borrowed: workload fills and the CPU reference
+  ThreadPool* pool = nullptr;  // borrowed: workload fills and the CPU reference
   std::unique_ptr<cpu::CpuAttention> cpu_attn;
 
   ~CudaBench() {
@@ -538,7 +538,7 @@ absl::Status MeasureCuda(const Config& cfg, const std::vector<std::string>& impl
 }
 
 int RunCuda(const std::vector<Config>& configs, const std::vector<std::string>& impls, int repeat, int warmup,
-            cpu::ThreadPool& pool, Report& report) {
+            ThreadPool& pool, Report& report) {
   if (cuda::DeviceCount() == 0) {
     std::fprintf(stderr, "--device cuda: no CUDA device visible\n");
     return 2;
@@ -674,7 +674,7 @@ int Main(int argc, char** argv) {
     }
   }
 
-  cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
+  ThreadPool pool(absl::GetFlag(FLAGS_threads));
   Report report{bench::Provenance(argc, argv), "", bench::JsonArrayFile(absl::GetFlag(FLAGS_json))};
 #if CHUNKATTN_BENCH_CUDA
   if (device == "cuda") return RunCuda(configs, impls, repeat, warmup, pool, report);

@@ -34,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/thread_pool.h"
 #include "bench/bench_util.h"
 #include "nlohmann/json.hpp"
 #include "proto/plan/plan_proto.h"
@@ -51,6 +52,8 @@ ABSL_FLAG(int, steps, 200, "timed decode steps per run");
 ABSL_FLAG(int, repeats, 5, "runs");
 ABSL_FLAG(std::string, json, "", "write the result here");
 ABSL_FLAG(int, constrained, 0, "requests of the batch with a JSON-schema constraint (0 = none)");
+ABSL_FLAG(int, mask_threads, 1,
+          "threads computing a step's masks (the coordinator's --mask_threads; the masks are inline here)");
 ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json for --constrained (default: Qwen3's, install-hf-reference.sh)");
 ABSL_FLAG(std::string, schema, "",
           "JSON Schema file for --constrained (default: an unbounded array of tool-call arguments)");
@@ -108,7 +111,7 @@ struct Constraint {
 };
 
 absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chunk, int ranks, int steps,
-                           const Constraint& constraint) {
+                           const Constraint& constraint, ThreadPool* mask_pool) {
   const int warmup = 8;
   const int max_new = warmup + steps + 8;
   SchedulerOptions so;
@@ -118,6 +121,7 @@ absl::StatusOr<Run> OneRun(int batch, int shared_len, int question_len, int chun
   so.max_context = shared_len + question_len + max_new;
   so.max_batch_size = batch;
   so.max_tokens_per_step = std::max(2048, batch);
+  so.mask_pool = mask_pool;
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(so));
   std::vector<TokenId> shared(shared_len);
   for (int i = 0; i < shared_len; ++i) shared[i] = 3 + (i * 7919) % 31000;
@@ -223,6 +227,9 @@ int Main(int argc, char** argv) {
     return Fail("need --batch, --question_len, --ranks, --steps, --repeats >= 1 and --shared_len >= 0");
   }
   if (constrained < 0 || constrained > batch) return Fail("--constrained must be in [0, --batch]");
+  const int mask_threads = absl::GetFlag(FLAGS_mask_threads);
+  if (mask_threads < 1 || mask_threads > 64) return Fail("--mask_threads must be in [1, 64]");
+  ThreadPool mask_pool(mask_threads);
   absl::StatusOr<Constraint> constraint = LoadConstraint(constrained);
   if (!constraint.ok()) return Fail(constraint.status().ToString());
   // Configurations, interleaved per repeat: the batch as it is, then (with
@@ -234,7 +241,7 @@ int Main(int argc, char** argv) {
   std::vector<double> spawn_median;
   for (int rep = 0; rep < repeats; ++rep) {
     for (size_t c = 0; c < nc; ++c) {
-      absl::StatusOr<Run> run = OneRun(batch, shared_len, question_len, chunk, ranks, steps, configs[c]);
+      absl::StatusOr<Run> run = OneRun(batch, shared_len, question_len, chunk, ranks, steps, configs[c], &mask_pool);
       if (!run.ok()) return Fail(run.status().ToString());
       for (int p = 0; p < kPhases; ++p) run_median[c * (kPhases + 1) + p].push_back(bench::Median(run->phase_us[p]));
       run_median[c * (kPhases + 1) + kPhases].push_back(bench::Median(run->total_us));
@@ -246,9 +253,9 @@ int Main(int argc, char** argv) {
               "%d ranks; medians of %d runs x %d steps\n",
               batch, shared_len, question_len, chunk, ranks, repeats, steps);
   if (constrained > 0) {
-    std::printf("constrained: %d of the %d requests, a JSON schema on %d tokens (%s)\n", constrained, batch,
-                configs[1].grammar->vocab()->vocab_size(),
-                absl::GetFlag(FLAGS_schema).empty() ? "built-in" : absl::GetFlag(FLAGS_schema).c_str());
+    std::printf("constrained: %d of the %d requests, a JSON schema on %d tokens (%s); masks on %d thread(s)\n",
+                constrained, batch, configs[1].grammar->vocab()->vocab_size(),
+                absl::GetFlag(FLAGS_schema).empty() ? "built-in" : absl::GetFlag(FLAGS_schema).c_str(), mask_threads);
   }
   std::printf("\n%-10s %14s", "phase", "median us");
   if (nc > 1) std::printf(" %14s %8s", "constrained", "ratio");
@@ -263,6 +270,7 @@ int Main(int argc, char** argv) {
   row["steps"] = steps;
   row["repeats"] = repeats;
   row["constrained"] = constrained;
+  row["mask_threads"] = mask_threads;
   auto cell = [&](size_t c, int p) { return bench::Median(run_median[c * (kPhases + 1) + p]); };
   for (int p = 0; p <= kPhases; ++p) {
     const std::string name = p < kPhases ? kPhaseNames[p] : "total";

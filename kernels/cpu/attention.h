@@ -28,7 +28,7 @@
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/api/decode_plan.h"
-#include "kernels/cpu/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace chunkattn::cpu {
 

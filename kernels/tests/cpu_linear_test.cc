@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/api/dtype.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace chunkattn {
 namespace {
@@ -45,7 +45,7 @@ Weights RandomWeights(DType dtype, int64_t count, std::mt19937& rng) {
 
 TEST(LinearRowsTest, EqualsFloat64ReferenceOnRandomShapes) {
   std::mt19937 rng(7);
-  cpu::ThreadPool pool(3);
+  ThreadPool pool(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
     if (!cpu::IsaSupported(isa)) continue;
@@ -82,7 +82,7 @@ TEST(LinearRowsTest, EqualsFloat64ReferenceOnRandomShapes) {
 
 TEST(LinearRowsTest, ARowsResultDoesNotDependOnItsBatch) {
   std::mt19937 rng(11);
-  cpu::ThreadPool pool(2);
+  ThreadPool pool(2);
   const int64_t k = 264, n = 777;
   const Weights w = RandomWeights(DType::kFloat32, n * k, rng);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -12,7 +12,7 @@
 
 #include "kernels/api/dtype.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/thread_pool.h"
+#include "base/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -86,7 +86,7 @@ TEST(DTypeTest, Names) {
 }
 
 TEST(ThreadPoolTest, EveryItemRunsExactlyOnce) {
-  cpu::ThreadPool pool(4);
+  ThreadPool pool(4);
   EXPECT_EQ(pool.num_threads(), 4);
   for (int64_t n : {0, 1, 3, 4, 1000}) {
     for (int rep = 0; rep < 50; ++rep) {
@@ -105,7 +105,7 @@ TEST(ThreadPoolTest, EveryItemRunsExactlyOnce) {
 TEST(ThreadPoolTest, UsesItsThreadsAndShutsDownCleanly) {
   std::atomic<int> used_mask{0};
   {
-    cpu::ThreadPool pool(3);
+    ThreadPool pool(3);
     for (int rep = 0; rep < 100 && used_mask.load() != 7; ++rep) {
       pool.ParallelFor(64, [&](int64_t, int t) {
         used_mask.fetch_or(1 << t);
@@ -121,7 +121,7 @@ TEST(ThreadPoolTest, UsesItsThreadsAndShutsDownCleanly) {
 }  // namespace chunkattn
 
 TEST(ThreadPoolTest, CgroupCpuMaxRoundsUpAndIgnoresNoLimit) {
-  using chunkattn::cpu::CpusFromCgroupCpuMax;
+  using chunkattn::CpusFromCgroupCpuMax;
   EXPECT_EQ(CpusFromCgroupCpuMax("200000 100000"), 2);
   EXPECT_EQ(CpusFromCgroupCpuMax("150000 100000\n"), 2);  // 1.5 CPUs: round up
   EXPECT_EQ(CpusFromCgroupCpuMax("50000 100000"), 1);
@@ -133,8 +133,8 @@ TEST(ThreadPoolTest, CgroupCpuMaxRoundsUpAndIgnoresNoLimit) {
 }
 
 TEST(ThreadPoolTest, AvailableCpusIsWithinTheHardware) {
-  const int n = chunkattn::cpu::AvailableCpus();
+  const int n = chunkattn::AvailableCpus();
   EXPECT_GE(n, 1);
   EXPECT_LE(n, std::max(1u, std::thread::hardware_concurrency()));
-  EXPECT_EQ(chunkattn::cpu::ThreadPool().num_threads(), n);
+  EXPECT_EQ(chunkattn::ThreadPool().num_threads(), n);
 }

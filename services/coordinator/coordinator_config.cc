@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "base/fd_limit.h"
 #include "base/status_macros.h"
+#include "base/thread_pool.h"
 #include "kernels/api/dtype.h"
 #include "services/core/policies.h"
 #include "services/kv_events/curve.h"
@@ -79,6 +80,9 @@ ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM: readiness turns NOT_SERVING and new requests get UNAVAILABLE at once, running ones "
           "finish for up to this long; 0 = end them at once");
 ABSL_FLAG(int, tokenize_threads, 2, "threads that tokenize text prompts, off gRPC's threads");
+ABSL_FLAG(int, mask_threads, 0,
+          "threads computing a step's structured-output token masks (while the workers run the step); "
+          "0 = a quarter of the CPUs this process may use, 1 to 8");
 ABSL_FLAG(int, health_port, 0, "plaintext grpc.health.v1 port on the --listen host, for probes; 0 = off");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM certificate chain: serve the public API over TLS");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
@@ -241,6 +245,9 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
   if (c.engine.max_waiting_requests < 0) return Invalid("--max_waiting_requests must be >= 0 (0 = unbounded)");
   c.engine.model_name = c.served_model_name;
   c.engine.kv_events_hash_seed = absl::GetFlag(FLAGS_kv_events_hash_seed);
+  c.engine.mask_threads = absl::GetFlag(FLAGS_mask_threads);
+  if (c.engine.mask_threads < 0 || c.engine.mask_threads > 64) return Invalid("--mask_threads must be in [0, 64]");
+  if (c.engine.mask_threads == 0) c.engine.mask_threads = std::clamp(AvailableCpus() / 4, 1, 8);
   return absl::OkStatus();
 }
 

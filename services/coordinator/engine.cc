@@ -34,7 +34,8 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
       config_(config),
       tokenizer_(tokenizer),
       metrics_(metrics),
-      pool_(std::move(workers)) {
+      pool_(std::move(workers)),
+      mask_pool_(std::max(1, options_.mask_threads)) {
   metrics::Registry& m = *metrics_;
   m_prompt_tokens_ = &m.GetCounter("chunkattn_prompt_tokens_total", "Prompt tokens of started requests.");
   m_prompt_cached_ = &m.GetCounter("chunkattn_prompt_tokens_cached_total",
@@ -254,6 +255,7 @@ void Engine::Loop() {
       if (s.ok()) {
         SchedulerOptions so = options_.scheduler;
         so.defer_masks = true;  // Step() sends them while the workers run the forward pass
+        so.mask_pool = &mask_pool_;
         so.record_block_events = options_.kv_events != nullptr;
         so.num_chunks = static_cast<int32_t>(std::min<int64_t>(pool_->num_chunks(), kMaxChunks));
         absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/thread_pool.h"
 #include "proto/model/model_config.h"
 #include "services/coordinator/output_processor.h"
 #include "services/coordinator/worker_group.h"
@@ -80,6 +81,9 @@ struct EngineOptions {
   // engine; null = off (the forest then records nothing).
   KvEventPublisher* kv_events = nullptr;
   std::string kv_events_hash_seed = "0";  // block_hash.h's seed
+  // Threads that compute a step's token masks (structured outputs), the
+  // loop's own included, while the workers run the step's forward pass.
+  int mask_threads = 1;
 };
 
 // The cache's blocks at one point of the KV-event stream: every event with a
@@ -206,6 +210,7 @@ class Engine {
 
   // Loop thread only.
   std::unique_ptr<WorkerGroup> pool_;
+  ThreadPool mask_pool_;  // SchedulerOptions::mask_pool; options_.mask_threads
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;

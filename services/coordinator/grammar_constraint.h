@@ -10,8 +10,10 @@
 // 40 us inside a free JSON string. Compiling (the slow part) happens before,
 // on the text pool (ProcessInput), cached by (tenant, vocabulary, constraint).
 //
-// Thread ownership: built on a text-pool thread, then used only by the
-// engine loop (TokenConstraint's contract).
+// Thread ownership: built on a text-pool thread, then used by the engine
+// loop, and by the mask pool for distinct samples at once (each sample has
+// its own matcher; the compiled grammar is immutable: TokenConstraint's
+// contract).
 #ifndef CHUNKATTN_SERVICES_COORDINATOR_GRAMMAR_CONSTRAINT_H_
 #define CHUNKATTN_SERVICES_COORDINATOR_GRAMMAR_CONSTRAINT_H_
 

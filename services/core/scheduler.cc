@@ -394,6 +394,7 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   mask_jobs_.clear();
   RETURN_IF_ERROR(WritePrefill(work, plan));
   RETURN_IF_ERROR(WriteDecode(work, plan));
+  if (!options_.defer_masks) FillMasks(plan);
   plan->step = ++step_;
   in_step_ = true;
   return true;
@@ -624,12 +625,8 @@ absl::Status Scheduler::WriteDecode(const std::vector<Work>& work, StepPlan* pla
       plan->samples.push_back(
           {static_cast<int32_t>(s), r->samples[index].sampler_key, r->samples[index].generated.size(), {}});
       if (r->spec.constraint != nullptr) {
-        if (options_.defer_masks) {
-          mask_jobs_.push_back({plan->samples.size() - 1, r, index});
-          plan->masks_follow = true;
-        } else {
-          ConstraintMask(*r, index, &plan->samples.back().allowed);
-        }
+        mask_jobs_.push_back({plan->samples.size() - 1, r, index});
+        plan->masks_follow = options_.defer_masks;
       }
       step_samples_.push_back({r->id, index, r->spec.sampling.top_logprobs});
     }
@@ -638,7 +635,16 @@ absl::Status Scheduler::WriteDecode(const std::vector<Work>& work, StepPlan* pla
 }
 
 void Scheduler::FillMasks(StepPlan* plan) {
-  for (const MaskJob& job : mask_jobs_) ConstraintMask(*job.request, job.index, &plan->samples[job.sample].allowed);
+  auto fill = [&](int64_t k, int /*thread*/) {
+    const MaskJob& job = mask_jobs_[k];
+    ConstraintMask(*job.request, job.index, &plan->samples[job.sample].allowed);
+  };
+  const int64_t n = static_cast<int64_t>(mask_jobs_.size());
+  if (options_.mask_pool != nullptr && options_.mask_pool->num_threads() > 1 && n > 1) {
+    options_.mask_pool->ParallelFor(n, fill);  // distinct samples: no state shared (TokenConstraint)
+  } else {
+    for (int64_t k = 0; k < n; ++k) fill(k, 0);
+  }
   mask_jobs_.clear();
 }
 

@@ -6,8 +6,10 @@
 // grammar matcher per sample, services/coordinator/grammar_constraint.h)
 // lives outside the scheduler, which knows only this interface.
 //
-// Thread ownership: called only from the scheduler's thread, while the
-// request is in the scheduler.
+// Thread ownership: called from the scheduler's thread while the request is
+// in the scheduler, except that FillNextTokenMask runs for several samples
+// of a step at once (SchedulerOptions::mask_pool): calls for distinct
+// samples must share no mutable state.
 #ifndef CHUNKATTN_SERVICES_CORE_TOKEN_CONSTRAINT_H_
 #define CHUNKATTN_SERVICES_CORE_TOKEN_CONSTRAINT_H_
 

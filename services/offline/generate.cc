@@ -61,6 +61,9 @@ ABSL_FLAG(int, threads, 0, "attention threads (0 = one per core)");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda | cuda:N (builds with CUDA)");
 ABSL_FLAG(std::string, dtype, "auto",
           "GPU weights, activations and KV: auto (the model's bfloat16, else float16) | float16 | bfloat16");
+ABSL_FLAG(std::string, weight_dtype, "auto",
+          "CPU weight matrices: auto (as the checkpoint stores them; dummy weights: the config's torch_dtype) | "
+          "float32 | float16 | bfloat16 | int8 (weight-only, one scale per 32 columns)");
 ABSL_FLAG(bool, cuda_graphs, true, "replay decode steps from CUDA graphs (GPU)");
 ABSL_FLAG(int, tp_size, 1, "tensor-parallel world size");
 ABSL_FLAG(int, tp_rank, 0, "this process's rank");
@@ -118,11 +121,12 @@ absl::Status Run() {
   }
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   const std::string format = absl::GetFlag(FLAGS_load_format);
+  ASSIGN_OR_RETURN(const WeightDType weight_dtype, ParseWeightDType(absl::GetFlag(FLAGS_weight_dtype)));
   ModelWeights weights;
   if (format == "dummy") {
-    ASSIGN_OR_RETURN(weights, DummyWeights(config, {rank, tp}, absl::GetFlag(FLAGS_seed)));
+    ASSIGN_OR_RETURN(weights, DummyWeights(config, {rank, tp}, absl::GetFlag(FLAGS_seed), weight_dtype));
   } else if (format == "safetensors") {
-    ASSIGN_OR_RETURN(weights, LoadWeights(dir, config, {rank, tp}));
+    ASSIGN_OR_RETURN(weights, LoadWeights(dir, config, {rank, tp}, weight_dtype));
   } else {
     return absl::InvalidArgumentError("--load_format must be safetensors or dummy");
   }
@@ -221,7 +225,7 @@ absl::Status Run() {
   if (engine_options.max_batch_size < 1 || engine_options.max_tokens_per_step < 1) {
     return absl::InvalidArgumentError("--max_batch_size and --max_tokens_per_step must be >= 1");
   }
-  cpu::ThreadPool pool(absl::GetFlag(FLAGS_threads));
+  ThreadPool pool(absl::GetFlag(FLAGS_threads));
   std::unique_ptr<Model> model;
   if (device.cuda) {
     // A step holds at most the token budget, or one decode row per sequence.

@@ -23,6 +23,7 @@ ABSL_DECLARE_FLAG(std::string, kv_events_format);
 ABSL_DECLARE_FLAG(bool, kv_events);
 ABSL_DECLARE_FLAG(int64_t, http_max_body_bytes);
 ABSL_DECLARE_FLAG(std::string, served_model_name);
+ABSL_DECLARE_FLAG(int, mask_threads);
 
 namespace chunkattn {
 namespace {
@@ -50,6 +51,8 @@ TEST_F(CoordinatorConfigTest, GoodFlagsReachTheEngineAndTheJoin) {
   EXPECT_EQ(c->engine.model_name, "demo");
   EXPECT_TRUE(c->engine.workers.adaptive_step_timeout);  // -1: from measured steps
   EXPECT_FALSE(c->kv_events.has_value());
+  EXPECT_GE(c->engine.mask_threads, 1);  // 0: a quarter of the CPUs, 1 to 8
+  EXPECT_LE(c->engine.mask_threads, 8);
 
   ModelConfig model;
   model.max_context = 4096;
@@ -77,6 +80,8 @@ TEST_F(CoordinatorConfigTest, EachBadFlagIsRefusedByName) {
       {[] { absl::SetFlag(&FLAGS_max_tokens_per_step, 4); }, "--max_tokens_per_step"},
       {[] { absl::SetFlag(&FLAGS_tenant_max_batch_share, 0.0); }, "--tenant_max_batch_share"},
       {[] { absl::SetFlag(&FLAGS_step_timeout_s, -2.0); }, "--step_timeout_s"},
+      {[] { absl::SetFlag(&FLAGS_mask_threads, -1); }, "--mask_threads"},
+      {[] { absl::SetFlag(&FLAGS_mask_threads, 65); }, "--mask_threads"},
       {[] {
          absl::SetFlag(&FLAGS_kv_events, true);
          absl::SetFlag(&FLAGS_kv_events_format, "xml");

@@ -425,7 +425,8 @@ absl::Status CudaLlamaModel::ForwardGreedy(const ForwardBatch& batch, std::vecto
 bool CudaLlamaModel::has_device_sampling() const { return config_.vocab_size <= cuda::kMaxPenaltyVocab; }
 
 absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
-                                           absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out) {
+                                           absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out,
+                                           const LateMasks* late_masks) {
   if (!has_device_sampling()) {
     return absl::UnimplementedError(absl::StrFormat(
         "a vocabulary of %d tokens samples on the host (the device takes up to %d)", config_.vocab_size,
@@ -453,11 +454,13 @@ absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span
   const int vocab = config_.vocab_size;
   top_slot_.assign(n, -1);
   int64_t num_top = 0;
+  allowed_.resize(n);
+  for (size_t k = 0; k < n; ++k) allowed_[k] = inputs[k].allowed;
   for (size_t k = 0; k < n; ++k) {
     if (packed_.top_logprobs[k] > 0) top_slot_[k] = static_cast<int32_t>(num_top++);
   }
   top_logits_.resize(static_cast<size_t>(num_top) * vocab);
-  RETURN_IF_ERROR(Run(batch, Output::kSample, nullptr));
+  RETURN_IF_ERROR(Run(batch, Output::kSample, nullptr, late_masks));
   const int32_t* tokens = static_cast<const int32_t*>(impl_->sample_picks.host.get());
   const float* logprobs = reinterpret_cast<const float*>(tokens + n);
   out.resize(n);
@@ -465,7 +468,7 @@ absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span
     SampleResult& r = out[order_[k]];
     r = {tokens[k], logprobs[k], {}};
     if (top_slot_[k] >= 0 && r.token >= 0) {
-      AddTopLogprobs(top_logits_.data() + static_cast<size_t>(top_slot_[k]) * vocab, vocab, inputs[order_[k]].allowed,
+      AddTopLogprobs(top_logits_.data() + static_cast<size_t>(top_slot_[k]) * vocab, vocab, allowed_[order_[k]],
                      packed_.top_logprobs[k], &r);
     }
   }
@@ -587,7 +590,25 @@ struct StepLauncher {
 
 }  // namespace
 
-absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::vector<float>* logits) {
+absl::Status CudaLlamaModel::PackLateMasks(const LateMasks& late_masks) {
+  ASSIGN_OR_RETURN(absl::Span<const std::vector<uint32_t>> masks, late_masks());
+  const size_t n = packed_.params.size();
+  if (masks.size() != n) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d late token masks for %d samples", masks.size(), n));
+  }
+  packed_.masks.clear();
+  for (size_t k = 0; k < n; ++k) {
+    const std::vector<uint32_t>& mask = masks[order_[k]];
+    if (absl::Status s = PackMask(mask, config_.vocab_size, &packed_.params[k], &packed_); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("sample %d: %s", order_[k], s.message()));
+    }
+    allowed_[order_[k]] = mask;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::vector<float>* logits,
+                                 const LateMasks* late_masks) {
   Impl& im = *impl_;
   if (im.k_pool.get() == nullptr) return absl::FailedPreconditionError("the KV pool is not allocated");
   if (comm_ != nullptr && comm_->broken()) {
@@ -640,14 +661,16 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.gather, host.gather, n_gather * 4, cudaMemcpyHostToDevice, im.stream));
   }
   const int64_t num_samples = output == Output::kSample ? static_cast<int64_t>(packed_.params.size()) : 0;
-  if (num_samples > 0) {
+  const bool late = num_samples > 0 && late_masks != nullptr;
+  // The sample records and masks: now, or (late masks) once the layers are
+  // launched, into buffers reserved now (no allocation behind the launch).
+  auto upload_samples = [&]() -> absl::Status {
     RETURN_IF_ERROR(im.sample_params.Upload(packed_.params.data(), num_samples * sizeof(cuda::SampleRowParams),
                                             im.stream));
     // A penalized sample needs the history array even when it is empty.
     if (packed_.penalized) RETURN_IF_ERROR(im.sample_history.Reserve(sizeof(int32_t)));
     RETURN_IF_ERROR(im.sample_history.Upload(packed_.history.data(), packed_.history.size() * sizeof(int32_t),
                                              im.stream));
-    RETURN_IF_ERROR(im.sample_masks.Upload(packed_.masks.data(), packed_.masks.size() * sizeof(uint32_t), im.stream));
     RETURN_IF_ERROR(im.sample_picks.Reserve(num_samples * 8));
   }
 
@@ -661,12 +684,22 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
   }
   RETURN_IF_ERROR(CopyKv(batch.copies));
 
+    return im.sample_masks.Upload(packed_.masks.data(), packed_.masks.size() * sizeof(uint32_t), im.stream);
+  };
+  if (num_samples > 0) {
   if (use_graph) {
     const int bucket = static_cast<int>(launch_rows);
     if (!im.graphs.empty() && im.graphs.begin()->second.attention_generation != im.attention->buffer_generation()) {
       im.DropGraphs();  // a buffer the graphs read was reallocated
     }
     auto it = im.graphs.find(bucket);
+    if (late) {
+      RETURN_IF_ERROR(im.sample_params.Reserve(num_samples * sizeof(cuda::SampleRowParams)));
+      const int64_t words = (int64_t{config_.vocab_size} + 31) / 32;
+      RETURN_IF_ERROR(im.sample_masks.Reserve(num_samples * words * sizeof(uint32_t)));
+    } else {
+      RETURN_IF_ERROR(upload_samples());
+    }
     // A bucket's first step runs eagerly: lazy setup (NCCL connections,
     // cuBLAS heuristics) must not happen inside a capture.
     const bool warm_up = it == im.graphs.end() && im.warmed.insert(bucket).second;
@@ -722,6 +755,16 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host_picks.logprobs, dev_picks.logprobs, num_out * 4, cudaMemcpyDeviceToHost, im.stream));
   } else if (output == Output::kSample) {
+  if (late) {
+    // The device runs the layers while the host waits for the masks.
+    absl::Status masks = PackLateMasks(*late_masks);
+    if (!masks.ok()) {
+      (void)cudaStreamSynchronize(im.stream);  // nothing launched may outlive the step
+      return masks;
+    }
+    RETURN_IF_ERROR(upload_samples());
+  }
+
     const auto* params = static_cast<const cuda::SampleRowParams*>(im.sample_params.dev.get());
     const int32_t* history = packed_.penalized ? static_cast<const int32_t*>(im.sample_history.dev.get()) : nullptr;
     const uint32_t* masks = packed_.masks.empty() ? nullptr : static_cast<const uint32_t*>(im.sample_masks.dev.get());

@@ -91,7 +91,8 @@ class CudaLlamaModel final : public GpuModel {
   // vocabularies sample on the host.
   bool has_device_sampling() const override;
   absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
-                             absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out) override;
+                             absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out,
+                             const LateMasks* late_masks = nullptr) override;
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override;
 
   // Decode graphs captured so far (for tests).
@@ -108,8 +109,13 @@ class CudaLlamaModel final : public GpuModel {
     kGreedy,  // every logits row's greedy pick into the pinned picks
     kSample,  // the samples of packed_ into the pinned picks, in packed_ order
   };
-  // Runs the step and leaves its output on the host.
-  absl::Status Run(const ForwardBatch& batch, Output output, std::vector<float>* logits);
+  // Runs the step and leaves its output on the host. With kSample and
+  // `late_masks`, the masks are fetched (PackLateMasks) after the layers are
+  // launched and uploaded with the sample records.
+  absl::Status Run(const ForwardBatch& batch, Output output, std::vector<float>* logits,
+                   const LateMasks* late_masks = nullptr);
+  // The late masks (per caller's sample) into packed_, in packed_ order.
+  absl::Status PackLateMasks(const LateMasks& late_masks);
 
   ModelConfig config_;
   ModelOptions options_;
@@ -121,6 +127,9 @@ class CudaLlamaModel final : public GpuModel {
   // index of packed sample k).
   PackedSamples packed_;
   std::vector<int32_t> order_;
+  // Per caller's sample, the mask it sampled under (inputs' or the late
+  // ones), for the top_logprobs host fallback.
+  std::vector<absl::Span<const uint32_t>> allowed_;
   // Per packed sample, its row in top_logits_ or -1: the top_logprobs host
   // fallback's (samples asking for them, vocab) logits rows.
   std::vector<int32_t> top_slot_;

@@ -101,7 +101,7 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
 }
 
 LlamaModel::LlamaModel(const ModelConfig& config, ModelWeights weights,
-                       const ModelOptions& options, Communicator* comm, cpu::ThreadPool* pool)
+                       const ModelOptions& options, Communicator* comm, ThreadPool* pool)
     : config_(config),
       weights_(std::move(weights)),
       options_(options),
@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
                                                                ModelWeights weights,
                                                                const ModelOptions& options,
                                                                Communicator* comm,
-                                                               cpu::ThreadPool* pool) {
+                                                               ThreadPool* pool) {
   if (config.head_dim % 16 != 0 || config.head_dim > kMaxHeadDim) {
     return absl::UnimplementedError(absl::StrFormat(
         "head_dim %d: the attention kernels need a multiple of 16 up to %d", config.head_dim,

@@ -29,7 +29,7 @@
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/thread_pool.h"
+#include "base/thread_pool.h"
 #include "workers/model/kv_pool.h"
 #include "workers/model/model.h"
 #include "workers/model/weights.h"
@@ -47,7 +47,7 @@ class LlamaModel final : public Model {
                                                             ModelWeights weights,
                                                             const ModelOptions& options,
                                                             Communicator* comm,
-                                                            cpu::ThreadPool* pool);
+                                                            ThreadPool* pool);
 
   const ModelConfig& config() const override { return config_; }
   const ModelOptions& options() const override { return options_; }
@@ -65,7 +65,7 @@ class LlamaModel final : public Model {
 
  private:
   LlamaModel(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,
-             Communicator* comm, cpu::ThreadPool* pool);
+             Communicator* comm, ThreadPool* pool);
 
   absl::Status AllReduce(std::vector<float>& x);
   absl::Status Linear(const float* a, int64_t m, int64_t matrix_rows, int64_t k, const std::vector<float>& w,
@@ -75,7 +75,7 @@ class LlamaModel final : public Model {
   ModelWeights weights_;
   ModelOptions options_;
   Communicator* comm_;
-  cpu::ThreadPool* pool_;  // borrowed; null: single-threaded
+  ThreadPool* pool_;  // borrowed; null: single-threaded
   std::unique_ptr<KvPool> kv_;
   cpu::CpuAttention attention_;
   std::vector<float> inv_freq_;  // (head_dim / 2) rotary frequencies after scaling

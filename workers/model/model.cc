@@ -10,7 +10,7 @@ absl::Status Model::ForwardGreedy(const ForwardBatch&, std::vector<int32_t>&, st
 }
 
 absl::Status Model::ForwardSample(const ForwardBatch&, absl::Span<const int32_t>, absl::Span<const SampleInput>,
-                                  std::vector<SampleResult>&) {
+                                  std::vector<SampleResult>&, const LateMasks*) {
   return absl::UnimplementedError("this model samples on the host (Sampler)");
 }
 

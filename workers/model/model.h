@@ -9,10 +9,12 @@
 #define CHUNKATTN_WORKERS_MODEL_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/model/model_config.h"
 #include "kernels/api/attention.h"
@@ -84,8 +86,17 @@ class Model {
   // logits.
   // INVALID_ARGUMENT for inputs the Sampler refuses, before the step runs.
   // UNIMPLEMENTED unless has_device_sampling().
+  //
+  // With `late_masks` (not null), the token masks are not in `inputs`: the
+  // model launches the forward pass first, then calls it for one mask per
+  // sample (empty: none; checked as inputs' are) and samples under those.
+  // The host waits for the masks (the coordinator computes them during the
+  // step) while the device runs the layers. An error from it is returned
+  // once the launched work has finished.
+  using LateMasks = std::function<absl::StatusOr<absl::Span<const std::vector<uint32_t>>>()>;
   virtual absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
-                                     absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out);
+                                     absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out,
+                                     const LateMasks* late_masks = nullptr);
 
   // Copy-on-write KV copies without a forward pass (a step with no rows).
   virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;

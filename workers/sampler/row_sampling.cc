@@ -1,8 +1,23 @@
 #include "workers/sampler/row_sampling.h"
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
+
+absl::Status PackMask(absl::Span<const uint32_t> allowed, int vocab, cuda::SampleRowParams* d, PackedSamples* out) {
+  d->mask_begin = -1;
+  d->mask_words = 0;
+  if (allowed.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(ValidateAllowedTokens(allowed, vocab));
+  if (out->masks.size() + allowed.size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("the samples' token masks exceed 2^31 words");
+  }
+  d->mask_begin = static_cast<int32_t>(out->masks.size());
+  d->mask_words = static_cast<int32_t>(allowed.size());
+  out->masks.insert(out->masks.end(), allowed.begin(), allowed.end());
+  return absl::OkStatus();
+}
 
 absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const SampleInput> inputs, int vocab,
                          int64_t num_rows, PackedSamples* out) {
@@ -40,16 +55,8 @@ absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const Sample
     d.penalty = p.repetition_penalty;
     d.u = UniformForStep(p.seed, in.step);
     out->top_logprobs[s] = p.top_logprobs;
-    if (!in.allowed.empty()) {
-      if (absl::Status status = ValidateAllowedTokens(in.allowed, vocab); !status.ok()) {
-        return absl::InvalidArgumentError(absl::StrFormat("sample %d: %s", s, status.message()));
-      }
-      if (out->masks.size() + in.allowed.size() > static_cast<size_t>(INT32_MAX)) {
-        return absl::InvalidArgumentError("the samples' token masks exceed 2^31 words");
-      }
-      d.mask_begin = static_cast<int32_t>(out->masks.size());
-      d.mask_words = static_cast<int32_t>(in.allowed.size());
-      out->masks.insert(out->masks.end(), in.allowed.begin(), in.allowed.end());
+    if (absl::Status status = PackMask(in.allowed, vocab, &d, out); !status.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("sample %d: %s", s, status.message()));
     }
     if (p.repetition_penalty == 1.0f) continue;
     out->penalized = true;

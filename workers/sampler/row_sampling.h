@@ -34,6 +34,13 @@ struct PackedSamples {
 absl::Status PackSamples(absl::Span<const int32_t> rows, absl::Span<const SampleInput> inputs, int vocab,
                          int64_t num_rows, PackedSamples* out);
 
+// Packs a token mask `allowed` (SampleInput::allowed; empty: none) for the
+// sample whose record is `d`, appending its words to out->masks, as
+// PackSamples does for the masks in its inputs. INVALID_ARGUMENT (not naming
+// the sample) as Sampler::Sample would for the mask. For masks that come
+// after PackSamples (Model::ForwardSample's late masks).
+absl::Status PackMask(absl::Span<const uint32_t> allowed, int vocab, cuda::SampleRowParams* d, PackedSamples* out);
+
 // The GPU's algorithm on the host, with AddTopLogprobs where asked.
 // logits: (num_rows, vocab) with the rows PackSamples checked; out:
 // (params.size()), token -1 for a row with a +inf logit or no finite logit.

@@ -165,9 +165,13 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, con
         }
       }
     } else if (!keep_logits_ && !masking_ && samples_ && model_->has_device_sampling()) {
-      // The device model samples in the same call: the masks come first.
-      if (awaiting) RETURN_IF_ERROR(TakeMasks(await_masks));
-      RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows_, sample_inputs_, picks_));
+      // The device model samples in the same call: it asks for the masks
+      // once the forward pass is launched.
+      const Model::LateMasks late = [&]() -> absl::StatusOr<absl::Span<const std::vector<uint32_t>>> {
+        RETURN_IF_ERROR(TakeMasks(await_masks));
+        return absl::MakeConstSpan(awaited_masks_);
+      };
+      RETURN_IF_ERROR(model_->ForwardSample(batch, sample_rows_, sample_inputs_, picks_, awaiting ? &late : nullptr));
     } else {
       RETURN_IF_ERROR(model_->Forward(batch, logits_));
       if (awaiting) RETURN_IF_ERROR(TakeMasks(await_masks));  // computed while this forward pass ran

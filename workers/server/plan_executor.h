@@ -49,7 +49,8 @@ class PlanExecutor {
   // Runs one step. On error the executor's state may be behind the
   // coordinator's: the session must be restarted. With plan.masks_follow
   // and `await_masks`, the sampling rank runs the forward pass first and
-  // reads the masks only then (the coordinator computes them meanwhile);
+  // reads the masks only then (the coordinator computes them meanwhile; a
+  // model sampling on its device has launched its layers: LateMasks);
   // otherwise the masks are the plan's own (SampleRow::allowed).
   absl::Status Execute(const StepPlan& plan, StepResult* result, const AwaitMasks& await_masks = nullptr);
 

@@ -31,7 +31,7 @@
 #include "base/device.h"
 #include "base/grpc_security.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
-#include "kernels/cpu/thread_pool.h"
+#include "base/thread_pool.h"
 
 namespace gloo::rendezvous {
 class Store;
@@ -105,7 +105,7 @@ class WorkerService final : public internal::v1::Worker::Service {
                        int64_t chunk_bytes);
 
   WorkerOptions options_;
-  cpu::ThreadPool pool_;
+  ThreadPool pool_;
   std::string device_name_;  // reported at Join: "cpu", "cuda:0 (NVIDIA H100 ...)"
 
   std::atomic<bool> draining_{false};

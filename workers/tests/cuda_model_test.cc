@@ -19,6 +19,7 @@
 #include "workers/model/context_builder.h"
 #include "workers/model/cuda_llama.h"
 #include "workers/model/llama.h"
+#include "workers/sampler/token_mask_testing.h"
 #include "workers/tests/model_test_util.h"
 
 namespace chunkattn {
@@ -62,8 +63,8 @@ float Round(float x, DType t) {
 // The weights the GPU sees, as fp32: matrices rounded to `t` (norms and
 // biases stay fp32 on the GPU too).
 void RoundMatrices(ModelWeights& w, DType t) {
-  auto round = [t](std::vector<float>& v) {
-    for (float& x : v) x = Round(x, t);
+  auto round = [t](WeightMatrix& m) {
+    for (float& x : m.f32) x = Round(x, t);
   };
   round(w.embed);
   round(w.lm_head);
@@ -239,6 +240,7 @@ void RunScenario(const ModelConfig& config, DType t, DecodeImpl impl, bool graph
     std::vector<SamplingParams> params(2 * n);
     std::vector<int32_t> rows(2 * n);
     std::vector<SampleInput> inputs(2 * n);
+    std::vector<std::vector<uint32_t>> masks(2 * n);  // structured outputs: every third sample
     for (int k = 0; k < 2 * n; ++k) {
       SamplingParams& p = params[k];
       p.temperature = k % 3 == 0 ? 0.0f : 0.8f;
@@ -252,11 +254,33 @@ void RunScenario(const ModelConfig& config, DType t, DecodeImpl impl, bool graph
       inputs[k].params = &p;
       inputs[k].history = seqs[k / 2];
       inputs[k].step = step;
+      if (k % 3 == 2) masks[k] = sampler_testing::RandomTokenMask(vocab, rng);
+      inputs[k].allowed = masks[k];
     }
     std::vector<SampleResult> sampled;
     st = m.gpu->ForwardSample(b, rows, inputs, sampled);
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_EQ(sampled.size(), inputs.size());
+    // The same step with the masks asked for after the layers are launched
+    // (a GPU worker's overlap, Model::LateMasks): the same picks.
+    std::vector<SampleInput> unmasked = inputs;
+    for (SampleInput& in : unmasked) in.allowed = {};
+    int late_calls = 0;
+    const Model::LateMasks late = [&]() -> absl::StatusOr<absl::Span<const std::vector<uint32_t>>> {
+      ++late_calls;
+      return absl::MakeConstSpan(masks);
+    };
+    std::vector<SampleResult> sampled_late;
+    st = m.gpu->ForwardSample(b, rows, unmasked, sampled_late, &late);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(late_calls, 1);
+    ASSERT_EQ(sampled_late.size(), sampled.size());
+    for (size_t k = 0; k < sampled.size(); ++k) {
+      EXPECT_EQ(sampled_late[k].token, sampled[k].token) << "step " << step << " sample " << k;
+      EXPECT_EQ(sampled_late[k].logprob, sampled[k].logprob) << "step " << step << " sample " << k;
+      ASSERT_EQ(sampled_late[k].top.size, sampled[k].top.size) << "step " << step << " sample " << k;
+      for (int j = 0; j < sampled[k].top.size; ++j) EXPECT_EQ(sampled_late[k].top.ids[j], sampled[k].top.ids[j]);
+    }
     Sampler sampler;
     for (int k = 0; k < 2 * n; ++k) {
       SampleResult want;
@@ -481,6 +505,21 @@ TEST(CudaModelBasics, RefusesBadInputs) {
   EXPECT_TRUE((*model)->ForwardSample(b, {0}, {in}, sampled).ok());
   ASSERT_EQ(sampled.size(), 1u);
   EXPECT_GE(sampled[0].token, 0);
+  // Late masks (Model::LateMasks) that fail, miscount or overflow the
+  // vocabulary end the step with their error after the launched work.
+  const Model::LateMasks failing = []() -> absl::StatusOr<absl::Span<const std::vector<uint32_t>>> {
+    return absl::UnavailableError("the coordinator's stream closed");
+  };
+  EXPECT_EQ((*model)->ForwardSample(b, {0}, {in}, sampled, &failing).code(), absl::StatusCode::kUnavailable);
+  const std::vector<std::vector<uint32_t>> two(2), wide(1, std::vector<uint32_t>((config.vocab_size + 31) / 32 + 1, 1));
+  const Model::LateMasks miscounted = [&]() -> absl::StatusOr<absl::Span<const std::vector<uint32_t>>> {
+    return absl::MakeConstSpan(two);
+  };
+  EXPECT_EQ((*model)->ForwardSample(b, {0}, {in}, sampled, &miscounted).code(), absl::StatusCode::kInvalidArgument);
+  const Model::LateMasks too_wide = [&]() -> absl::StatusOr<absl::Span<const std::vector<uint32_t>>> {
+    return absl::MakeConstSpan(wide);
+  };
+  EXPECT_EQ((*model)->ForwardSample(b, {0}, {in}, sampled, &too_wide).code(), absl::StatusCode::kInvalidArgument);
   // Still usable after the refusals.
   EXPECT_TRUE((*model)->Forward(b, logits).ok());
 }

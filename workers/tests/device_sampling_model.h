@@ -52,13 +52,26 @@ class DeviceSamplingModel final : public Model {
   }
   bool has_device_sampling() const override { return true; }
   absl::Status ForwardSample(const ForwardBatch& batch, absl::Span<const int32_t> rows,
-                             absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out) override {
+                             absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out,
+                             const LateMasks* late_masks = nullptr) override {
     ++sample_calls;
+    for (size_t s = 0; late_masks != nullptr && s < inputs.size(); ++s) {
+      if (!inputs[s].allowed.empty()) return absl::InternalError("a mask both before and after the forward pass");
+    }
     PackedSamples packed;
     RETURN_IF_ERROR(PackSamples(rows, inputs, config().vocab_size,
                                 static_cast<int64_t>(batch.logits_rows.size()), &packed));
     std::vector<float> logits;
     RETURN_IF_ERROR(inner_->Forward(batch, logits));
+    if (late_masks != nullptr) {  // as CudaLlamaModel: asked for after the forward pass
+      ++late_mask_calls;
+      ASSIGN_OR_RETURN(absl::Span<const std::vector<uint32_t>> masks, (*late_masks)());
+      if (masks.size() != inputs.size()) return absl::InvalidArgumentError("late masks: one per sample");
+      packed.masks.clear();
+      for (size_t s = 0; s < masks.size(); ++s) {
+        RETURN_IF_ERROR(PackMask(masks[s], config().vocab_size, &packed.params[s], &packed));
+      }
+    }
     out.resize(inputs.size());
     SampleRowsOnHost(logits, config().vocab_size, packed, absl::MakeSpan(out));
     return absl::OkStatus();
@@ -68,6 +81,7 @@ class DeviceSamplingModel final : public Model {
   int host_calls = 0;
   int greedy_calls = 0;
   int sample_calls = 0;
+  int late_mask_calls = 0;  // ForwardSample calls whose masks came after the forward pass
 
  private:
   std::unique_ptr<LlamaModel> inner_;

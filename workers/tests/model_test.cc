@@ -278,7 +278,7 @@ namespace {
 TEST(ModelServingTest, BlasThreadsFollowThePool) {
   const auto& ref = References()[0];
   for (int threads : {1, 2, 3}) {
-    cpu::ThreadPool pool(threads);
+    ThreadPool pool(threads);
     auto model = LoadModelOrDie(ref.dir, {}, nullptr, Options(), &pool);
     ASSERT_TRUE(model);
     EXPECT_EQ(openblas_get_num_threads(), threads);

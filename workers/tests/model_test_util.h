@@ -154,7 +154,7 @@ inline double RelError(const float* a, const float* b, size_t n) {
 inline std::unique_ptr<LlamaModel> LoadModelOrDie(const std::string& dir, ShardSpec shard = {},
                                                   Communicator* comm = nullptr,
                                                   ModelOptions options = {},
-                                                  cpu::ThreadPool* pool = nullptr) {
+                                                  ThreadPool* pool = nullptr) {
   auto config = LoadModelConfig(dir);
   EXPECT_TRUE(config.ok()) << config.status();
   auto weights = LoadWeights(dir, *config, shard);

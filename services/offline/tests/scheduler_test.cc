@@ -36,7 +36,9 @@ class Harness {
  public:
   // `defer_masks`: constrained samples' masks follow their plan, as the
   // served engine sends them (the executor reads them after the forward pass).
-  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_sampling = false, bool defer_masks = false) {
+  // `mask_pool`: computes a step's masks in parallel (the engine's pool).
+  Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_sampling = false, bool defer_masks = false,
+          ThreadPool* mask_pool = nullptr) {
     config_ = TinyConfig();
     auto weights = DummyWeights(config_, {0, 1}, 7);
     EXPECT_TRUE(weights.ok()) << weights.status();
@@ -62,6 +64,7 @@ class Harness {
     so.prefix_sharing = sharing;
     so.eos_token_ids = config_.eos_token_ids;
     so.defer_masks = defer_masks;
+    so.mask_pool = mask_pool;
     auto scheduler = Scheduler::Create(so);
     EXPECT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
@@ -261,7 +264,6 @@ class ScriptConstraint : public TokenConstraint {
     const int p = pos_[sample];
     std::vector<TokenId> allowed = p < length_ ? Allowed(seed_, sample, p) : std::vector<TokenId>{96};
     for (TokenId t : allowed) mask[t / 32] |= uint32_t{1} << (t % 32);
-    ++masks_;
     return true;
   }
   bool Accept(int32_t sample, int32_t token) override {
@@ -272,7 +274,6 @@ class ScriptConstraint : public TokenConstraint {
     return !end_with_eos_ && p + 1 == length_;
   }
   int violations_ = 0;
-  int masks_ = 0;
 
  private:
   uint32_t seed_;
@@ -333,6 +334,13 @@ TEST(SchedulerTest, ConstrainedSamplesDrawOnlyAllowedTokensAndEndWhereTheConstra
   auto together = h.Run(make_arrivals());
   EXPECT_EQ(deferred_out, together);
   EXPECT_EQ(deferred.finish_, h.finish_);
+  // And computed on a mask pool, several samples at once, inline or deferred.
+  ThreadPool mask_pool(3);
+  for (bool defer : {false, true}) {
+    Harness pooled(24, 64, true, false, defer, &mask_pool);
+    EXPECT_EQ(pooled.Run(make_arrivals()), together) << "deferred " << defer;
+    EXPECT_EQ(pooled.finish_, h.finish_);
+  }
   for (const auto& [id, spec] : w.all) {
     for (int i = 0; i < spec.n; ++i) {
       const std::pair<RequestId, int> key(id, i);
@@ -393,6 +401,13 @@ TEST(SchedulerTest, DeviceSamplingHonoursTokenMasks) {
   Harness device(256, 2048, true, /*device_sampling=*/true);
   auto want = host.Run(arrivals());
   auto got = device.Run(arrivals());
+  // Masks that follow the plan reach the device sampler after its forward
+  // pass (Model::LateMasks), as a GPU worker overlaps them, with the same
+  // tokens.
+  Harness device_late(256, 2048, true, /*device_sampling=*/true, /*defer_masks=*/true);
+  EXPECT_EQ(device_late.Run(arrivals()), want);
+  EXPECT_GT(device_late.device_model_->late_mask_calls, 0);
+  EXPECT_EQ(device_late.device_model_->host_calls, 0);
   int greedy_constrained = 0;
   for (const auto& [id, spec] : w.all) {
     for (int i = 0; i < spec.n; ++i) {

@@ -1,4 +1,4 @@
-#include "kernels/cpu/thread_pool.h"
+#include "base/thread_pool.h"
 
 #include <sched.h>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace chunkattn::cpu {
+namespace chunkattn {
 
 int CpusFromCgroupCpuMax(const std::string& line) {
   std::istringstream in(line);
@@ -106,4 +106,4 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
   fn_ = nullptr;
 }
 
-}  // namespace chunkattn::cpu
+}  // namespace chunkattn

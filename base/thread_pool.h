@@ -1,11 +1,11 @@
 // A fixed pool of worker threads for data-parallel loops over independent
-// work items (the CPU attention kernels). The calling thread takes part, so a
-// pool of N threads starts N - 1 workers.
+// work items (the CPU kernels and model, the coordinator's token masks). The
+// calling thread takes part, so a pool of N threads starts N - 1 workers.
 //
 // Thread-compatible: one ParallelFor at a time per pool (the owning thread's
 // loop); ParallelFor must not be called from inside a work item.
-#ifndef CHUNKATTN_KERNELS_CPU_THREAD_POOL_H_
-#define CHUNKATTN_KERNELS_CPU_THREAD_POOL_H_
+#ifndef CHUNKATTN_BASE_THREAD_POOL_H_
+#define CHUNKATTN_BASE_THREAD_POOL_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace chunkattn::cpu {
+namespace chunkattn {
 
 // The CPUs this process may use: the hardware threads, bounded by its affinity
 // mask and by a cgroup CPU quota (a container's `--cpus` or Kubernetes' CPU
@@ -60,6 +60,6 @@ class ThreadPool {
   std::atomic<int64_t> next_{0};
 };
 
-}  // namespace chunkattn::cpu
+}  // namespace chunkattn
 
-#endif  // CHUNKATTN_KERNELS_CPU_THREAD_POOL_H_
+#endif  // CHUNKATTN_BASE_THREAD_POOL_H_
