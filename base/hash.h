@@ -4,7 +4,9 @@
 #ifndef CHUNKATTN_BASE_HASH_H_
 #define CHUNKATTN_BASE_HASH_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "base/host_device.h"
 
@@ -22,6 +24,40 @@ CHUNKATTN_HOST_DEVICE constexpr uint64_t Mix64(uint64_t z) {
 
 // SplitMix64's output for state `x`.
 CHUNKATTN_HOST_DEVICE constexpr uint64_t SplitMix64(uint64_t x) { return Mix64(x + kGoldenGamma); }
+
+// A fast 64-bit hash of `n` bytes (host only): four independent
+// multiply-rotate lanes over 32-byte stripes, folded and finished by Mix64,
+// so it runs at memory speed on a KV chunk. For checksums (a KV tier's
+// slots, workers/server/kv_tier_store.h), not against an adversary. Reads
+// words in the machine's byte order: stable across processes on one host
+// kind, not across endianness.
+inline uint64_t HashBytes(const void* data, size_t n, uint64_t seed = 0) {
+  constexpr uint64_t kM1 = 0xBF58476D1CE4E5B9ull, kM2 = 0x94D049BB133111EBull;  // Mix64's odd multipliers
+  auto rotl = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  auto load = [](const unsigned char* p) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    return w;
+  };
+  auto step = [&](uint64_t acc, uint64_t word) { return rotl(acc + word * kM2, 31) * kM1; };
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  uint64_t a = seed + kGoldenGamma, b = seed ^ kM1, c = seed + kM2, d = seed - kGoldenGamma;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a = step(a, load(p + i));
+    b = step(b, load(p + i + 8));
+    c = step(c, load(p + i + 16));
+    d = step(d, load(p + i + 24));
+  }
+  uint64_t h = Mix64(rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + n);
+  for (; i + 8 <= n; i += 8) h = Mix64(h ^ step(0, load(p + i)));
+  if (i < n) {
+    uint64_t tail = 0;
+    std::memcpy(&tail, p + i, n - i);
+    h = Mix64(h ^ step(n - i, tail));
+  }
+  return Mix64(h + kGoldenGamma);
+}
 
 }  // namespace chunkattn
 

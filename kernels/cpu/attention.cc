@@ -380,20 +380,36 @@ absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const f
 
 absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const void* w, DType w_dtype, int64_t n,
                         float* c, ThreadPool* pool, Isa isa) {
+  WeightView view;
+  view.data = w;
+  view.dtype = w_dtype;
+  return LinearRows(a, rows, k, view, n, c, pool, isa);
+}
+
+absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightView& w, int64_t n, float* c,
+                        ThreadPool* pool, Isa isa) {
   if (rows < 0 || n < 0 || k <= 0 || k % 8 != 0 || rows > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("LinearRows: %d rows, k %d (a positive multiple of 8), n %d", rows, k, n));
   }
+  const bool q8 = w.scales != nullptr;
+  if (q8 && (w.block <= 0 || w.block % 8 != 0 || k % w.block != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "LinearRows: int8 block %d must be a positive multiple of 8 that divides k %d", w.block, k));
+  }
   if (rows == 0 || n == 0) return absl::OkStatus();
-  const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w_dtype);
+  const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);
+  const auto linear = q8 ? kern->linear_q8 : kern->linear;
   internal::LinearArgs args;
   args.a = a;
   args.a_stride = k;
   args.rows = static_cast<int>(rows);
-  args.w = w;
+  args.w = w.data;
   args.k = k;
   args.c = c;
   args.c_stride = n;
+  args.scales = w.scales;
+  args.block = w.block;
   // Blocks of 64 columns (a multiple of the kernel's 4); under 8 of them
   // (512 columns) run on this thread, cheaper than waking the pool.
   constexpr int64_t kBlock = 64;
@@ -402,12 +418,47 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const void* w, 
     internal::LinearArgs part = args;
     part.j0 = block * kBlock;
     part.j1 = std::min(n, part.j0 + kBlock);
-    kern->linear(part);
+    linear(part);
   };
   if (pool == nullptr || pool->num_threads() == 1 || blocks < 4 * 2) {
     for (int64_t b = 0; b < blocks; ++b) run(b, 0);
   } else {
     pool->ParallelFor(blocks, run);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64_t j1, float* out, ThreadPool* pool,
+                               Isa isa) {
+  const bool q8 = w.scales != nullptr;
+  if (k <= 0 || j0 < 0 || j1 < j0 || (q8 && (w.block <= 0 || k % w.block != 0))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "WeightRowsToFloat: rows [%d, %d), k %d, int8 block %d (must divide k)", j0, j1, k, w.block));
+  }
+  if (j1 == j0) return absl::OkStatus();
+  const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);
+  const auto convert = q8 ? kern->weight_rows_q8 : kern->weight_rows;
+  internal::WeightRowsArgs args;
+  args.w = w.data;
+  args.scales = w.scales;
+  args.block = w.block;
+  args.k = k;
+  args.out = out;
+  // Pieces of about 64K values: a pool wake-up costs about what converting
+  // 10K of them does.
+  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 16) / k);
+  const int64_t pieces = (j1 - j0 + per - 1) / per;
+  auto run = [&](int64_t piece, int) {
+    internal::WeightRowsArgs part = args;
+    part.j0 = j0 + piece * per;
+    part.j1 = std::min(j1, part.j0 + per);
+    part.out = out + (part.j0 - j0) * k;
+    convert(part);
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || pieces < 2) {
+    for (int64_t p = 0; p < pieces; ++p) run(p, 0);
+  } else {
+    pool->ParallelFor(pieces, run);
   }
   return absl::OkStatus();
 }

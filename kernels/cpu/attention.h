@@ -108,6 +108,29 @@ absl::Status NaiveDecode(const DenseKv& kv, const AttentionShape& shape, const f
 absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const void* w, DType w_dtype, int64_t n,
                         float* c, ThreadPool* pool, Isa isa = BestIsa());
 
+// A Linear layer's weight matrix (n, k), row-major, as the kernels read it:
+// fp32, fp16 or bf16 values (`scales` null), or weight-only int8 with one
+// fp32 scale per `block` columns of a row (`scales` set, `dtype` ignored):
+//   w(j, i) = q(j, i) * scales[j * (k / block) + i / block]
+// computed as that fp32 product wherever it is read, so the decode kernel and
+// the prefill path's dequantized rows see the same values.
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  const float* scales = nullptr;  // (n, k / block): int8 weights
+  int64_t block = 0;              // int8: columns per scale, divides k
+};
+
+// LinearRows on any WeightView; int8 needs a block that is a multiple of 8.
+absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightView& w, int64_t n, float* c,
+                        ThreadPool* pool, Isa isa = BestIsa());
+
+// out (j1 - j0, k) = rows [j0, j1) of `w` (n, k) as fp32, for any k (the
+// prefill path converts a block of weight rows and hands it to sgemm).
+// Rows are split over `pool` when there are many.
+absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64_t j1, float* out, ThreadPool* pool,
+                               Isa isa = BestIsa());
+
 }  // namespace chunkattn::cpu
 
 #endif  // CHUNKATTN_KERNELS_CPU_ATTENTION_H_

@@ -1,13 +1,17 @@
 // LinearRows (kernels/cpu/attention.h): the decode form of a Linear layer,
 // against a float64 reference on random shapes, for each ISA and weight
-// dtype, threaded and not; a row's result independent of its batch; bad
-// shapes refused.
+// dtype (fp32, fp16, bf16, weight-only int8 with any block), threaded and
+// not; a row's result independent of its batch; the prefill path's weight
+// conversion exact; bad shapes refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -43,6 +47,22 @@ Weights RandomWeights(DType dtype, int64_t count, std::mt19937& rng) {
   return w;
 }
 
+// c (rows, n) against a (rows, k) times values (n, k)^T in float64: fp32
+// accumulation over k terms is at most k roundings of the terms' magnitude.
+void ExpectEqualsFloat64(const std::vector<float>& a, const std::vector<float>& values, int64_t rows, int64_t k,
+                         int64_t n, const std::vector<float>& c, const std::string& where) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0, mag = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        want += double{a[r * k + i]} * values[j * k + i];
+        mag += std::fabs(double{a[r * k + i]} * values[j * k + i]);
+      }
+      ASSERT_NEAR(c[r * n + j], want, k * 6e-8 * mag + 1e-6) << where << " at (" << r << ", " << j << ")";
+    }
+  }
+}
+
 TEST(LinearRowsTest, EqualsFloat64ReferenceOnRandomShapes) {
   std::mt19937 rng(7);
   ThreadPool pool(3);
@@ -61,40 +81,183 @@ TEST(LinearRowsTest, EqualsFloat64ReferenceOnRandomShapes) {
         ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, w.bytes.data(), dtype, n, c.data(),
                                     trial % 2 ? &pool : nullptr, isa)
                         .ok());
-        const std::string where =
-            absl::StrFormat("%s %s rows %d k %d n %d", cpu::IsaName(isa), DTypeName(dtype), rows, k, n);
+        ExpectEqualsFloat64(a, w.values, rows, k, n, c,
+                            absl::StrFormat("%s %s rows %d k %d n %d", cpu::IsaName(isa), DTypeName(dtype), rows,
+                                            k, n));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Also across the 16-bit kernels' two paths: weights converted per row pair
+// (few rows) or once into an fp32 buffer for all rows (from 3 rows on, in
+// segments of 512 columns: k = 1160 spans three, rows = 37 two row blocks).
+TEST(LinearRowsTest, ARowsResultDoesNotDependOnItsBatch) {
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{7, 264}, {37, 1160}}) {
+        const int64_t n = 777;
+        const Weights w = RandomWeights(dtype, n * k, rng);
+        std::vector<float> batch(static_cast<size_t>(rows * k));
+        for (float& x : batch) x = normal(rng);
+        std::vector<float> all(static_cast<size_t>(rows * n));
+        ASSERT_TRUE(cpu::LinearRows(batch.data(), rows, k, w.bytes.data(), dtype, n, all.data(), &pool, isa).ok());
         for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t j = 0; j < n; ++j) {
-            double want = 0, mag = 0;
-            for (int64_t i = 0; i < k; ++i) {
-              want += double{a[r * k + i]} * w.values[j * k + i];
-              mag += std::fabs(double{a[r * k + i]} * w.values[j * k + i]);
-            }
-            // fp32 accumulation over k terms: at most k roundings of the terms' magnitude.
-            ASSERT_NEAR(c[r * n + j], want, k * 6e-8 * mag + 1e-6)
-                << where << " at (" << r << ", " << j << ")";
-          }
+          std::vector<float> one(static_cast<size_t>(n));
+          ASSERT_TRUE(
+              cpu::LinearRows(batch.data() + r * k, 1, k, w.bytes.data(), dtype, n, one.data(), nullptr, isa).ok());
+          ASSERT_EQ(std::memcmp(one.data(), all.data() + r * n, sizeof(float) * n), 0)
+              << cpu::IsaName(isa) << " " << DTypeName(dtype) << " row " << r << " of " << rows;
         }
       }
     }
   }
 }
 
-TEST(LinearRowsTest, ARowsResultDoesNotDependOnItsBatch) {
-  std::mt19937 rng(11);
-  ThreadPool pool(2);
-  const int64_t k = 264, n = 777;
-  const Weights w = RandomWeights(DType::kFloat32, n * k, rng);
+// Weight-only int8 as the loader makes it: per block of `block` columns of a
+// row, scale = max |w| / 127 and q = round(w / scale); `values` holds what the
+// kernels must read, the fp32 product q * scale.
+struct Int8Weights {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<float> values;
+};
+
+Int8Weights RandomInt8(int64_t n, int64_t k, int64_t block, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  Int8Weights w;
+  w.q.resize(static_cast<size_t>(n * k));
+  w.values.resize(w.q.size());
+  for (int64_t b = 0; b < n * k; b += block) {
+    std::vector<float> x(static_cast<size_t>(block));
+    float amax = 0;
+    for (float& v : x) {
+      v = normal(rng);
+      amax = std::max(amax, std::fabs(v));
+    }
+    if (rng() % 17 == 0) {  // an all-zero block: scale 0
+      std::fill(x.begin(), x.end(), 0.0f);
+      amax = 0;
+    }
+    const float scale = amax / 127.0f;
+    w.scales.push_back(scale);
+    for (int64_t i = 0; i < block; ++i) {
+      const float q = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
+      w.q[b + i] = static_cast<int8_t>(q);
+      w.values[b + i] = static_cast<float>(w.q[b + i]) * scale;  // +0 where q was -0
+    }
+  }
+  return w;
+}
+
+// The divisors of k that are multiples of 8 (int8 blocks LinearRows takes).
+std::vector<int64_t> Blocks(int64_t k) {
+  std::vector<int64_t> out;
+  for (int64_t b = 8; b <= k; b += 8) {
+    if (k % b == 0) out.push_back(b);
+  }
+  return out;
+}
+
+TEST(LinearRowsTest, Int8EqualsFloat64ReferenceOnRandomShapes) {
+  std::mt19937 rng(13);
+  ThreadPool pool(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> batch(static_cast<size_t>(7 * k));
-  for (float& x : batch) x = normal(rng);
-  std::vector<float> all(static_cast<size_t>(7 * n));
-  ASSERT_TRUE(cpu::LinearRows(batch.data(), 7, k, w.bytes.data(), DType::kFloat32, n, all.data(), &pool).ok());
-  for (int64_t r = 0; r < 7; ++r) {
-    std::vector<float> one(static_cast<size_t>(n));
-    ASSERT_TRUE(
-        cpu::LinearRows(batch.data() + r * k, 1, k, w.bytes.data(), DType::kFloat32, n, one.data(), nullptr).ok());
-    EXPECT_EQ(std::memcmp(one.data(), all.data() + r * n, sizeof(float) * n), 0) << "row " << r;
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (int trial = 0; trial < 24; ++trial) {
+      const int64_t rows = 1 + rng() % 9;
+      const int64_t k = 8 * (1 + rng() % 40);
+      const std::vector<int64_t> blocks = Blocks(k);
+      const int64_t block = trial % 4 == 0 ? k : blocks[rng() % blocks.size()];  // per row, or any block
+      const int64_t n = 1 + rng() % 1100;
+      const Int8Weights w = RandomInt8(n, k, block, rng);
+      std::vector<float> a(static_cast<size_t>(rows * k));
+      for (float& x : a) x = normal(rng);
+      std::vector<float> c(static_cast<size_t>(rows * n), NAN);
+      cpu::WeightView view;
+      view.data = w.q.data();
+      view.scales = w.scales.data();
+      view.block = block;
+      ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, c.data(), trial % 2 ? &pool : nullptr, isa).ok());
+      ExpectEqualsFloat64(a, w.values, rows, k, n, c,
+                          absl::StrFormat("%s int8 rows %d k %d block %d n %d", cpu::IsaName(isa), rows, k, block, n));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(LinearRowsTest, Int8RowsResultDoesNotDependOnItsBatch) {
+  std::mt19937 rng(17);
+  ThreadPool pool(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    // A block that straddles the 512-column segments (24), and per row.
+    for (const auto& [rows, k, block] :
+         {std::tuple<int64_t, int64_t, int64_t>{7, 288, 32}, {37, 1080, 24}, {5, 1080, 1080}}) {
+      const int64_t n = 777;
+      const Int8Weights w = RandomInt8(n, k, block, rng);
+      cpu::WeightView view;
+      view.data = w.q.data();
+      view.scales = w.scales.data();
+      view.block = block;
+      std::vector<float> batch(static_cast<size_t>(rows * k));
+      for (float& x : batch) x = normal(rng);
+      std::vector<float> all(static_cast<size_t>(rows * n));
+      ASSERT_TRUE(cpu::LinearRows(batch.data(), rows, k, view, n, all.data(), &pool, isa).ok());
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> one(static_cast<size_t>(n));
+        ASSERT_TRUE(cpu::LinearRows(batch.data() + r * k, 1, k, view, n, one.data(), nullptr, isa).ok());
+        ASSERT_EQ(std::memcmp(one.data(), all.data() + r * n, sizeof(float) * n), 0)
+            << cpu::IsaName(isa) << " block " << block << " row " << r << " of " << rows;
+      }
+    }
+  }
+}
+
+// The prefill path's conversion: exactly the values the decode kernel reads,
+// for any k (tails under 8 included) and any int8 block dividing k.
+TEST(WeightRowsToFloatTest, ConvertsExactlyForEveryDtypeAndOddShapes) {
+  std::mt19937 rng(19);
+  ThreadPool pool(2);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (int trial = 0; trial < 20; ++trial) {
+      const int64_t k = 1 + rng() % 300;  // odd sizes too
+      const int64_t n = 1 + rng() % 700;
+      const int64_t j0 = rng() % n, j1 = j0 + rng() % (n - j0 + 1);
+      ThreadPool* threads = trial % 2 ? &pool : nullptr;
+      for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+        const Weights w = RandomWeights(dtype, n * k, rng);
+        cpu::WeightView view;
+        view.data = w.bytes.data();
+        view.dtype = dtype;
+        std::vector<float> out(static_cast<size_t>((j1 - j0) * k), NAN);
+        ASSERT_TRUE(cpu::WeightRowsToFloat(view, k, j0, j1, out.data(), threads, isa).ok());
+        ASSERT_EQ(std::memcmp(out.data(), w.values.data() + j0 * k, out.size() * sizeof(float)), 0)
+            << cpu::IsaName(isa) << " " << DTypeName(dtype) << " k " << k << " rows [" << j0 << ", " << j1 << ")";
+      }
+      std::vector<int64_t> divisors;
+      for (int64_t b = 1; b <= k; ++b) {
+        if (k % b == 0) divisors.push_back(b);
+      }
+      const int64_t block = divisors[rng() % divisors.size()];
+      const Int8Weights w = RandomInt8(n, k, block, rng);
+      cpu::WeightView view;
+      view.data = w.q.data();
+      view.scales = w.scales.data();
+      view.block = block;
+      std::vector<float> out(static_cast<size_t>((j1 - j0) * k), NAN);
+      ASSERT_TRUE(cpu::WeightRowsToFloat(view, k, j0, j1, out.data(), threads, isa).ok());
+      ASSERT_EQ(std::memcmp(out.data(), w.values.data() + j0 * k, out.size() * sizeof(float)), 0)
+          << cpu::IsaName(isa) << " int8 k " << k << " block " << block << " rows [" << j0 << ", " << j1 << ")";
+    }
   }
 }
 
@@ -107,6 +270,20 @@ TEST(LinearRowsTest, RefusesBadShapes) {
   EXPECT_EQ(cpu::LinearRows(a.data(), -1, 8, w.data(), DType::kFloat32, 2, c.data(), nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(cpu::LinearRows(a.data(), 0, 8, w.data(), DType::kFloat32, 2, c.data(), nullptr).ok());
+  // Int8 blocks must be multiples of 8 that divide k.
+  std::vector<int8_t> q(64);
+  std::vector<float> scales(8);
+  cpu::WeightView view;
+  view.data = q.data();
+  view.scales = scales.data();
+  for (int64_t block : {0, 12, 24, -8}) {
+    view.block = block;
+    EXPECT_EQ(cpu::LinearRows(a.data(), 1, 16, view, 2, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument)
+        << "block " << block;
+  }
+  view.block = 5;
+  EXPECT_EQ(cpu::WeightRowsToFloat(view, 16, 0, 1, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::WeightRowsToFloat(view, 16, 1, 0, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

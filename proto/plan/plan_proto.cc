@@ -82,6 +82,68 @@ void DecodeAllowed(const internal::v1::SampleRow& row, std::vector<uint32_t>* al
   }
 }
 
+using WireMove = internal::v1::KvMove;
+
+WireMove::Kind ToWire(KvMove::Kind kind) {
+  switch (kind) {
+    case KvMove::Kind::kStore:
+      return WireMove::KIND_STORE;
+    case KvMove::Kind::kLoad:
+      return WireMove::KIND_LOAD;
+    case KvMove::Kind::kDemote:
+      return WireMove::KIND_DEMOTE;
+  }
+  return WireMove::KIND_UNSPECIFIED;  // a value outside the enum: refused by the receiver
+}
+
+internal::v1::KvTier ToWire(KvTier tier) {
+  switch (tier) {
+    case KvTier::kHost:
+      return internal::v1::KV_TIER_HOST;
+    case KvTier::kDisk:
+      return internal::v1::KV_TIER_DISK;
+  }
+  return internal::v1::KV_TIER_UNSPECIFIED;
+}
+
+absl::Status MoveFromProto(const WireMove& m, int index, KvMove* out) {
+  switch (m.kind()) {
+    case WireMove::KIND_STORE:
+      out->kind = KvMove::Kind::kStore;
+      break;
+    case WireMove::KIND_LOAD:
+      out->kind = KvMove::Kind::kLoad;
+      break;
+    case WireMove::KIND_DEMOTE:
+      out->kind = KvMove::Kind::kDemote;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat("KV move %d: unknown kind %d", index, m.kind()));
+  }
+  switch (m.tier()) {
+    case internal::v1::KV_TIER_HOST:
+      out->tier = KvTier::kHost;
+      break;
+    case internal::v1::KV_TIER_DISK:
+      out->tier = KvTier::kDisk;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat("KV move %d: unknown tier %d", index, m.tier()));
+  }
+  if (m.slot() < 0 || m.to_slot() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV move %d: negative slot (slot %d, to_slot %d)", index, m.slot(), m.to_slot()));
+  }
+  if (out->kind != KvMove::Kind::kDemote && m.chunk() < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV move %d: negative chunk %d", index, m.chunk()));
+  }
+  out->slot = m.slot();
+  out->to_slot = m.to_slot();
+  out->chunk = m.chunk();
+  out->key = m.key();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
@@ -104,6 +166,15 @@ void ToProto(const StepPlan& plan, internal::v1::StepPlan* out) {
     Append(s.suppress_ids, start->mutable_suppress_ids());
   }
   Append(plan.sampler_ends, out->mutable_sampler_ends());
+  for (const KvMove& m : plan.moves) {
+    WireMove* move = out->add_moves();
+    move->set_kind(ToWire(m.kind));
+    move->set_tier(ToWire(m.tier));
+    move->set_slot(m.slot);
+    move->set_to_slot(m.to_slot);
+    move->set_chunk(m.chunk);
+    move->set_key(m.key);
+  }
   for (const KvCopy& c : plan.copies) {
     auto* kc = out->add_copies();
     kc->set_src_chunk(c.src_chunk);
@@ -164,7 +235,7 @@ absl::Status MasksFromProto(const internal::v1::StepPlan& wire, uint64_t step, s
   return absl::OkStatus();
 }
 
-void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
+absl::Status FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
   out->step = plan.step();
   out->num_kv_chunks = plan.num_kv_chunks();
   out->sampler_starts.resize(plan.sampler_starts_size());
@@ -185,6 +256,10 @@ void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
     Assign(s.suppress_ids(), &start.suppress_ids);
   }
   Assign(plan.sampler_ends(), &out->sampler_ends);
+  out->moves.resize(plan.moves_size());
+  for (int k = 0; k < plan.moves_size(); ++k) {
+    if (absl::Status s = MoveFromProto(plan.moves(k), k, &out->moves[k]); !s.ok()) return s;
+  }
   out->copies.resize(plan.copies_size());
   for (int k = 0; k < plan.copies_size(); ++k) {
     const auto& c = plan.copies(k);
@@ -222,6 +297,7 @@ void FromProto(const internal::v1::StepPlan& plan, StepPlan* out) {
     DecodeAllowed(s, &out->samples[k].allowed);
   }
   out->masks_follow = plan.masks_follow();
+  return absl::OkStatus();
 }
 
 void ToProto(const StepResult& result, internal::v1::StepResult* out) {
@@ -232,6 +308,7 @@ void ToProto(const StepResult& result, internal::v1::StepResult* out) {
   Append(result.top_token_ids, out->mutable_top_token_ids());
   Append(result.top_logprobs, out->mutable_top_logprobs());
   out->set_compute_seconds(result.compute_seconds);
+  Append(result.failed_moves, out->mutable_failed_moves());
 }
 
 void FromProto(const internal::v1::StepResult& result, StepResult* out) {
@@ -241,6 +318,7 @@ void FromProto(const internal::v1::StepResult& result, StepResult* out) {
   Assign(result.top_token_ids(), &out->top_token_ids);
   Assign(result.top_logprobs(), &out->top_logprobs);
   out->compute_seconds = result.compute_seconds();
+  Assign(result.failed_moves(), &out->failed_moves);
 }
 
 }  // namespace chunkattn

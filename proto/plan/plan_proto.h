@@ -1,6 +1,7 @@
 // StepPlan / StepResult <-> worker.proto, at the gRPC boundary only (the
-// coordinator's worker pool, the worker's service). No checks here: a plan
-// from the network is checked field by field where it is run (PlanExecutor).
+// coordinator's worker pool, the worker's service). A plan from the network
+// is checked field by field where it is run (PlanExecutor); here only what
+// its C++ form cannot hold: the KV moves' enums and signs.
 #ifndef CHUNKATTN_PROTO_PLAN_PLAN_PROTO_H_
 #define CHUNKATTN_PROTO_PLAN_PLAN_PROTO_H_
 
@@ -19,7 +20,10 @@ inline constexpr char kSessionMetadata[] = "chunkattn-session";
 
 void ToProto(const StepPlan& plan, internal::v1::StepPlan* out);
 // Overwrites every field of `out`, reusing its vectors' memory.
-void FromProto(const internal::v1::StepPlan& plan, StepPlan* out);
+// INVALID_ARGUMENT for a move of an unknown kind or tier, or with a negative
+// slot (to_slot of a demote) or chunk (of a store or load); `out` is then
+// unspecified.
+absl::Status FromProto(const internal::v1::StepPlan& plan, StepPlan* out);
 
 // The masks_only message of a plan whose masks follow (its samples'
 // `allowed`, in order), and back into `masks` (one per sample of the plan

@@ -36,6 +36,16 @@ StepPlan RandomPlan(std::mt19937_64& rng) {
     p.sampler_starts.push_back(s);
   }
   for (int k = rng() % 4; k > 0; --k) p.sampler_ends.push_back(static_cast<int64_t>(rng() >> 1));
+  for (int k = rng() % 5; k > 0; --k) {
+    KvMove m;
+    m.kind = static_cast<KvMove::Kind>(rng() % 3);
+    m.tier = rng() % 2 ? KvTier::kHost : KvTier::kDisk;
+    m.slot = static_cast<int64_t>(rng() >> 1);
+    m.to_slot = static_cast<int64_t>(rng() % 100000);
+    m.chunk = static_cast<int32_t>(rng() % 1000);
+    m.key = rng();
+    p.moves.push_back(m);
+  }
   for (int k = rng() % 4; k > 0; --k) {
     p.copies.push_back({static_cast<int32_t>(rng() % 1000), static_cast<int32_t>(rng() % 1000),
                         static_cast<int32_t>(rng() % 64 + 1)});
@@ -97,6 +107,16 @@ void ExpectSamePlan(const StepPlan& a, const StepPlan& b) {
     EXPECT_EQ(x.suppress_ids, y.suppress_ids);
   }
   EXPECT_EQ(a.sampler_ends, b.sampler_ends);
+  ASSERT_EQ(a.moves.size(), b.moves.size());
+  for (size_t k = 0; k < a.moves.size(); ++k) {
+    const KvMove &x = a.moves[k], &y = b.moves[k];
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.tier, y.tier);
+    EXPECT_EQ(x.slot, y.slot);
+    EXPECT_EQ(x.to_slot, y.to_slot);
+    EXPECT_EQ(x.chunk, y.chunk);
+    EXPECT_EQ(x.key, y.key);
+  }
   EXPECT_EQ(a.copies, b.copies);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.prefill.prefix_len, b.prefill.prefix_len);
@@ -136,10 +156,62 @@ TEST(PlanProto, RandomPlansSurviveTheWire) {
     ToProto(plan, &wire);
     internal::v1::StepPlan parsed;
     ASSERT_TRUE(parsed.ParseFromString(wire.SerializeAsString()));
-    FromProto(parsed, &decoded);
+    ASSERT_TRUE(FromProto(parsed, &decoded).ok());
     ExpectSamePlan(plan, decoded);
     if (::testing::Test::HasFailure()) break;
   }
+}
+
+// A move the C++ plan cannot hold is refused on the way in, whatever else
+// the plan carries: an unknown kind or tier (proto3 keeps unknown enum
+// values), a negative slot, or a store or load of a negative chunk.
+TEST(PlanProto, MalformedMovesAreRefused) {
+  std::mt19937_64 rng(41);
+  for (int i = 0; i < 200; ++i) {
+    StepPlan plan = RandomPlan(rng);
+    KvMove good;
+    good.kind = static_cast<KvMove::Kind>(rng() % 3);
+    good.tier = rng() % 2 ? KvTier::kHost : KvTier::kDisk;
+    good.slot = static_cast<int64_t>(rng() % 100);
+    good.to_slot = static_cast<int64_t>(rng() % 100);
+    good.chunk = static_cast<int32_t>(rng() % 100);
+    plan.moves.push_back(good);
+    internal::v1::StepPlan wire;
+    ToProto(plan, &wire);
+    StepPlan decoded;
+    ASSERT_TRUE(FromProto(wire, &decoded).ok());
+    internal::v1::KvMove* bad = wire.mutable_moves(wire.moves_size() - 1);
+    switch (rng() % 5) {
+      case 0:
+        bad->set_kind(rng() % 2 ? internal::v1::KvMove::KIND_UNSPECIFIED
+                                : static_cast<internal::v1::KvMove::Kind>(4 + rng() % 1000));
+        break;
+      case 1:
+        bad->set_tier(rng() % 2 ? internal::v1::KV_TIER_UNSPECIFIED : static_cast<internal::v1::KvTier>(3 + rng() % 1000));
+        break;
+      case 2:
+        bad->set_slot(-1 - static_cast<int64_t>(rng() % 1000));
+        break;
+      case 3:
+        bad->set_to_slot(-1 - static_cast<int64_t>(rng() % 1000));
+        break;
+      default:
+        bad->set_kind(rng() % 2 ? internal::v1::KvMove::KIND_STORE : internal::v1::KvMove::KIND_LOAD);
+        bad->set_chunk(-1 - static_cast<int32_t>(rng() % 1000));
+        break;
+    }
+    internal::v1::StepPlan parsed;
+    ASSERT_TRUE(parsed.ParseFromString(wire.SerializeAsString()));
+    EXPECT_EQ(FromProto(parsed, &decoded).code(), absl::StatusCode::kInvalidArgument) << parsed.DebugString();
+  }
+  // A demote names no pool chunk: its chunk field is not read.
+  internal::v1::StepPlan wire;
+  internal::v1::KvMove* demote = wire.add_moves();
+  demote->set_kind(internal::v1::KvMove::KIND_DEMOTE);
+  demote->set_tier(internal::v1::KV_TIER_HOST);
+  demote->set_chunk(-1);
+  StepPlan decoded;
+  EXPECT_TRUE(FromProto(wire, &decoded).ok());
 }
 
 // The masks that follow a plan: its samples' masks, in order, and nothing
@@ -180,6 +252,7 @@ TEST(PlanProto, RandomResultsSurviveTheWire) {
       }
     }
     r.compute_seconds = static_cast<double>(rng() % 100000) / 1e6;
+    r.failed_moves = Ints(rng, 6, 0, 1000);
     internal::v1::StepResult wire;
     ToProto(r, &wire);
     internal::v1::StepResult parsed;
@@ -191,6 +264,7 @@ TEST(PlanProto, RandomResultsSurviveTheWire) {
     EXPECT_EQ(decoded.top_token_ids, r.top_token_ids);
     EXPECT_EQ(decoded.top_logprobs, r.top_logprobs);
     EXPECT_EQ(decoded.compute_seconds, r.compute_seconds);
+    EXPECT_EQ(decoded.failed_moves, r.failed_moves);
   }
 }
 

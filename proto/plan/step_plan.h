@@ -40,11 +40,37 @@ struct SampleRow {
   std::vector<uint32_t> allowed;
 };
 
+// The KV tiers below a worker's pool (issue 41): its host memory and its
+// local disk, each an array of chunk-sized slots. The coordinator owns the
+// map of what is where (services/core/kv_tiers.h); each rank moves its own
+// shard of a chunk.
+enum class KvTier : uint8_t { kHost = 1, kDisk = 2 };
+
+// One move of one chunk's KV (every layer, K and V: the rank's shard).
+//   kStore:  pool chunk `chunk` -> `tier` slot `slot`, tagged `key` (the
+//            block's chained hash) and a checksum of its bytes.
+//   kLoad:   `tier` slot `slot` -> pool chunk `chunk`. Fails unless the slot
+//            holds `key` with bytes that match their checksum; the chunk's
+//            contents are then unspecified (the coordinator recomputes it).
+//   kDemote: host slot `slot` -> disk slot `to_slot`, key and checksum kept.
+// A failed move is reported (StepResult::failed_moves), never an error of
+// the step: a tier that is full, slow, corrupt or gone costs a recompute.
+struct KvMove {
+  enum class Kind : uint8_t { kStore = 0, kLoad = 1, kDemote = 2 };
+  Kind kind = Kind::kStore;
+  KvTier tier = KvTier::kHost;
+  int64_t slot = 0;
+  int64_t to_slot = 0;  // kDemote
+  int32_t chunk = -1;   // kStore, kLoad
+  uint64_t key = 0;
+};
+
 struct StepPlan {
   uint64_t step = 0;
   int64_t num_kv_chunks = 0;  // first plan of a session only: the pool size
   std::vector<SamplerStart> sampler_starts;
   std::vector<int64_t> sampler_ends;  // applied after the step's samples
+  std::vector<KvMove> moves;          // applied in order first: before the copies
   std::vector<KvCopy> copies;         // applied before any KV write of the step
   std::vector<int32_t> tokens;        // every input row
   PrefillBatch prefill;
@@ -70,6 +96,9 @@ struct StepResult {
   std::vector<int32_t> top_token_ids;
   std::vector<float> top_logprobs;
   double compute_seconds = 0;
+  // Indices into StepPlan::moves of the moves that failed on this rank (the
+  // coordinator takes the union over ranks), in increasing order.
+  std::vector<int32_t> failed_moves;
 };
 
 }  // namespace chunkattn

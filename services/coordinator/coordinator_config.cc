@@ -80,6 +80,9 @@ ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM: readiness turns NOT_SERVING and new requests get UNAVAILABLE at once, running ones "
           "finish for up to this long; 0 = end them at once");
 ABSL_FLAG(int, tokenize_threads, 2, "threads that tokenize text prompts, off gRPC's threads");
+ABSL_FLAG(std::string, kv_tier_write_policy, "write_back",
+          "KV tiers under the pool (the workers' --host_kv_cache_mib, --disk_kv_cache_dir): write_back keeps a "
+          "block in a tier when the pool evicts it; write_through as soon as its KV is computed");
 ABSL_FLAG(int, mask_threads, 0,
           "threads computing a step's structured-output token masks (while the workers run the step); "
           "0 = a quarter of the CPUs this process may use, 1 to 8");
@@ -245,6 +248,11 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
   if (c.engine.max_waiting_requests < 0) return Invalid("--max_waiting_requests must be >= 0 (0 = unbounded)");
   c.engine.model_name = c.served_model_name;
   c.engine.kv_events_hash_seed = absl::GetFlag(FLAGS_kv_events_hash_seed);
+  const std::string write_policy = absl::GetFlag(FLAGS_kv_tier_write_policy);
+  if (write_policy != "write_back" && write_policy != "write_through") {
+    return Invalid("--kv_tier_write_policy must be write_back or write_through");
+  }
+  c.engine.scheduler.tier_write_through = write_policy == "write_through";
   c.engine.mask_threads = absl::GetFlag(FLAGS_mask_threads);
   if (c.engine.mask_threads < 0 || c.engine.mask_threads > 64) return Invalid("--mask_threads must be in [0, 64]");
   if (c.engine.mask_threads == 0) c.engine.mask_threads = std::clamp(AvailableCpus() / 4, 1, 8);

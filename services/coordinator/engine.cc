@@ -50,6 +50,18 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   m_logical_tokens_ = &m.GetGauge("chunkattn_kv_logical_tokens", "Sum of the running sequences' lengths.");
   m_physical_tokens_ = &m.GetGauge("chunkattn_kv_physical_tokens", "Tokens stored in used KV chunks.");
   m_evicted_ = &m.GetCounter("chunkattn_kv_evicted_chunks_total", "Cached KV chunks evicted (LRU).");
+  for (auto [tm, tier] : {std::pair<TierMetrics*, const char*>{&m_host_tier_, "host"}, {&m_disk_tier_, "disk"}}) {
+    tm->blocks = &m.GetGauge("chunkattn_kv_tier_blocks", "KV blocks kept in a tier below the pool.", {{"tier", tier}});
+    tm->slots = &m.GetGauge("chunkattn_kv_tier_slots", "KV blocks a tier below the pool holds (0: off).",
+                            {{"tier", tier}});
+    tm->loads = &m.GetCounter("chunkattn_kv_tier_loads_total", "KV blocks loaded back into the pool from a tier.",
+                              {{"tier", tier}});
+  }
+  m_tier_stores_ = &m.GetCounter("chunkattn_kv_tier_stores_total", "KV blocks the pool evicted into a tier.");
+  m_tier_demotions_ = &m.GetCounter("chunkattn_kv_tier_demotions_total", "KV blocks moved from the host to disk.");
+  m_tier_drops_ = &m.GetCounter("chunkattn_kv_tier_drops_total", "KV blocks a full tier forgot (LRU).");
+  m_tier_failed_ = &m.GetCounter("chunkattn_kv_tier_failed_moves_total",
+                                 "KV tier moves a worker failed (corrupt, missing or unwritable: recomputed).");
   m_oldest_cached_ = &m.GetGauge("chunkattn_kv_oldest_cached_seconds",
                                  "Since the next KV chunk to evict lost its last user (0: none cached).");
   const std::string req_help = "Requests by state.";
@@ -256,6 +268,10 @@ void Engine::Loop() {
         SchedulerOptions so = options_.scheduler;
         so.defer_masks = true;  // Step() sends them while the workers run the forward pass
         so.mask_pool = &mask_pool_;
+        // The workers' tiers are new with their session: so is the map.
+        so.tiers.host_slots = pool_->host_kv_slots();
+        so.tiers.disk_slots = pool_->disk_kv_slots();
+        so.block_hash_seed = options_.kv_events_hash_seed;
         so.record_block_events = options_.kv_events != nullptr;
         so.num_chunks = static_cast<int32_t>(std::min<int64_t>(pool_->num_chunks(), kMaxChunks));
         absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
@@ -458,6 +474,7 @@ void Engine::EndSession() {
   }
   scheduler_.reset();
   evictions_seen_ = 0;
+  tiers_seen_ = KvTierStats();
   preemptions_seen_ = 0;
   pool_->Disconnect();
   SetReady(false);
@@ -488,6 +505,21 @@ void Engine::UpdateGauges() {
   m_oldest_cached_->Set(cs.oldest_cached_seconds);
   if (cs.total_evictions > evictions_seen_) m_evicted_->Increment(static_cast<double>(cs.total_evictions - evictions_seen_));
   evictions_seen_ = cs.total_evictions;
+  const KvTierStats& ts = scheduler_->tier_stats();
+  m_host_tier_.blocks->Set(static_cast<double>(ts.host_blocks));
+  m_disk_tier_.blocks->Set(static_cast<double>(ts.disk_blocks));
+  m_host_tier_.slots->Set(static_cast<double>(scheduler_->options().tiers.host_slots));
+  m_disk_tier_.slots->Set(static_cast<double>(scheduler_->options().tiers.disk_slots));
+  auto count = [](metrics::Counter* c, int64_t now, int64_t* seen) {
+    if (now > *seen) c->Increment(static_cast<double>(now - *seen));
+    *seen = now;
+  };
+  count(m_host_tier_.loads, ts.host_loads_total, &tiers_seen_.host_loads_total);
+  count(m_disk_tier_.loads, ts.disk_loads_total, &tiers_seen_.disk_loads_total);
+  count(m_tier_stores_, ts.stores_total, &tiers_seen_.stores_total);
+  count(m_tier_demotions_, ts.demotions_total, &tiers_seen_.demotions_total);
+  count(m_tier_drops_, ts.drops_total, &tiers_seen_.drops_total);
+  count(m_tier_failed_, ts.failed_moves_total, &tiers_seen_.failed_moves_total);
   if (ss.preemptions_total > preemptions_seen_) {
     m_preemptions_->Increment(static_cast<double>(ss.preemptions_total - preemptions_seen_));
   }

@@ -214,6 +214,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;
+  KvTierStats tiers_seen_;  // the session's tier totals already counted
   int64_t preemptions_seen_ = 0;
   // Per tenant seen: its running, waiting, sequence and KV chunk gauges (kept at 0 once idle).
   std::map<std::string, std::array<metrics::Gauge*, 4>> tenant_gauges_;
@@ -239,6 +240,17 @@ class Engine {
   metrics::Gauge* m_logical_tokens_;
   metrics::Gauge* m_physical_tokens_;
   metrics::Counter* m_evicted_;
+  // The KV tiers below the pool, by tier (host, disk).
+  struct TierMetrics {
+    metrics::Gauge* blocks;
+    metrics::Gauge* slots;
+    metrics::Counter* loads;
+  };
+  TierMetrics m_host_tier_, m_disk_tier_;
+  metrics::Counter* m_tier_stores_;
+  metrics::Counter* m_tier_demotions_;
+  metrics::Counter* m_tier_drops_;
+  metrics::Counter* m_tier_failed_;
   metrics::Gauge* m_oldest_cached_;
   metrics::Gauge* m_running_;
   metrics::Gauge* m_waiting_;

@@ -30,7 +30,9 @@ class WorkerGroup {
   // A cheap liveness check of every worker without a step (for an idle
   // engine): OK, or UNAVAILABLE naming the first that is gone or refusing.
   virtual absl::Status Probe() = 0;
-  // Runs one plan on every rank and returns the sampling rank's result.
+  // Runs one plan on every rank and returns the sampling rank's result, its
+  // failed_moves the union of every rank's (a chunk is whole only if every
+  // rank moved its shard).
   // With plan->masks_follow, `fill_masks(plan)` fills the samples' masks on
   // the caller's thread once the plan is on its way to the ranks (which run
   // its forward pass meanwhile), and they follow it to the sampling rank.
@@ -47,6 +49,11 @@ class WorkerGroup {
   virtual const std::string& dtype() const = 0;
   virtual const std::string& device() const = 0;
   virtual const std::string& kv_dtype() const = 0;
+  // Slots of the KV tiers below the pool (issue 41) that every rank has: the
+  // fewest any rank reported; 0 = the tier is off (the default: a group
+  // without tiers).
+  virtual int64_t host_kv_slots() const { return 0; }
+  virtual int64_t disk_kv_slots() const { return 0; }
 };
 
 }  // namespace chunkattn

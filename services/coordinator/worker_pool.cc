@@ -237,10 +237,17 @@ absl::Status WorkerPool::Connect() {
   }
   int64_t capacity = responses[0].kv_capacity_chunks();
   int64_t bytes = 0;
+  int64_t host_slots = responses[0].host_kv_slots(), disk_slots = responses[0].disk_kv_slots();
   for (const auto& resp : responses) {
     capacity = std::min(capacity, resp.kv_capacity_chunks());
     bytes += resp.kv_chunk_bytes();
+    // A slot index names every rank's shard of a chunk: only the slots all
+    // ranks have are usable.
+    host_slots = std::min(host_slots, resp.host_kv_slots());
+    disk_slots = std::min(disk_slots, resp.disk_kv_slots());
   }
+  host_kv_slots_ = std::max<int64_t>(host_slots, 0);
+  disk_kv_slots_ = std::max<int64_t>(disk_slots, 0);
   if (options_.max_kv_chunks > 0) capacity = std::min(capacity, options_.max_kv_chunks);
   num_chunks_ = capacity;
   chunk_bytes_total_ = bytes;
@@ -366,6 +373,18 @@ absl::StatusOr<StepResult> WorkerPool::Step(StepPlan* step, const std::function<
   if (step_times_.size() > kStepHistory) step_times_.pop_front();
   StepResult result;
   FromProto(ranks_[0]->result, &result);
+  // A move failed if it failed on any rank (the chunk is then not whole):
+  // the union, in increasing order, of the indices that name a move.
+  result.failed_moves.clear();
+  const int32_t moves = static_cast<int32_t>(step->moves.size());
+  for (const auto& rank : ranks_) {
+    for (int32_t k : rank->result.failed_moves()) {
+      if (k >= 0 && k < moves) result.failed_moves.push_back(k);
+    }
+  }
+  std::sort(result.failed_moves.begin(), result.failed_moves.end());
+  result.failed_moves.erase(std::unique(result.failed_moves.begin(), result.failed_moves.end()),
+                            result.failed_moves.end());
   return result;
 }
 

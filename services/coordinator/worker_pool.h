@@ -2,7 +2,7 @@
 // session (rank, world size, model, chunk size, rendezvous), sizes the KV
 // pool from the smallest capacity they report, and runs one plan per
 // iteration on all of them (each rank computes its shard; rank 0 returns the
-// sampled tokens).
+// sampled tokens, every rank the KV moves it failed).
 //
 // Failure: any worker that fails, disappears or does not answer a step
 // within the step timeout (a hung or SIGSTOPped process: TCP alone would
@@ -84,9 +84,10 @@ class WorkerPool final : public WorkerGroup {
   bool connected() const { return connected_; }
 
   // Runs one plan on every rank (converted to its wire form once) and
-  // returns rank 0's result. The first plan after Connect() carries the pool
-  // size. Masks that follow the plan are written to rank 0's stream after
-  // it, once fill_masks has run here. UNAVAILABLE (with the worker and its
+  // returns rank 0's result, with the union of every rank's failed_moves.
+  // The first plan after Connect() carries the pool size. Masks that follow
+  // the plan are written to rank 0's stream after it, once fill_masks has
+  // run here. UNAVAILABLE (with the worker and its
   // error) when any rank fails; the pool is then disconnected.
   absl::StatusOr<StepResult> Step(StepPlan* plan, const std::function<void(StepPlan*)>& fill_masks) override;
 
@@ -106,6 +107,8 @@ class WorkerPool final : public WorkerGroup {
   const std::string& dtype() const override { return dtype_; }
   const std::string& device() const override { return device_; }
   const std::string& kv_dtype() const override { return kv_dtype_; }
+  int64_t host_kv_slots() const override { return host_kv_slots_; }
+  int64_t disk_kv_slots() const override { return disk_kv_slots_; }
 
  private:
   struct Rank;
@@ -130,6 +133,8 @@ class WorkerPool final : public WorkerGroup {
   uint64_t sessions_ = 0;
   int64_t num_chunks_ = 0;
   int64_t chunk_bytes_total_ = 0;
+  int64_t host_kv_slots_ = 0;  // the fewest any rank has
+  int64_t disk_kv_slots_ = 0;
   std::string dtype_;
   std::string device_;
   std::string kv_dtype_;

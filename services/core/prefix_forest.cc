@@ -231,6 +231,18 @@ absl::Status PrefixForest::EvictOne() {
     return absl::InternalError(absl::StrFormat("least recently used cached chunk %d has children", id));
   }
   const NodeId parent = nodes_[id].parent;
+  if (on_evict_block_ && nodes_[id].num_computed == chunk_size_) {
+    // The path root first: every ancestor of a cached leaf is in the tree.
+    std::vector<NodeId> up;
+    for (NodeId n = id; !IsRoot(n); n = nodes_[n].parent) up.push_back(n);
+    evicted_path_.clear();
+    for (auto it = up.rbegin(); it != up.rend(); ++it) {
+      const absl::Span<const TokenId> t = NodeTokens(*it);
+      evicted_path_.insert(evicted_path_.end(), t.begin(), t.end());
+    }
+    const NodeId root = nodes_[id].root;
+    on_evict_block_({id, root_names_[root - capacity()], evicted_path_});
+  }
   RETURN_IF_ERROR(FreeCachedLeaf(id));
   ++stats_.total_evictions;
   if (IsRoot(parent)) MaybeDeleteRoot(parent);

@@ -72,6 +72,15 @@ namespace chunkattn {
 using SeqId = int64_t;
 using TokenId = int32_t;
 
+// A block (a full chunk, every token computed) that LRU eviction is about to
+// free: its chunk and the tokens of its whole path from the root of its
+// namespace's tree, this block's last. Valid during the callback only.
+struct EvictedBlock {
+  ChunkId chunk = 0;
+  std::string_view ns;
+  absl::Span<const TokenId> path;
+};
+
 struct PrefixForestOptions {
   int chunk_size = kDefaultChunkSize;  // tokens per chunk, a power of two in [16, 256]
   int32_t num_chunks = 0;              // pool capacity (see ChunkAllocator::FromBudget)
@@ -216,6 +225,11 @@ class PrefixForest {
   // recorded since the last call, in order.
   void set_record_block_events(bool on) { record_block_events_ = on; }
   std::vector<BlockEvent> TakeBlockEvents() { return std::exchange(block_events_, {}); }
+
+  // Called for each block LRU eviction frees, before its chunk can be
+  // reused: a lower KV tier keeps it (services/core/kv_tiers.h). It must not
+  // call back into the forest. Null: nothing is called (the default).
+  void set_on_evict_block(std::function<void(const EvictedBlock&)> fn) { on_evict_block_ = std::move(fn); }
   // Whether `chunk` is a block now; its parent block (-1 at depth 0) and its
   // tree's namespace. For a chunk that is not used or cached: false, -1, "".
   bool IsBlock(ChunkId chunk) const;
@@ -305,6 +319,8 @@ class PrefixForest {
 
   bool record_block_events_ = false;
   std::vector<BlockEvent> block_events_;
+  std::function<void(const EvictedBlock&)> on_evict_block_;
+  std::vector<TokenId> evicted_path_;  // on_evict_block's scratch
 };
 
 }  // namespace chunkattn

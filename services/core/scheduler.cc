@@ -37,6 +37,9 @@ struct Scheduler::Seq {
   std::vector<TokenId> tokens;  // as in the forest
   int32_t computed = 0;         // leading tokens with KV in the pool
   TokenId pending = -1;         // sampled, to be appended and fed next step
+  bool loading = false;         // blocks from a KV tier land in the step in flight (PlanLoads)
+  std::unique_ptr<BlockKeyChain> keys;  // its full blocks' tier keys, made when first needed
+  int32_t written_through = 0;          // blocks WriteThrough kept
 };
 
 struct Scheduler::Request {
@@ -153,7 +156,50 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixFore
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
       admission_(options.priority_aging),
       preemption_(&admission_),
-      forest_(std::move(forest)) {}
+      forest_(std::move(forest)),
+      tiers_(options.tiers) {
+  if (tiers_.enabled()) forest_->set_on_evict_block([this](const EvictedBlock& b) { OnEvictBlock(b); });
+}
+
+void Scheduler::OnEvictBlock(const EvictedBlock& block) {
+  const std::vector<uint64_t> keys = BlockKeys(block.path, options_.chunk_size, block.ns, options_.block_hash_seed);
+  if (!keys.empty()) tiers_.Keep(keys.back(), block.chunk, &pending_moves_);
+}
+
+absl::Status Scheduler::WriteThrough(Seq* seq) {
+  const int c = options_.chunk_size;
+  if (seq->keys == nullptr) seq->keys = std::make_unique<BlockKeyChain>(Namespace(*seq->request), options_.block_hash_seed);
+  const int32_t blocks = seq->computed / c;
+  if (blocks <= seq->written_through) return absl::OkStatus();
+  seq->keys->Extend(absl::MakeConstSpan(seq->tokens).first(static_cast<size_t>(blocks) * c), c);
+  const std::vector<uint64_t>& keys = seq->keys->keys();
+  ASSIGN_OR_RETURN(const std::vector<ChunkId> chunks, forest_->Chunks(seq->id));
+  for (int32_t b = seq->written_through; b < blocks; ++b) tiers_.Keep(keys[b], chunks[b], &pending_moves_);
+  seq->written_through = blocks;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::PlanLoads(Seq* seq, std::string_view ns) {
+  const int c = options_.chunk_size;
+  const int32_t len = static_cast<int32_t>(seq->tokens.size());
+  // Whole blocks from the first one the pool lacks, up to the last prompt
+  // token, which the prefill computes for the first logits.
+  const int32_t first = seq->computed / c, last = (len - 1) / c;
+  if (first >= last) return absl::OkStatus();
+  if (seq->keys == nullptr) seq->keys = std::make_unique<BlockKeyChain>(ns, options_.block_hash_seed);
+  seq->keys->Extend(absl::MakeConstSpan(seq->tokens).first(static_cast<size_t>(last) * c), c);
+  const std::vector<uint64_t>& keys = seq->keys->keys();
+  if (!tiers_.Find(keys[first]).has_value()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::vector<ChunkId> chunks, forest_->Chunks(seq->id));
+  const int32_t first_move = static_cast<int32_t>(pending_moves_.size());
+  int32_t count = 0;
+  for (int32_t b = first; b < last && tiers_.Find(keys[b]).has_value(); ++b, ++count) {
+    tiers_.Load(keys[b], chunks[b], &pending_moves_);
+  }
+  seq->loading = true;
+  step_loads_.push_back({seq->id, first_move, count, first});
+  return absl::OkStatus();
+}
 
 Scheduler::~Scheduler() = default;
 
@@ -341,6 +387,7 @@ absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
     seq->tokens = std::move(tokens);
     if (fresh && r->cached_prompt_tokens < 0) r->cached_prompt_tokens = seq->computed;
     seqs_[seq->id] = seq.get();
+    if (tiers_.enabled() && !tiers_.empty()) RETURN_IF_ERROR(PlanLoads(seq.get(), ns));
     r->seqs.push_back(std::move(seq));
   }
   if (r->cached_prompt_tokens < 0) r->cached_prompt_tokens = 0;
@@ -383,7 +430,12 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   // Nothing for the workers: the sampler ends wait for the next plan. A plan
   // without rows still goes out when it has copies (they must land before any
   // later write) or sampler starts.
-  if (work.empty() && plan->copies.empty() && pending_starts_.empty()) return false;
+  if (work.empty() && plan->copies.empty() && pending_starts_.empty() && pending_moves_.empty()) return false;
+  // Tier moves first on the workers: a chunk evicted above is stored before
+  // anything of this step writes it.
+  plan->moves = std::move(pending_moves_);
+  pending_moves_.clear();
+  step_moves_ = plan->moves;
   plan->sampler_starts = std::move(pending_starts_);
   pending_starts_.clear();
   plan->sampler_ends = std::move(pending_sampler_ends_);
@@ -537,13 +589,14 @@ std::vector<Scheduler::Work> Scheduler::ChooseRows(const std::vector<Request*>& 
   for (Request* r : running) {
     if (sit_out.contains(r->spec.tenant)) continue;
     for (auto& seq : r->seqs) {
-      if (static_cast<int32_t>(seq->tokens.size()) - seq->computed == 1) ++rows;
+      if (!seq->loading && static_cast<int32_t>(seq->tokens.size()) - seq->computed == 1) ++rows;
     }
   }
   for (Request* r : running) {
     if (sit_out.contains(r->spec.tenant)) continue;
     for (auto& seq_ptr : r->seqs) {
       Seq* seq = seq_ptr.get();
+      if (seq->loading) continue;  // its prefill starts once the loaded blocks are in
       const int32_t len = static_cast<int32_t>(seq->tokens.size());
       const int32_t todo = len - seq->computed;
       if (todo <= 0) continue;
@@ -699,7 +752,30 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
     if (it == seqs_.end()) continue;
     RETURN_IF_ERROR(forest_->MarkComputed(s.seq, s.computed_after));
     it->second->computed = s.computed_after;
+    if (options_.tier_write_through && tiers_.enabled()) RETURN_IF_ERROR(WriteThrough(it->second));
   }
+  // Loaded blocks count from the first up to the first failed one; the
+  // prefill computes the rest.
+  tiers_.Complete(step_moves_, result.failed_moves);
+  const absl::flat_hash_set<int32_t> failed(result.failed_moves.begin(), result.failed_moves.end());
+  for (const StepLoad& l : step_loads_) {
+    auto it = seqs_.find(l.seq);
+    if (it == seqs_.end()) continue;
+    Seq* seq = it->second;
+    seq->loading = false;
+    int32_t loaded = 0;
+    while (loaded < l.count && !failed.contains(l.first_move + loaded)) ++loaded;
+    const int32_t upto = (l.first_block + loaded) * options_.chunk_size;
+    if (upto <= seq->computed) continue;
+    RETURN_IF_ERROR(forest_->MarkComputed(seq->id, upto));
+    seq->computed = upto;
+    Request* r = seq->request;
+    const bool fresh = std::all_of(r->samples.begin(), r->samples.end(),
+                                   [](const Request::Sample& s) { return s.generated.empty(); });
+    if (fresh) r->cached_prompt_tokens = std::max(r->cached_prompt_tokens, upto);
+  }
+  step_loads_.clear();
+  step_moves_.clear();
   std::vector<Seq*> sampled_seqs;
   size_t top_end = 0;
   for (size_t k = 0; k < step_samples_.size(); ++k) {

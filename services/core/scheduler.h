@@ -60,6 +60,7 @@
 #include "proto/plan/sampling_params.h"
 #include "proto/plan/step_plan.h"
 #include "services/core/prefix_forest.h"
+#include "services/core/kv_tiers.h"
 #include "services/core/policies.h"
 #include "services/core/token_constraint.h"
 
@@ -127,6 +128,15 @@ struct SchedulerOptions {
   // the plan masks_follow, so a caller that sends plans to workers can send
   // the masks while the workers run the step's forward pass.
   bool defer_masks = false;
+  // The workers' KV tiers below the pool (services/core/kv_tiers.h): blocks
+  // the pool evicts are kept there and loaded back for a later prompt.
+  KvTierMapOptions tiers;
+  std::string block_hash_seed = "0";  // the tiers' keys: block_hash.h's seed
+  // Write-through: every block is kept in a tier as soon as its KV is
+  // computed (a copy; the pool keeps it too), not only when the pool evicts
+  // it (write-back, the default): more tier traffic, and a block survives a
+  // burst of evictions that outruns the stores.
+  bool tier_write_through = false;
   // Borrowed; with more than one thread, a step's constrained samples get
   // their masks in parallel (each sample's matcher is its own; at ~40 us a
   // mask inside a free JSON string, 256 rows would take 10 ms on one
@@ -233,6 +243,8 @@ class Scheduler {
   // Restarts the peaks of stats() from the current use.
   void ResetPeaks();
   CacheStats cache_stats() const { return forest_->stats(); }
+  const KvTierStats& tier_stats() const { return tiers_.stats(); }
+  const KvTierMap& tiers() const { return tiers_; }
   const PrefixForest& forest() const { return *forest_; }
   // The forest's block events since the last call (record_block_events).
   std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }
@@ -243,6 +255,14 @@ class Scheduler {
   struct Seq;
 
   explicit Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixForest> forest);
+  // A block the pool evicts goes down a tier (forest callback).
+  void OnEvictBlock(const EvictedBlock& block);
+  // Loads the leading blocks of `seq` the tiers hold into its chunks, in
+  // the plan being made; the sequence waits for them (Seq::loading).
+  absl::Status PlanLoads(Seq* seq, std::string_view ns);
+  // tier_write_through: keeps the blocks of `seq` computed since its last
+  // call in a tier (stores in the next plan, before it writes anything).
+  absl::Status WriteThrough(Seq* seq);
 
   std::string Namespace(const Request& r) const;
   // Inserts the request's sequences; all or nothing.
@@ -311,6 +331,19 @@ class Scheduler {
     int32_t index = 0;  // the request's sample
   };
   std::vector<MaskJob> mask_jobs_;
+  // KV tiers: the moves for the next plan, the step in flight's, and its
+  // loads per sequence (blocks [first_block, first_block + count) from
+  // moves [first_move, first_move + count)).
+  KvTierMap tiers_;
+  std::vector<KvMove> pending_moves_;
+  std::vector<KvMove> step_moves_;
+  struct StepLoad {
+    SeqId seq = 0;
+    int32_t first_move = 0;
+    int32_t count = 0;
+    int32_t first_block = 0;
+  };
+  std::vector<StepLoad> step_loads_;
   std::vector<SamplerStart> pending_starts_;
   std::vector<int64_t> pending_sampler_ends_;
   // Tenants whose rows sat out the last step for a newcomer's prefill (ChooseRows).

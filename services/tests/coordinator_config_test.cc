@@ -24,6 +24,7 @@ ABSL_DECLARE_FLAG(bool, kv_events);
 ABSL_DECLARE_FLAG(int64_t, http_max_body_bytes);
 ABSL_DECLARE_FLAG(std::string, served_model_name);
 ABSL_DECLARE_FLAG(int, mask_threads);
+ABSL_DECLARE_FLAG(std::string, kv_tier_write_policy);
 
 namespace chunkattn {
 namespace {
@@ -53,6 +54,7 @@ TEST_F(CoordinatorConfigTest, GoodFlagsReachTheEngineAndTheJoin) {
   EXPECT_FALSE(c->kv_events.has_value());
   EXPECT_GE(c->engine.mask_threads, 1);  // 0: a quarter of the CPUs, 1 to 8
   EXPECT_LE(c->engine.mask_threads, 8);
+  EXPECT_FALSE(c->engine.scheduler.tier_write_through);  // write_back
 
   ModelConfig model;
   model.max_context = 4096;
@@ -82,6 +84,7 @@ TEST_F(CoordinatorConfigTest, EachBadFlagIsRefusedByName) {
       {[] { absl::SetFlag(&FLAGS_step_timeout_s, -2.0); }, "--step_timeout_s"},
       {[] { absl::SetFlag(&FLAGS_mask_threads, -1); }, "--mask_threads"},
       {[] { absl::SetFlag(&FLAGS_mask_threads, 65); }, "--mask_threads"},
+      {[] { absl::SetFlag(&FLAGS_kv_tier_write_policy, "write_around"); }, "--kv_tier_write_policy"},
       {[] {
          absl::SetFlag(&FLAGS_kv_events, true);
          absl::SetFlag(&FLAGS_kv_events_format, "xml");

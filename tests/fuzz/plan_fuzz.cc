@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!wire.ParseFromString(plans[k])) continue;  // the stream would drop it: gRPC fails the read
     if (print) std::fprintf(stderr, "plan %zu:\n%s\n", k, wire.DebugString().c_str());
     chunkattn::StepPlan plan;
-    chunkattn::FromProto(wire, &plan);
+    if (!chunkattn::FromProto(wire, &plan).ok()) break;  // the worker ends the session, as on a failed step
     chunkattn::StepResult result;
     const absl::Status executed = executor.Execute(plan, &result);
     if (print) std::fprintf(stderr, "-> %s\n", executed.ToString().c_str());

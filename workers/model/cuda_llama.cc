@@ -81,13 +81,23 @@ void ConvertTo16(const std::vector<float>& src, DType dtype, std::vector<uint16_
   for (auto& t : pool) t.join();
 }
 
-// Uploads `src` as 16-bit `dtype` and releases the host copy.
-absl::StatusOr<DeviceBuffer> Upload16(std::vector<float>& src, DType dtype, std::vector<uint16_t>& scratch) {
-  ConvertTo16(src, dtype, scratch);
-  ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(scratch.size() * sizeof(uint16_t)));
-  CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), scratch.data(), scratch.size() * sizeof(uint16_t),
-                                  cudaMemcpyHostToDevice));
-  std::vector<float>().swap(src);
+// Uploads `src` as 16-bit `dtype` and releases the host copy: as stored when
+// it is held in `dtype`, else converted (a 16-bit value through fp32 is exact,
+// so the device gets the same bits as from an fp32 copy). Not int8 (Create
+// refuses it).
+absl::StatusOr<DeviceBuffer> Upload16(WeightMatrix& src, DType dtype, std::vector<uint16_t>& scratch) {
+  const WeightDType same = dtype == DType::kFloat16 ? WeightDType::kFloat16 : WeightDType::kBFloat16;
+  const std::vector<uint16_t>* bits = &scratch;
+  if (src.dtype == same) {
+    bits = &src.half;
+  } else if (src.dtype == WeightDType::kFloat32) {
+    ConvertTo16(src.f32, dtype, scratch);
+  } else {
+    ConvertTo16(src.ToFloat(), dtype, scratch);
+  }
+  ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bits->size() * sizeof(uint16_t)));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), bits->data(), bits->size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  src = WeightMatrix();
   return b;
 }
 
@@ -251,17 +261,25 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Create(const Mod
   }
   const int64_t inter = l.intermediate;
   auto sized = [](const std::vector<float>& v, int64_t n) { return static_cast<int64_t>(v.size()) == n; };
+  bool int8 = false;
+  auto shaped = [&int8](const WeightMatrix& m, int64_t rows, int64_t cols) {
+    int8 = int8 || m.dtype == WeightDType::kInt8;
+    return m.rows == rows && m.cols == cols && m.bytes() > 0;
+  };
   bool match = static_cast<int>(weights.layers.size()) == config.num_layers &&
-               sized(weights.embed, int64_t{config.vocab_size} * hidden) && sized(weights.final_norm, hidden) &&
-               (weights.lm_head.empty() || sized(weights.lm_head, int64_t{config.vocab_size} * hidden));
+               shaped(weights.embed, config.vocab_size, hidden) && sized(weights.final_norm, hidden) &&
+               (weights.lm_head.empty() || shaped(weights.lm_head, config.vocab_size, hidden));
   for (size_t i = 0; match && i < weights.layers.size(); ++i) {
     const LayerWeights& w = weights.layers[i];
-    match = sized(w.input_norm, hidden) && sized(w.post_norm, hidden) && sized(w.qkv, qkv_width * hidden) &&
+    match = sized(w.input_norm, hidden) && sized(w.post_norm, hidden) && shaped(w.qkv, qkv_width, hidden) &&
             (w.qkv_bias.empty() || sized(w.qkv_bias, qkv_width)) && sized(w.q_norm, config.qk_norm ? d : 0) &&
-            sized(w.k_norm, config.qk_norm ? d : 0) && sized(w.o, hidden * q_width) &&
-            sized(w.gate_up, 2 * inter * hidden) && sized(w.down, hidden * inter);
+            sized(w.k_norm, config.qk_norm ? d : 0) && shaped(w.o, hidden, q_width) &&
+            shaped(w.gate_up, 2 * inter, hidden) && shaped(w.down, hidden, inter);
   }
   if (!match) return absl::InvalidArgumentError("weights do not match the config");
+  if (int8) {
+    return absl::UnimplementedError("int8 weights run on the CPU only: load float16, bfloat16 or float32 for a GPU");
+  }
 
   std::unique_ptr<CudaLlamaModel> m(new CudaLlamaModel(config, options, cuda, comm));
   m->layout_ = l;
@@ -408,6 +426,54 @@ absl::Status CudaLlamaModel::CopyKv(absl::Span<const KvCopy> copies) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// INVALID_ARGUMENT unless `chunk` is in a pool of `num_chunks` and `bytes`
+// is one chunk's.
+absl::Status CheckChunkBuffer(int32_t chunk, size_t bytes, int64_t num_chunks, int64_t chunk_bytes) {
+  if (chunk < 0 || chunk >= num_chunks) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV chunk %d is outside the pool's [0, %d)", chunk, num_chunks));
+  }
+  if (static_cast<int64_t>(bytes) != chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("a KV chunk is %d bytes, the buffer %d", chunk_bytes, bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaLlamaModel::CopyChunk(int32_t chunk, uint8_t* host, size_t bytes, bool to_device) {
+  Impl& im = *impl_;
+  if (im.k_pool.get() == nullptr) return absl::FailedPreconditionError("the KV pool is not allocated");
+  RETURN_IF_ERROR(CheckChunkBuffer(chunk, bytes, options_.num_kv_chunks,
+                                   KvShapeOf(config_, layout_, options_).BytesPerChunk()));
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));
+  // Per layer l, K then V (KvPool's order): a chunk is one contiguous slice
+  // of (num_kv_heads, chunk_size, head_dim) in each.
+  const size_t slice = static_cast<size_t>(im.pool_view.ChunkStride()) * DTypeBytes(options_.kv_dtype);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const KvPoolView view = im.View(l);
+    for (int kv = 0; kv < 2; ++kv) {
+      char* dev = static_cast<char*>(kv == 0 ? view.k : view.v) + static_cast<size_t>(chunk) * slice;
+      uint8_t* at = host + (2 * static_cast<size_t>(l) + kv) * slice;
+      CUDA_RETURN_IF_ERROR(to_device ? cudaMemcpyAsync(dev, at, slice, cudaMemcpyHostToDevice, im.stream)
+                                     : cudaMemcpyAsync(at, dev, slice, cudaMemcpyDeviceToHost, im.stream));
+    }
+  }
+  // The host buffer is the caller's again on return.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::ReadChunk(int32_t chunk, absl::Span<uint8_t> out) {
+  return CopyChunk(chunk, out.data(), out.size(), /*to_device=*/false);
+}
+
+absl::Status CudaLlamaModel::WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) {
+  // cudaMemcpy only reads the host side of a host-to-device copy.
+  return CopyChunk(chunk, const_cast<uint8_t*>(in.data()), in.size(), /*to_device=*/true);
+}
+
 absl::Status CudaLlamaModel::Forward(const ForwardBatch& batch, std::vector<float>& logits) {
   return Run(batch, Output::kLogits, &logits);
 }
@@ -436,6 +502,8 @@ absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span
                               &packed_));
   // By row, so each block of logits rows samples one contiguous range.
   const size_t n = packed_.params.size();
+  allowed_.resize(n);
+  for (size_t k = 0; k < n; ++k) allowed_[k] = inputs[k].allowed;
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);
   std::stable_sort(order_.begin(), order_.end(),
@@ -454,8 +522,6 @@ absl::Status CudaLlamaModel::ForwardSample(const ForwardBatch& batch, absl::Span
   const int vocab = config_.vocab_size;
   top_slot_.assign(n, -1);
   int64_t num_top = 0;
-  allowed_.resize(n);
-  for (size_t k = 0; k < n; ++k) allowed_[k] = inputs[k].allowed;
   for (size_t k = 0; k < n; ++k) {
     if (packed_.top_logprobs[k] > 0) top_slot_[k] = static_cast<int32_t>(num_top++);
   }
@@ -667,11 +733,21 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
   auto upload_samples = [&]() -> absl::Status {
     RETURN_IF_ERROR(im.sample_params.Upload(packed_.params.data(), num_samples * sizeof(cuda::SampleRowParams),
                                             im.stream));
+    return im.sample_masks.Upload(packed_.masks.data(), packed_.masks.size() * sizeof(uint32_t), im.stream);
+  };
+  if (num_samples > 0) {
     // A penalized sample needs the history array even when it is empty.
     if (packed_.penalized) RETURN_IF_ERROR(im.sample_history.Reserve(sizeof(int32_t)));
     RETURN_IF_ERROR(im.sample_history.Upload(packed_.history.data(), packed_.history.size() * sizeof(int32_t),
                                              im.stream));
     RETURN_IF_ERROR(im.sample_picks.Reserve(num_samples * 8));
+    if (late) {
+      RETURN_IF_ERROR(im.sample_params.Reserve(num_samples * sizeof(cuda::SampleRowParams)));
+      const int64_t words = (int64_t{config_.vocab_size} + 31) / 32;
+      RETURN_IF_ERROR(im.sample_masks.Reserve(num_samples * words * sizeof(uint32_t)));
+    } else {
+      RETURN_IF_ERROR(upload_samples());
+    }
   }
 
   // Attention plans: once per step, for every layer. They validate the
@@ -684,22 +760,12 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
   }
   RETURN_IF_ERROR(CopyKv(batch.copies));
 
-    return im.sample_masks.Upload(packed_.masks.data(), packed_.masks.size() * sizeof(uint32_t), im.stream);
-  };
-  if (num_samples > 0) {
   if (use_graph) {
     const int bucket = static_cast<int>(launch_rows);
     if (!im.graphs.empty() && im.graphs.begin()->second.attention_generation != im.attention->buffer_generation()) {
       im.DropGraphs();  // a buffer the graphs read was reallocated
     }
     auto it = im.graphs.find(bucket);
-    if (late) {
-      RETURN_IF_ERROR(im.sample_params.Reserve(num_samples * sizeof(cuda::SampleRowParams)));
-      const int64_t words = (int64_t{config_.vocab_size} + 31) / 32;
-      RETURN_IF_ERROR(im.sample_masks.Reserve(num_samples * words * sizeof(uint32_t)));
-    } else {
-      RETURN_IF_ERROR(upload_samples());
-    }
     // A bucket's first step runs eagerly: lazy setup (NCCL connections,
     // cuBLAS heuristics) must not happen inside a capture.
     const bool warm_up = it == im.graphs.end() && im.warmed.insert(bucket).second;
@@ -737,6 +803,16 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
     RETURN_IF_ERROR(launch.Layers(rows, prefill_rows, decode_rows > 0));
   }
 
+  if (late) {
+    // The device runs the layers while the host waits for the masks.
+    absl::Status masks = PackLateMasks(*late_masks);
+    if (!masks.ok()) {
+      (void)cudaStreamSynchronize(im.stream);  // nothing launched may outlive the step
+      return masks;
+    }
+    RETURN_IF_ERROR(upload_samples());
+  }
+
   // Outputs. The graph computed every bucket row's logits in blocks and kept
   // only the last block's logits; the eager path goes block by block. A graph
   // of one block left its logits in place; with more, its last block
@@ -755,16 +831,6 @@ absl::Status CudaLlamaModel::Run(const ForwardBatch& batch, Output output, std::
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(host_picks.logprobs, dev_picks.logprobs, num_out * 4, cudaMemcpyDeviceToHost, im.stream));
   } else if (output == Output::kSample) {
-  if (late) {
-    // The device runs the layers while the host waits for the masks.
-    absl::Status masks = PackLateMasks(*late_masks);
-    if (!masks.ok()) {
-      (void)cudaStreamSynchronize(im.stream);  // nothing launched may outlive the step
-      return masks;
-    }
-    RETURN_IF_ERROR(upload_samples());
-  }
-
     const auto* params = static_cast<const cuda::SampleRowParams*>(im.sample_params.dev.get());
     const int32_t* history = packed_.penalized ? static_cast<const int32_t*>(im.sample_history.dev.get()) : nullptr;
     const uint32_t* masks = packed_.masks.empty() ? nullptr : static_cast<const uint32_t*>(im.sample_masks.dev.get());

@@ -94,6 +94,10 @@ class CudaLlamaModel final : public GpuModel {
                              absl::Span<const SampleInput> inputs, std::vector<SampleResult>& out,
                              const LateMasks* late_masks = nullptr) override;
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override;
+  // cudaMemcpyAsync on the model's stream, one per layer and K/V, then a
+  // synchronize: the bytes are in place on return (pageable host memory).
+  absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) override;
+  absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override;
 
   // Decode graphs captured so far (for tests).
   int num_graphs() const;
@@ -116,6 +120,9 @@ class CudaLlamaModel final : public GpuModel {
                    const LateMasks* late_masks = nullptr);
   // The late masks (per caller's sample) into packed_, in packed_ order.
   absl::Status PackLateMasks(const LateMasks& late_masks);
+  // ReadChunk / WriteChunk: chunk `chunk` of every layer's K and V between
+  // the device pool and `bytes` of host memory at `host`.
+  absl::Status CopyChunk(int32_t chunk, uint8_t* host, size_t bytes, bool to_device);
 
   ModelConfig config_;
   ModelOptions options_;

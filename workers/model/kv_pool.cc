@@ -60,4 +60,34 @@ absl::Status KvPool::Copy(absl::Span<const KvCopy> copies) {
   return absl::OkStatus();
 }
 
+absl::Status KvPool::CheckChunkBuffer(int64_t chunk, size_t bytes) const {
+  if (chunk < 0 || chunk >= num_chunks_) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV chunk %d is outside the pool's [0, %d)", chunk, num_chunks_));
+  }
+  if (static_cast<int64_t>(bytes) != shape_.BytesPerChunk()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a KV chunk is %d bytes, the buffer %d", shape_.BytesPerChunk(), bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvPool::ReadChunk(int64_t chunk, absl::Span<uint8_t> out) const {
+  RETURN_IF_ERROR(CheckChunkBuffer(chunk, out.size()));
+  // A chunk is contiguous in each layer's K and V: 2 * num_layers copies.
+  const int64_t slice = shape_.ChunkElementsPerLayer() * DTypeBytes(shape_.dtype);
+  for (int64_t buf = 0; buf < 2 * shape_.num_layers; ++buf) {
+    std::memcpy(out.data() + buf * slice, data_.get() + buf * layer_bytes_ + chunk * slice, static_cast<size_t>(slice));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvPool::WriteChunk(int64_t chunk, absl::Span<const uint8_t> in) {
+  RETURN_IF_ERROR(CheckChunkBuffer(chunk, in.size()));
+  const int64_t slice = shape_.ChunkElementsPerLayer() * DTypeBytes(shape_.dtype);
+  for (int64_t buf = 0; buf < 2 * shape_.num_layers; ++buf) {
+    std::memcpy(data_.get() + buf * layer_bytes_ + chunk * slice, in.data() + buf * slice, static_cast<size_t>(slice));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace chunkattn

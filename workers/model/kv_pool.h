@@ -34,11 +34,19 @@ class KvPool {
   // chunk ids and token counts first (nothing is copied on error).
   absl::Status Copy(absl::Span<const KvCopy> copies);
 
+  // One chunk's KV as bytes (the KV tiers' unit, shape().BytesPerChunk()):
+  // per layer, its K then its V slice of the chunk, each (num_kv_heads,
+  // chunk_size, head_dim) of shape().dtype. INVALID_ARGUMENT for a chunk
+  // outside the pool or a buffer of another size (nothing is copied).
+  absl::Status ReadChunk(int64_t chunk, absl::Span<uint8_t> out) const;
+  absl::Status WriteChunk(int64_t chunk, absl::Span<const uint8_t> in);
+
  private:
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
   KvPool(const KvGeometry& shape, int64_t num_chunks) : shape_(shape), num_chunks_(num_chunks) {}
+  absl::Status CheckChunkBuffer(int64_t chunk, size_t bytes) const;
 
   KvGeometry shape_;
   int64_t num_chunks_;

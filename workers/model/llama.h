@@ -1,4 +1,5 @@
-// The Llama-family decoder on CPU (fp32 arithmetic): token embedding, RMSNorm,
+// The Llama-family decoder on CPU (fp32 arithmetic over fp32, fp16, bf16 or
+// weight-only int8 weights, as ModelWeights holds them): token embedding, RMSNorm,
 // rotary embedding (with linear / llama3 scaling), grouped-query attention
 // through kernels/cpu over this rank's shard of the chunked KV pool, SwiGLU
 // MLP, optional q/k/v bias, optional per-head q/k RMSNorm before the rotary
@@ -8,7 +9,9 @@
 // prefill pieces (prefill over chunked KV: a matched prefix already in the
 // pool is attended to but never recomputed) and of decode tokens (two-phase
 // partition attention over the (C, i, j) context). Projections run over all
-// the step's tokens at once (OpenBLAS sgemm).
+// the step's tokens at once: decode rows through cpu::LinearRows, prefill
+// rows through OpenBLAS sgemm (16-bit and int8 weights a converted block of
+// rows at a time).
 //
 // Tensor parallelism: each rank runs Forward on the same batch with its own
 // weight shard and KV pool; the Communicator all-reduces after o_proj and
@@ -62,14 +65,19 @@ class LlamaModel final : public Model {
   // pool afterwards.
   absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override;
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return kv_->Copy(copies); }
+  absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) override { return kv_->ReadChunk(chunk, out); }
+  absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override {
+    return kv_->WriteChunk(chunk, in);
+  }
 
  private:
   LlamaModel(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,
              Communicator* comm, ThreadPool* pool);
 
   absl::Status AllReduce(std::vector<float>& x);
-  absl::Status Linear(const float* a, int64_t m, int64_t matrix_rows, int64_t k, const std::vector<float>& w,
+  absl::Status Linear(const float* a, int64_t m, int64_t matrix_rows, int64_t k, const WeightMatrix& w,
                       int64_t n, std::vector<float>& c);
+  absl::Status MatrixRows(const float* a, int64_t m, int64_t k, const WeightMatrix& w, int64_t n, float* c);
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -85,6 +93,7 @@ class LlamaModel final : public Model {
   // Per-step scratch, reused.
   std::vector<float> cos_, sin_;  // (rows, head_dim / 2)
   std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, out_, gate_up_, act_, rows_;
+  std::vector<float> converted_;  // (block, k): 16-bit / int8 weight rows as fp32 for sgemm
 };
 
 // Rotary frequencies after rope_scaling, as Hugging Face computes them:

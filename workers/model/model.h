@@ -100,6 +100,15 @@ class Model {
 
   // Copy-on-write KV copies without a forward pass (a step with no rows).
   virtual absl::Status CopyKv(absl::Span<const KvCopy> copies) = 0;
+
+  // One pool chunk's KV as bytes, for the KV tiers below the pool (issue 41):
+  // this rank's shard of every layer, K and V, in KvPool::ReadChunk's order
+  // and the pool's dtype; KvShapeOf(...).BytesPerChunk() bytes (what Join
+  // reports as kv_chunk_bytes). Synchronous: on a GPU the copy is done on
+  // return. INVALID_ARGUMENT for a chunk outside the pool or a buffer of
+  // another size, before anything is copied.
+  virtual absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) = 0;
+  virtual absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) = 0;
 };
 
 // What a GPU runs `config` in when no dtype is asked for: the checkpoint's

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -25,6 +26,8 @@ class TensorSource {
  public:
   virtual ~TensorSource() = default;
   virtual bool Has(const std::string& name) const = 0;
+  // The dtype `name` is stored in (what WeightDType::kAuto keeps).
+  virtual absl::StatusOr<DType> DTypeOf(const std::string& name) const = 0;
   virtual absl::Status Fill(const std::string& name, const std::vector<int64_t>& shape,
                             int64_t r0, int64_t rows, int64_t c0, int64_t cols,
                             float* out) const = 0;
@@ -39,6 +42,11 @@ class SafetensorsSource : public TensorSource {
   explicit SafetensorsSource(std::unique_ptr<SafetensorsModel> model) : model_(std::move(model)) {}
 
   bool Has(const std::string& name) const override { return model_->Has(name); }
+
+  absl::StatusOr<DType> DTypeOf(const std::string& name) const override {
+    ASSIGN_OR_RETURN(TensorView t, model_->Get(name));
+    return t.dtype;
+  }
 
   absl::Status Fill(const std::string& name, const std::vector<int64_t>& shape, int64_t r0,
                     int64_t rows, int64_t c0, int64_t cols, float* out) const override {
@@ -59,9 +67,10 @@ class SafetensorsSource : public TensorSource {
 
 class DummySource : public TensorSource {
  public:
-  explicit DummySource(uint64_t seed) : seed_(seed) {}
+  DummySource(uint64_t seed, DType dtype) : seed_(seed), dtype_(dtype) {}
 
   bool Has(const std::string&) const override { return true; }
+  absl::StatusOr<DType> DTypeOf(const std::string&) const override { return dtype_; }
 
   absl::Status Fill(const std::string& name, const std::vector<int64_t>& shape, int64_t r0,
                     int64_t rows, int64_t c0, int64_t cols, float* out) const override {
@@ -108,6 +117,7 @@ class DummySource : public TensorSource {
 
  private:
   uint64_t seed_;
+  DType dtype_;  // what the checkpoint would hold: the config's torch_dtype
 };
 
 // Appends rows [r0, r0 + rows) x columns [c0, c0 + cols) of `name` to `dst`.
@@ -125,16 +135,77 @@ absl::Status AppendRows(const TensorSource& src, const std::string& name,
   return Append(src, name, shape, r0, rows, 0, shape.size() == 2 ? shape[1] : 1, dst);
 }
 
-absl::StatusOr<ModelWeights> Build(const ModelConfig& c, ShardSpec shard, const TensorSource& src) {
+// Rows [r0, r0 + rows) x columns [c0, c0 + cols) of a 2-D tensor: a slice of
+// one matrix, stacked under the parts before it.
+struct Part {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t r0 = 0, rows = 0, c0 = 0, cols = 0;
+};
+
+Part RowsOf(std::string name, std::vector<int64_t> shape, int64_t r0, int64_t rows) {
+  const int64_t cols = shape[1];
+  return {std::move(name), std::move(shape), r0, rows, 0, cols};
+}
+
+WeightDType FromDType(DType t) {
+  switch (t) {
+    case DType::kFloat32: return WeightDType::kFloat32;
+    case DType::kFloat16: return WeightDType::kFloat16;
+    case DType::kBFloat16: return WeightDType::kBFloat16;
+  }
+  return WeightDType::kFloat32;
+}
+
+// The matrix of `parts` stacked, in `want` (kAuto: the parts' common 16-bit
+// dtype, else fp32). Other than fp32, it is filled a block of rows at a time
+// through one fp32 buffer, so the model is never whole in fp32.
+absl::StatusOr<WeightMatrix> BuildMatrix(const TensorSource& src, WeightDType want,
+                                         const std::vector<Part>& parts) {
+  int64_t rows = 0;
+  for (const Part& p : parts) rows += p.rows;
+  const int64_t cols = parts.front().cols;
+  if (want == WeightDType::kAuto) {
+    ASSIGN_OR_RETURN(DType first, src.DTypeOf(parts.front().name));
+    want = FromDType(first);
+    for (const Part& p : parts) {
+      ASSIGN_OR_RETURN(DType t, src.DTypeOf(p.name));
+      if (t != first) want = WeightDType::kFloat32;
+    }
+  }
+  WeightMatrix m = WeightMatrix::Zeros(want, rows, cols);
+  // 4M values (16 MB) a block: large enough that DummySource spreads a
+  // block over the cores.
+  const int64_t block_rows = std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(cols, 1));
+  std::vector<float> buffer;
+  int64_t at = 0;
+  for (const Part& p : parts) {
+    if (want == WeightDType::kFloat32) {
+      RETURN_IF_ERROR(src.Fill(p.name, p.shape, p.r0, p.rows, p.c0, p.cols, m.f32.data() + at * cols));
+    } else {
+      for (int64_t r = 0; r < p.rows; r += block_rows) {
+        const int64_t n = std::min(block_rows, p.rows - r);
+        buffer.resize(static_cast<size_t>(n * cols));
+        RETURN_IF_ERROR(src.Fill(p.name, p.shape, p.r0 + r, n, p.c0, p.cols, buffer.data()));
+        m.SetRows(at + r, n, buffer.data());
+      }
+    }
+    at += p.rows;
+  }
+  return m;
+}
+
+absl::StatusOr<ModelWeights> Build(const ModelConfig& c, ShardSpec shard, const TensorSource& src,
+                                   WeightDType dtype) {
   ModelWeights w;
   ASSIGN_OR_RETURN(w.layout, MakeShardLayout(c, shard));
   const ShardLayout& l = w.layout;
   const int64_t hidden = c.hidden_size, d = c.head_dim;
   const int64_t vocab = c.vocab_size;
-  RETURN_IF_ERROR(AppendRows(src, "model.embed_tokens.weight", {vocab, hidden}, 0, vocab, w.embed));
+  ASSIGN_OR_RETURN(w.embed, BuildMatrix(src, dtype, {RowsOf("model.embed_tokens.weight", {vocab, hidden}, 0, vocab)}));
   RETURN_IF_ERROR(AppendRows(src, "model.norm.weight", {hidden}, 0, hidden, w.final_norm));
   if (!c.tie_word_embeddings) {
-    RETURN_IF_ERROR(AppendRows(src, "lm_head.weight", {vocab, hidden}, 0, vocab, w.lm_head));
+    ASSIGN_OR_RETURN(w.lm_head, BuildMatrix(src, dtype, {RowsOf("lm_head.weight", {vocab, hidden}, 0, vocab)}));
   }
   const int64_t q_rows = int64_t{c.num_heads} * d, kv_rows = int64_t{c.num_kv_heads} * d;
   const int64_t inter = c.intermediate_size;
@@ -148,9 +219,10 @@ absl::StatusOr<ModelWeights> Build(const ModelConfig& c, ShardSpec shard, const 
                                lw.post_norm));
     const int64_t q0 = l.head_begin * d, qn = l.num_heads * d;
     const int64_t kv0 = l.kv_head_begin * d, kvn = l.num_kv_heads * d;
-    RETURN_IF_ERROR(AppendRows(src, p + "self_attn.q_proj.weight", {q_rows, hidden}, q0, qn, lw.qkv));
-    RETURN_IF_ERROR(AppendRows(src, p + "self_attn.k_proj.weight", {kv_rows, hidden}, kv0, kvn, lw.qkv));
-    RETURN_IF_ERROR(AppendRows(src, p + "self_attn.v_proj.weight", {kv_rows, hidden}, kv0, kvn, lw.qkv));
+    ASSIGN_OR_RETURN(lw.qkv, BuildMatrix(src, dtype,
+                                         {RowsOf(p + "self_attn.q_proj.weight", {q_rows, hidden}, q0, qn),
+                                          RowsOf(p + "self_attn.k_proj.weight", {kv_rows, hidden}, kv0, kvn),
+                                          RowsOf(p + "self_attn.v_proj.weight", {kv_rows, hidden}, kv0, kvn)}));
     if (c.attention_bias) {
       RETURN_IF_ERROR(AppendRows(src, p + "self_attn.q_proj.bias", {q_rows}, q0, qn, lw.qkv_bias));
       RETURN_IF_ERROR(AppendRows(src, p + "self_attn.k_proj.bias", {kv_rows}, kv0, kvn, lw.qkv_bias));
@@ -160,13 +232,15 @@ absl::StatusOr<ModelWeights> Build(const ModelConfig& c, ShardSpec shard, const 
       RETURN_IF_ERROR(AppendRows(src, p + "self_attn.q_norm.weight", {d}, 0, d, lw.q_norm));
       RETURN_IF_ERROR(AppendRows(src, p + "self_attn.k_norm.weight", {d}, 0, d, lw.k_norm));
     }
-    RETURN_IF_ERROR(Append(src, p + "self_attn.o_proj.weight", {hidden, q_rows}, 0, hidden, q0, qn, lw.o));
-    RETURN_IF_ERROR(AppendRows(src, p + "mlp.gate_proj.weight", {inter, hidden},
-                               l.intermediate_begin, l.intermediate, lw.gate_up));
-    RETURN_IF_ERROR(AppendRows(src, p + "mlp.up_proj.weight", {inter, hidden},
-                               l.intermediate_begin, l.intermediate, lw.gate_up));
-    RETURN_IF_ERROR(Append(src, p + "mlp.down_proj.weight", {hidden, inter}, 0, hidden,
-                           l.intermediate_begin, l.intermediate, lw.down));
+    ASSIGN_OR_RETURN(lw.o, BuildMatrix(src, dtype,
+                                       {{p + "self_attn.o_proj.weight", {hidden, q_rows}, 0, hidden, q0, qn}}));
+    const int64_t i0 = l.intermediate_begin, in = l.intermediate;
+    ASSIGN_OR_RETURN(lw.gate_up, BuildMatrix(src, dtype,
+                                             {RowsOf(p + "mlp.gate_proj.weight", {inter, hidden}, i0, in),
+                                              RowsOf(p + "mlp.up_proj.weight", {inter, hidden}, i0, in)}));
+    ASSIGN_OR_RETURN(lw.down, BuildMatrix(src, dtype,
+                                          {{p + "mlp.down_proj.weight", {hidden, inter}, 0, hidden,
+                                            l.intermediate_begin, l.intermediate}}));
   }
   return w;
 }
@@ -185,6 +259,131 @@ std::vector<uint8_t> Encode(const float* x, int64_t n, DType dtype) {
 }
 
 }  // namespace
+
+absl::StatusOr<WeightDType> ParseWeightDType(std::string_view s) {
+  if (s == "auto") return WeightDType::kAuto;
+  if (s == "int8") return WeightDType::kInt8;
+  if (std::optional<DType> t = ParseDType(s)) return FromDType(*t);
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "weight dtype \"%s\": must be auto, float32, float16, bfloat16 or int8", s));
+}
+
+const char* WeightDTypeName(WeightDType t) {
+  switch (t) {
+    case WeightDType::kAuto: return "auto";
+    case WeightDType::kFloat32: return "float32";
+    case WeightDType::kFloat16: return "float16";
+    case WeightDType::kBFloat16: return "bfloat16";
+    case WeightDType::kInt8: return "int8";
+  }
+  return "?";
+}
+
+WeightMatrix WeightMatrix::Zeros(WeightDType dtype, int64_t rows, int64_t cols) {
+  WeightMatrix m;
+  m.dtype = dtype;
+  m.rows = rows;
+  m.cols = cols;
+  const size_t n = static_cast<size_t>(rows * cols);
+  switch (dtype) {
+    case WeightDType::kAuto:  // never a matrix's dtype: fp32
+      m.dtype = WeightDType::kFloat32;
+      m.f32.assign(n, 0.0f);
+      break;
+    case WeightDType::kFloat32: m.f32.assign(n, 0.0f); break;
+    case WeightDType::kFloat16:
+    case WeightDType::kBFloat16: m.half.assign(n, 0); break;
+    case WeightDType::kInt8:
+      m.block = cols > 0 && cols % kInt8Block == 0 ? kInt8Block : std::max<int64_t>(cols, 1);
+      m.q.assign(n, 0);
+      m.scales.assign(static_cast<size_t>(rows * (cols / m.block)), 0.0f);
+      break;
+  }
+  return m;
+}
+
+int64_t WeightMatrix::bytes() const {
+  return static_cast<int64_t>(f32.size() * 4 + half.size() * 2 + q.size() + scales.size() * 4);
+}
+
+void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
+  const int64_t begin = r0 * cols, count = n * cols;
+  switch (dtype) {
+    case WeightDType::kAuto:
+    case WeightDType::kFloat32: std::copy_n(f32.data() + begin, count, out); return;
+    case WeightDType::kFloat16:
+      for (int64_t i = 0; i < count; ++i) out[i] = HalfToFloat(half[begin + i]);
+      return;
+    case WeightDType::kBFloat16:
+      for (int64_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(half[begin + i]);
+      return;
+    case WeightDType::kInt8:
+      for (int64_t i = 0; i < count; ++i) {
+        out[i] = static_cast<float>(q[begin + i]) * scales[(begin + i) / block];
+      }
+      return;
+  }
+}
+
+std::vector<float> WeightMatrix::ToFloat() const {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  RowsToFloat(0, rows, out.data());
+  return out;
+}
+
+void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
+  // Rows [a, b) of the n.
+  auto set = [&](int64_t a, int64_t b) {
+    const int64_t begin = (r0 + a) * cols, count = (b - a) * cols;
+    const float* x = src + a * cols;
+    switch (dtype) {
+      case WeightDType::kAuto:
+      case WeightDType::kFloat32: std::copy_n(x, count, f32.data() + begin); return;
+      case WeightDType::kFloat16:
+        for (int64_t i = 0; i < count; ++i) half[begin + i] = FloatToHalf(x[i]);
+        return;
+      case WeightDType::kBFloat16:
+        for (int64_t i = 0; i < count; ++i) half[begin + i] = FloatToBFloat16(x[i]);
+        return;
+      case WeightDType::kInt8:
+        // Symmetric, round to nearest: |error| <= scale / 2 = max|w| / 254 per block.
+        for (int64_t b0 = 0; b0 < count; b0 += block) {
+          float amax = 0;
+          for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
+          const float scale = amax / 127.0f;
+          scales[(begin + b0) / block] = scale;
+          for (int64_t i = b0; i < b0 + block; ++i) {
+            const float v = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
+            q[begin + i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+          }
+        }
+        return;
+    }
+  };
+  // A 7B model is 6.7e9 conversions: large blocks over the cores (each row
+  // depends on its own values only, so the split changes nothing).
+  const int64_t threads = n * cols < (int64_t{1} << 20)
+                              ? 1
+                              : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::min<int64_t>(n, 32));
+  if (threads == 1) {
+    set(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t per = (n + threads - 1) / threads;
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(set, std::min(n, t * per), std::min(n, (t + 1) * per));
+  for (auto& t : pool) t.join();
+}
+
+int64_t ModelWeights::bytes() const {
+  auto vec = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * 4); };
+  int64_t total = embed.bytes() + lm_head.bytes() + vec(final_norm);
+  for (const LayerWeights& l : layers) {
+    total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + vec(l.input_norm) +
+             vec(l.post_norm) + vec(l.qkv_bias) + vec(l.q_norm) + vec(l.k_norm);
+  }
+  return total;
+}
 
 absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& c, ShardSpec shard) {
   const int n = shard.world_size, r = shard.rank;
@@ -220,16 +419,16 @@ absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& c, ShardSpec shar
 }
 
 absl::StatusOr<ModelWeights> LoadWeights(const std::string& dir, const ModelConfig& config,
-                                         ShardSpec shard) {
+                                         ShardSpec shard, WeightDType dtype) {
   ASSIGN_OR_RETURN(auto model, SafetensorsModel::Open(dir));
   SafetensorsSource source(std::move(model));
-  return Build(config, shard, source);
+  return Build(config, shard, source, dtype);
 }
 
 absl::StatusOr<ModelWeights> DummyWeights(const ModelConfig& config, ShardSpec shard,
-                                          uint64_t seed) {
-  DummySource source(seed);
-  return Build(config, shard, source);
+                                          uint64_t seed, WeightDType dtype) {
+  DummySource source(seed, config.dtype);
+  return Build(config, shard, source, dtype);
 }
 
 absl::Status SaveModel(const std::string& dir, const ModelConfig& c, const ModelWeights& w,
@@ -251,18 +450,19 @@ absl::Status SaveModel(const std::string& dir, const ModelConfig& c, const Model
     for (int64_t s : shape) n *= s;
     tensors.push_back({std::move(name), dtype, std::move(shape), Encode(x, n, dtype)});
   };
-  add("model.embed_tokens.weight", {c.vocab_size, hidden}, w.embed.data());
+  // Matrices as fp32 (int8 dequantized), then encoded in `dtype`.
+  add("model.embed_tokens.weight", {c.vocab_size, hidden}, w.embed.ToFloat().data());
   add("model.norm.weight", {hidden}, w.final_norm.data());
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, hidden}, w.lm_head.data());
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, hidden}, w.lm_head.ToFloat().data());
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrFormat("model.layers.%d.", i);
     const LayerWeights& lw = w.layers[i];
     add(p + "input_layernorm.weight", {hidden}, lw.input_norm.data());
     add(p + "post_attention_layernorm.weight", {hidden}, lw.post_norm.data());
-    add(p + "self_attn.q_proj.weight", {q_rows, hidden}, lw.qkv.data());
-    add(p + "self_attn.k_proj.weight", {kv_rows, hidden}, lw.qkv.data() + q_rows * hidden);
-    add(p + "self_attn.v_proj.weight", {kv_rows, hidden},
-        lw.qkv.data() + (q_rows + kv_rows) * hidden);
+    const std::vector<float> qkv = lw.qkv.ToFloat();
+    add(p + "self_attn.q_proj.weight", {q_rows, hidden}, qkv.data());
+    add(p + "self_attn.k_proj.weight", {kv_rows, hidden}, qkv.data() + q_rows * hidden);
+    add(p + "self_attn.v_proj.weight", {kv_rows, hidden}, qkv.data() + (q_rows + kv_rows) * hidden);
     if (c.attention_bias) {
       add(p + "self_attn.q_proj.bias", {q_rows}, lw.qkv_bias.data());
       add(p + "self_attn.k_proj.bias", {kv_rows}, lw.qkv_bias.data() + q_rows);
@@ -272,10 +472,11 @@ absl::Status SaveModel(const std::string& dir, const ModelConfig& c, const Model
       add(p + "self_attn.q_norm.weight", {d}, lw.q_norm.data());
       add(p + "self_attn.k_norm.weight", {d}, lw.k_norm.data());
     }
-    add(p + "self_attn.o_proj.weight", {hidden, q_rows}, lw.o.data());
-    add(p + "mlp.gate_proj.weight", {inter, hidden}, lw.gate_up.data());
-    add(p + "mlp.up_proj.weight", {inter, hidden}, lw.gate_up.data() + inter * hidden);
-    add(p + "mlp.down_proj.weight", {hidden, inter}, lw.down.data());
+    add(p + "self_attn.o_proj.weight", {hidden, q_rows}, lw.o.ToFloat().data());
+    const std::vector<float> gate_up = lw.gate_up.ToFloat();
+    add(p + "mlp.gate_proj.weight", {inter, hidden}, gate_up.data());
+    add(p + "mlp.up_proj.weight", {inter, hidden}, gate_up.data() + inter * hidden);
+    add(p + "mlp.down_proj.weight", {hidden, inter}, lw.down.ToFloat().data());
   }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   if (max_shard_bytes <= 0) {

@@ -1,5 +1,6 @@
-// A Llama-family model's weights for one tensor-parallel rank, as fp32 on the
-// host: loaded from Hugging Face safetensors (fp32/fp16/bf16, one file or
+// A Llama-family model's weights for one tensor-parallel rank on the host:
+// matrices in fp32, fp16, bf16 or weight-only int8 (WeightDType), norms and
+// biases in fp32; loaded from Hugging Face safetensors (fp32/fp16/bf16, one file or
 // sharded) or made up from a seed ("dummy" weights for benchmarks).
 //
 // Tensor parallelism (Megatron style): rank r of n holds query heads
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,42 +45,92 @@ struct ShardLayout {
 // INVALID_ARGUMENT unless the model splits evenly over `shard.world_size`.
 absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& config, ShardSpec shard);
 
-// Row-major fp32 matrices, (out_features, in_features) as in PyTorch.
+// What the CPU model keeps its weight matrices in (--weight_dtype). kAuto is
+// a request, never a matrix's dtype: each matrix in the dtype its checkpoint
+// tensors have when they all have one 16-bit dtype, else fp32, so auto never
+// rounds a weight (dummy weights: the config's torch_dtype).
+enum class WeightDType : uint8_t { kAuto, kFloat32, kFloat16, kBFloat16, kInt8 };
+
+// "auto" | "float32" | "float16" | "bfloat16" | "int8" (also "fp32", "fp16",
+// "bf16"); INVALID_ARGUMENT naming the choices otherwise.
+absl::StatusOr<WeightDType> ParseWeightDType(std::string_view s);
+const char* WeightDTypeName(WeightDType t);
+
+// Weight-only int8: one fp32 scale per this many columns of a row (symmetric,
+// scale = max |w| / 127 over the block). Measured on the tiny reference
+// models and a 156M Llama against per-row scales: see docs/models.md.
+inline constexpr int64_t kInt8Block = 32;
+
+// A row-major (rows, cols) matrix: a PyTorch Linear's weight (out_features,
+// in_features), or an embedding (vocab, hidden). Exactly one storage vector
+// is filled, by `dtype`.
+struct WeightMatrix {
+  WeightDType dtype = WeightDType::kFloat32;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> f32;      // kFloat32
+  std::vector<uint16_t> half;  // kFloat16 / kBFloat16: IEEE half or bfloat16 bits
+  std::vector<int8_t> q;       // kInt8: w(r, c) = q(r, c) * scales[r * (cols / block) + c / block]
+  std::vector<float> scales;   // kInt8: (rows, cols / block)
+  // kInt8: columns per scale: kInt8Block when it divides cols, else cols (one
+  // scale per row).
+  int64_t block = 0;
+
+  // An empty matrix of `rows` x `cols` in `dtype` (not kAuto), zero-filled.
+  static WeightMatrix Zeros(WeightDType dtype, int64_t rows, int64_t cols);
+
+  bool empty() const { return rows * cols == 0; }
+  int64_t num_elements() const { return rows * cols; }
+  int64_t bytes() const;  // of the storage, scales included
+  // Rows [r0, r0 + n) as fp32 into out (n, cols): int8 as q * scale.
+  void RowsToFloat(int64_t r0, int64_t n, float* out) const;
+  std::vector<float> ToFloat() const;
+  // Rows [r0, r0 + n) from fp32 `src` (n, cols): rounded to nearest even in
+  // 16 bits; int8 quantized per block.
+  void SetRows(int64_t r0, int64_t n, const float* src);
+};
+
+// One layer: matrices in the model's WeightDType, norms and biases in fp32.
 struct LayerWeights {
   std::vector<float> input_norm;  // (hidden)
-  std::vector<float> qkv;         // (q_local + 2 * kv_local, hidden): q rows, k rows, v rows
+  WeightMatrix qkv;               // (q_local + 2 * kv_local, hidden): q rows, k rows, v rows
   std::vector<float> qkv_bias;    // (q_local + 2 * kv_local), empty without attention_bias
   std::vector<float> q_norm;      // (head_dim), empty without qk_norm
   std::vector<float> k_norm;      // (head_dim), empty without qk_norm
-  std::vector<float> o;           // (hidden, q_local): this rank's input columns
+  WeightMatrix o;                 // (hidden, q_local): this rank's input columns
   std::vector<float> post_norm;   // (hidden)
-  std::vector<float> gate_up;     // (2 * intermediate_local, hidden): gate rows, then up rows
-  std::vector<float> down;        // (hidden, intermediate_local)
+  WeightMatrix gate_up;           // (2 * intermediate_local, hidden): gate rows, then up rows
+  WeightMatrix down;              // (hidden, intermediate_local)
 };
 
 struct ModelWeights {
   ShardLayout layout;
-  std::vector<float> embed;       // (vocab, hidden)
+  WeightMatrix embed;             // (vocab, hidden)
   std::vector<float> final_norm;  // (hidden)
-  std::vector<float> lm_head;     // (vocab, hidden); empty when tied to embed
+  WeightMatrix lm_head;           // (vocab, hidden); empty when tied to embed
   std::vector<LayerWeights> layers;
 
-  const std::vector<float>& output_embedding() const {
+  const WeightMatrix& output_embedding() const {
     return lm_head.empty() ? embed : lm_head;
   }
+  // Bytes of every matrix, vector and scale held.
+  int64_t bytes() const;
 };
 
 // Loads `dir` (model.safetensors or model.safetensors.index.json + shards).
 // Every tensor's presence, shape and dtype is checked; errors name the file
 // and the tensor.
+// Matrices (embedding, LM head, projections) are stored in `dtype` as they
+// are read, a block of rows at a time: no fp32 copy of the model is made on
+// the way. Norms and biases are fp32 whatever `dtype` is.
 absl::StatusOr<ModelWeights> LoadWeights(const std::string& dir, const ModelConfig& config,
-                                         ShardSpec shard);
+                                         ShardSpec shard, WeightDType dtype = WeightDType::kFloat32);
 
 // Seeded random weights: every element is a hash of (seed, tensor name,
 // element index), so any shard equals the same slice of the whole model.
-// Linear weights have std 1/sqrt(fan_in), embeddings std 1, norms 1.
+// Linear weights have std 1/sqrt(fan_in), embeddings std 1, norms 1; the
+// matrices rounded to `dtype` (auto: the config's torch_dtype).
 absl::StatusOr<ModelWeights> DummyWeights(const ModelConfig& config, ShardSpec shard,
-                                          uint64_t seed);
+                                          uint64_t seed, WeightDType dtype = WeightDType::kFloat32);
 
 // Writes config.json and the weights of an unsharded model (world_size 1) as
 // Hugging Face names them, in `dtype`: model.safetensors, or shards of at most

@@ -100,6 +100,54 @@ absl::Status PlanExecutor::UpdateLengths(const StepPlan& plan) {
   return absl::OkStatus();
 }
 
+absl::Status PlanExecutor::CheckMoves(const StepPlan& plan) const {
+  const int64_t chunks = model_->options().num_kv_chunks;
+  for (size_t k = 0; k < plan.moves.size(); ++k) {
+    const KvMove& m = plan.moves[k];
+    if (m.kind != KvMove::Kind::kStore && m.kind != KvMove::Kind::kLoad && m.kind != KvMove::Kind::kDemote) {
+      return absl::InvalidArgumentError(absl::StrFormat("KV move %d: unknown kind %d", k, static_cast<int>(m.kind)));
+    }
+    if (m.tier != KvTier::kHost && m.tier != KvTier::kDisk) {
+      return absl::InvalidArgumentError(absl::StrFormat("KV move %d: unknown tier %d", k, static_cast<int>(m.tier)));
+    }
+    if (m.slot < 0 || m.to_slot < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("KV move %d: negative slot", k));
+    }
+    if (m.kind != KvMove::Kind::kDemote && (m.chunk < 0 || m.chunk >= chunks)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("KV move %d: chunk %d is outside the pool's [0, %d)", k, m.chunk, chunks));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::ApplyMove(const KvMove& m) {
+  if (tiers_ == nullptr) return absl::FailedPreconditionError("this worker has no KV tiers");
+  move_buffer_.resize(static_cast<size_t>(tiers_->chunk_bytes()));
+  const absl::Span<uint8_t> bytes = absl::MakeSpan(move_buffer_);
+  switch (m.kind) {
+    case KvMove::Kind::kStore:
+      RETURN_IF_ERROR(model_->ReadChunk(m.chunk, bytes));
+      return tiers_->Store(m.tier, m.slot, m.key, bytes);
+    case KvMove::Kind::kLoad:
+      // Checked whole before the pool is touched: a failed load leaves the
+      // chunk as it was.
+      RETURN_IF_ERROR(tiers_->Load(m.tier, m.slot, m.key, bytes));
+      return model_->WriteChunk(m.chunk, bytes);
+    case KvMove::Kind::kDemote:
+      return tiers_->Demote(m.slot, m.to_slot);  // always host -> disk: `tier` is not read
+  }
+  return absl::InvalidArgumentError("unknown KV move");
+}
+
+void PlanExecutor::ApplyMoves(const StepPlan& plan, StepResult* result) {
+  for (size_t k = 0; k < plan.moves.size(); ++k) {
+    // Not the step's error: a tier that is full, corrupt or gone costs the
+    // coordinator a recompute of the chunk, never the request.
+    if (!ApplyMove(plan.moves[k]).ok()) result->failed_moves.push_back(static_cast<int32_t>(k));
+  }
+}
+
 absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, const AwaitMasks& await_masks) {
   const absl::Time start = absl::Now();
   result->step = plan.step;
@@ -108,6 +156,8 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, con
   result->top_token_ids.clear();
   result->top_logprobs.clear();
   result->compute_seconds = 0;
+  result->failed_moves.clear();
+  RETURN_IF_ERROR(CheckMoves(plan));
   if (samples_) {
     for (const SamplerStart& s : plan.sampler_starts) {
       SamplerState state;
@@ -127,6 +177,9 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, con
       samplers_[s.key] = std::move(state);
     }
   }
+
+  // Before the copies and any KV write of the step (step_plan.h).
+  ApplyMoves(plan, result);
 
   // The model reads its batch as a ForwardBatch; the copy of the row arrays
   // is small next to the step.

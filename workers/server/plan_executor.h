@@ -14,9 +14,17 @@
 // min_tokens takes the host path, where the suppressed tokens are set to
 // -inf before the Sampler sees them.
 //
+// KV tiers (issue 41): a plan's moves run first, in order, before its copies
+// and its forward pass: a store reads a pool chunk (Model::ReadChunk) into a
+// slot of the KvTierStore, a load checks a slot and writes it into a pool
+// chunk, a demote copies a host slot to a disk slot. A move that fails (no
+// tiers, a slot the tier lacks, a key or checksum that does not match, an
+// I/O error) is listed in StepResult::failed_moves and the step goes on: a
+// failed load leaves its chunk as it was, and the coordinator recomputes it.
+//
 // Every plan comes from the network, so every field is checked before the
 // model runs (INVALID_ARGUMENT): the model validates the batch, and this
-// class the context, the lengths and the sampler keys.
+// class the context, the lengths, the sampler keys and the moves' chunks.
 //
 // Thread-compatible: one thread (the worker's Execute stream) drives it.
 #ifndef CHUNKATTN_WORKERS_SERVER_PLAN_EXECUTOR_H_
@@ -33,14 +41,17 @@
 #include "proto/plan/step_plan.h"
 #include "workers/model/model.h"
 #include "workers/sampler/sampler.h"
+#include "workers/server/kv_tier_store.h"
 
 namespace chunkattn {
 
 class PlanExecutor {
  public:
-  // `model` is borrowed. Only the rank that samples (rank 0) keeps sampler
-  // state and returns tokens.
-  PlanExecutor(Model* model, bool samples) : model_(model), samples_(samples) {}
+  // `model` and `tiers` are borrowed; `tiers` null: no KV tiers (every move
+  // fails). Only the rank that samples (rank 0) keeps sampler state and
+  // returns tokens.
+  PlanExecutor(Model* model, bool samples, KvTierStore* tiers = nullptr)
+      : model_(model), samples_(samples), tiers_(tiers) {}
 
   // Reads the token masks of a plan whose masks follow it (one per sample of
   // the plan, in order; MasksFromProto), from the coordinator's stream.
@@ -72,6 +83,14 @@ class PlanExecutor {
     }
   };
 
+  // INVALID_ARGUMENT for a move the plan cannot mean (an unknown kind or
+  // tier, a negative slot, a store or load of a chunk outside the pool),
+  // before any move runs.
+  absl::Status CheckMoves(const StepPlan& plan) const;
+  // Runs the plan's moves in order; the indices of those that fail into
+  // result->failed_moves.
+  void ApplyMoves(const StepPlan& plan, StepResult* result);
+  absl::Status ApplyMove(const KvMove& move);
   absl::Status SetContext(const ChunkContext& context);
   absl::Status UpdateLengths(const StepPlan& plan);
   // The samplers and inputs of the plan's samples (borrowing its token
@@ -87,6 +106,8 @@ class PlanExecutor {
 
   Model* model_;
   bool samples_;
+  KvTierStore* tiers_;              // null: no tiers
+  std::vector<uint8_t> move_buffer_;  // one chunk's KV, on its way between the pool and a tier
   bool keep_logits_ = false;
   bool have_context_ = false;
   ChunkContext ctx_;

@@ -38,6 +38,16 @@ ABSL_FLAG(int64_t, kv_cache_mib, 0,
           "KV pool budget of this rank, MiB; 0 = 1024 on CPU, on GPU what --gpu_memory_fraction leaves");
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "share of the GPU's memory this worker may use (weights, workspace and KV pool), in (0, 1]");
+ABSL_FLAG(std::string, weight_dtype, "auto",
+          "weight matrices on this rank: auto (as the checkpoint stores them) | float32 | float16 | bfloat16 | "
+          "int8 (CPU only: weight-only int8, one fp32 scale per 32 columns)");
+ABSL_FLAG(int64_t, host_kv_cache_mib, 0,
+          "host KV tier of this rank, MiB of RAM: chunks the coordinator moves out of the KV pool to load back "
+          "later instead of recomputing them; 0 = off");
+ABSL_FLAG(std::string, disk_kv_cache_dir, "",
+          "disk KV tier of this rank: an existing directory for its one file (created per session, mode 0600, "
+          "removed at the session's end; it holds prompts' KV); empty = off");
+ABSL_FLAG(int64_t, disk_kv_cache_mib, 0, "disk KV tier budget, MiB (> 0 with --disk_kv_cache_dir)");
 ABSL_FLAG(bool, cuda_graphs, true, "replay decode steps from CUDA graphs (one per batch-size bucket)");
 ABSL_FLAG(std::string, collective_host, "",
           "address peers reach this rank's collectives at (default: the --listen host, or "
@@ -102,8 +112,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --gpu_memory_fraction must be in (0, 1]\n");
     return 2;
   }
+  absl::StatusOr<chunkattn::WeightDType> weight_dtype =
+      chunkattn::ParseWeightDType(absl::GetFlag(FLAGS_weight_dtype));
+  if (!weight_dtype.ok()) {
+    std::fprintf(stderr, "error: --weight_dtype: %s\n", std::string(weight_dtype.status().message()).c_str());
+    return 2;
+  }
+  if (device->cuda && *weight_dtype == chunkattn::WeightDType::kInt8) {
+    std::fprintf(stderr, "error: --weight_dtype int8 runs on the CPU only\n");
+    return 2;
+  }
+  absl::StatusOr<chunkattn::KvTierOptions> kv_tiers = chunkattn::KvTierOptionsFromFlags(
+      absl::GetFlag(FLAGS_host_kv_cache_mib), absl::GetFlag(FLAGS_disk_kv_cache_dir),
+      absl::GetFlag(FLAGS_disk_kv_cache_mib));
+  if (!kv_tiers.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(kv_tiers.status().message()).c_str());
+    return 2;
+  }
   chunkattn::WorkerOptions options;
   options.device = *device;
+  options.kv_tiers = *kv_tiers;
+  options.weight_dtype = *weight_dtype;
   options.threads = absl::GetFlag(FLAGS_threads);
   options.kv_cache_bytes = mib << 20;
   options.gpu_memory_fraction = fraction;

@@ -122,6 +122,10 @@ struct WorkerService::Session {
   std::unique_ptr<GpuGroup> gpu_group;  // declared before the model: outlives it
   GpuModel* gpu_model = nullptr;        // the model, while its KV pool is unallocated
   int64_t capacity_chunks = 0;
+  // This session's KV tiers (empty at Join), driven by the Execute stream
+  // under `mu` through its executor; declared before the executor, which
+  // borrows it.
+  std::unique_ptr<KvTierStore> tiers;
 
   absl::Mutex mu;  // serializes Execute streams on this session
   // On GPU made at Join (the KV capacity depends on what the weights leave);
@@ -257,8 +261,10 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   }
   const ShardSpec shard{req->rank(), req->world_size()};
   absl::StatusOr<ModelWeights> weights = format == "dummy"
-                                             ? DummyWeights(session->config, shard, req->dummy_seed())
-                                             : LoadWeights(req->model(), session->config, shard);
+                                             ? DummyWeights(session->config, shard, req->dummy_seed(),
+                                                            options_.weight_dtype)
+                                             : LoadWeights(req->model(), session->config, shard,
+                                                           options_.weight_dtype);
   if (!weights.ok()) return ToGrpcStatus(weights.status());
   session->weights = std::move(*weights);
   session->model_options.chunk_size = c;
@@ -302,6 +308,13 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   resp->set_device(device_name_);
   resp->set_dtype(DTypeName(session->config.dtype));
   resp->set_kv_dtype(DTypeName(*kv_dtype));
+  // Made last, so a refused Join makes no tier file; the old session's
+  // store (and its file) goes with that session (once no stream holds it).
+  absl::StatusOr<std::unique_ptr<KvTierStore>> tiers = KvTierStore::Create(options_.kv_tiers, chunk_bytes);
+  if (!tiers.ok()) return ToGrpcStatus(tiers.status());
+  session->tiers = std::move(*tiers);
+  resp->set_host_kv_slots(session->tiers->slots(KvTier::kHost));
+  resp->set_disk_kv_slots(session->tiers->slots(KvTier::kDisk));
   absl::MutexLock lock(&mu_);
   session_ = std::move(session);
   return grpc::Status::OK;
@@ -402,7 +415,10 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
       session->broken = true;
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token masks came with no plan before them");
     }
-    FromProto(wire_plan, &plan);
+    if (absl::Status decoded = FromProto(wire_plan, &plan); !decoded.ok()) {
+      session->broken = true;
+      return ToGrpcStatus(decoded);
+    }
     if (session->broken) return grpc::Status(grpc::StatusCode::ABORTED, "the session was replaced");
     if (session->executor == nullptr) {
       // The first plan sizes the pool.
@@ -430,7 +446,8 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
         session->broken = true;
         return ToGrpcStatus(ready);
       }
-      session->executor = std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0);
+      session->executor =
+          std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0, session->tiers.get());
     }
     absl::Status status = session->executor->Execute(plan, &result, await_masks);
     if (!status.ok()) {

@@ -32,6 +32,8 @@
 #include "base/grpc_security.h"
 #include "chunkattn/internal/v1/worker.grpc.pb.h"
 #include "base/thread_pool.h"
+#include "workers/model/weights.h"
+#include "workers/server/kv_tier_store.h"
 
 namespace gloo::rendezvous {
 class Store;
@@ -47,12 +49,18 @@ struct WorkerOptions {
   int64_t kv_cache_bytes = 0;
   double gpu_memory_fraction = 0.9;   // of the device's memory this process may use
   bool cuda_graphs = true;            // replay decode steps from CUDA graphs
+  // What this rank keeps its weight matrices in (a GPU converts what it
+  // uploads to its dtype; int8 is CPU-only).
+  WeightDType weight_dtype = WeightDType::kAuto;
   std::string collective_host = "127.0.0.1";  // the address peers reach this rank's collectives at
   TokenAuth auth;          // the worker token every caller (coordinator, peers) must send
   std::string model_root;  // Join's model must resolve under it; empty = anywhere
   // How this rank calls rank 0's rendezvous store: plaintext, or TLS with
   // this worker's own certificate as its client certificate.
   ChannelSecurity peer_channel;
+  // The KV tiers below this rank's pool (issue 41; all off by default),
+  // made empty at every Join and reported in its response.
+  KvTierOptions kv_tiers;
 };
 
 // The store's bounds: far above what a rendezvous needs (a few small keys per

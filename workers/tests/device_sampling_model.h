@@ -77,6 +77,10 @@ class DeviceSamplingModel final : public Model {
     return absl::OkStatus();
   }
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return inner_->CopyKv(copies); }
+  absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) override { return inner_->ReadChunk(chunk, out); }
+  absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override {
+    return inner_->WriteChunk(chunk, in);
+  }
 
   int host_calls = 0;
   int greedy_calls = 0;

@@ -466,18 +466,18 @@ TEST(WeightsTest, ShardLayoutsAndDummyWeightsAreSlicesOfTheWhole) {
   auto other = DummyWeights(*config, {}, 8);
   auto rank1 = DummyWeights(*config, {1, 2}, 7);
   ASSERT_TRUE(whole.ok() && again.ok() && other.ok() && rank1.ok());
-  EXPECT_EQ(whole->layers[0].qkv, again->layers[0].qkv);
-  EXPECT_NE(whole->layers[0].qkv, other->layers[0].qkv);
+  EXPECT_EQ(whole->layers[0].qkv.f32, again->layers[0].qkv.f32);
+  EXPECT_NE(whole->layers[0].qkv.f32, other->layers[0].qkv.f32);
   // Rank 1 of 2 holds q heads 4..7: rows 64..127 of the whole q block.
   const int hidden = config->hidden_size;
-  std::vector<float> expect(whole->layers[0].qkv.begin() + 64 * hidden,
-                            whole->layers[0].qkv.begin() + 128 * hidden);
-  std::vector<float> got(rank1->layers[0].qkv.begin(), rank1->layers[0].qkv.begin() + 64 * hidden);
+  std::vector<float> expect(whole->layers[0].qkv.f32.begin() + 64 * hidden,
+                            whole->layers[0].qkv.f32.begin() + 128 * hidden);
+  std::vector<float> got(rank1->layers[0].qkv.f32.begin(), rank1->layers[0].qkv.f32.begin() + 64 * hidden);
   EXPECT_EQ(got, expect);
   // And its down_proj columns 128..255.
   for (int r = 0; r < hidden; ++r) {
     for (int c = 0; c < 128; ++c) {
-      ASSERT_EQ(rank1->layers[1].down[r * 128 + c], whole->layers[1].down[r * 256 + 128 + c]);
+      ASSERT_EQ(rank1->layers[1].down.f32[r * 128 + c], whole->layers[1].down.f32[r * 256 + 128 + c]);
     }
   }
   // Dummy weights run: logits finite.

@@ -34,6 +34,7 @@
 #include "workers/model/context_builder.h"
 #include "workers/model/llama.h"
 #include "workers/model/safetensors.h"
+#include "workers/tests/temp_dir.h"
 
 namespace chunkattn::testing {
 
@@ -44,35 +45,6 @@ struct Reference {
   std::vector<std::vector<int32_t>> greedy;
   std::vector<std::vector<float>> logits;  // per prompt: (len, vocab)
 };
-
-// A new folder $TMPDIR/PREFIX-XXXXXX (default /tmp), removed with everything
-// in it when the test process exits normally, whether its tests passed or
-// failed (ctest runs each test in its own process). Empty (and a test
-// failure) if it cannot be made.
-inline std::string MakeTempDir(const std::string& prefix) {
-  struct Dirs {
-    const pid_t owner = getpid();  // a forked death-test child leaves them alone
-    std::mutex mu;
-    std::vector<std::string> paths;
-    ~Dirs() {
-      if (getpid() != owner) return;
-      std::error_code ec;
-      for (const std::string& p : paths) std::filesystem::remove_all(p, ec);
-    }
-  };
-  static Dirs dirs;
-  std::error_code ec;
-  std::filesystem::path base = std::filesystem::temp_directory_path(ec);
-  if (ec) base = "/tmp";
-  std::string tmpl = (base / (prefix + "-XXXXXX")).string();
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << tmpl << ": " << std::strerror(errno);
-    return "";
-  }
-  std::lock_guard<std::mutex> lock(dirs.mu);
-  dirs.paths.push_back(tmpl);
-  return tmpl;
-}
 
 // $NAME when set and not empty, else `fallback`.
 inline std::string EnvOr(const char* name, const std::string& fallback) {

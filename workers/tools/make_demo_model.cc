@@ -132,8 +132,8 @@ absl::Status Run(const std::string& dir) {
   // scales every one by sqrt(hidden); the LM head undoes that.
   const float inv_scale = 1.0f / std::sqrt(static_cast<float>(kHidden));
   for (int a = 0; a < vocab; ++a) {
-    float* e = w.embed.data() + int64_t{a} * kHidden;
-    float* head = w.lm_head.data() + int64_t{a} * kHidden;
+    float* e = w.embed.f32.data() + int64_t{a} * kHidden;
+    float* head = w.lm_head.f32.data() + int64_t{a} * kHidden;
     double norm2 = 0;
     for (int j = 0; j < kRank; ++j) {
       e[j] = y[int64_t{a} * kRank + j];
@@ -145,8 +145,8 @@ absl::Status Run(const std::string& dir) {
   }
   // Small layer outputs: the layers nudge the bigram rather than drown it.
   for (LayerWeights& l : w.layers) {
-    for (float& x : l.o) x *= 0.003f;
-    for (float& x : l.down) x *= 0.003f;
+    for (float& x : l.o.f32) x *= 0.003f;
+    for (float& x : l.down.f32) x *= 0.003f;
   }
   RETURN_IF_ERROR(SaveModel(dir, c, w, DType::kFloat32));
   std::printf("wrote the demo model to %s: vocab %d, %d layers, hidden %d, %d corpus tokens\n",

@@ -114,10 +114,33 @@ struct LinearArgs {
   int64_t j0 = 0, j1 = 0;
   float* c = nullptr;  // row r at c + r * c_stride
   int64_t c_stride = 0;
+  // Weight-only int8 (linear_q8): w holds int8 q with
+  //   w(j, i) = q(j, i) * scales[j * (k / block) + i / block],
+  // block a multiple of 8 that divides k. Each weight vector is scaled once
+  // (an fp32 product, what WeightRowsArgs' dequantization gives) and then
+  // used for every row.
+  const float* scales = nullptr;
+  int64_t block = 0;
+};
+
+// Rows [j0, j1) of a weight matrix (n, k) in the table's dtype as fp32, for
+// the prefill path's sgemm: out(j - j0, i) = w(j, i). Any k (a tail of under
+// 8 is converted one value at a time); int8 (weight_rows_q8) reads `scales`
+// and `block` as LinearArgs does, block any divisor of k.
+struct WeightRowsArgs {
+  const void* w = nullptr;
+  const float* scales = nullptr;
+  int64_t block = 0;
+  int64_t k = 0;
+  int64_t j0 = 0, j1 = 0;
+  float* out = nullptr;  // (j1 - j0, k)
 };
 
 struct IsaKernels {
   void (*linear)(const LinearArgs&) = nullptr;
+  void (*linear_q8)(const LinearArgs&) = nullptr;  // the same in every dtype's table
+  void (*weight_rows)(const WeightRowsArgs&) = nullptr;
+  void (*weight_rows_q8)(const WeightRowsArgs&) = nullptr;  // the same in every dtype's table
   void (*block)(const BlockArgs&) = nullptr;
   void (*seq)(const SeqArgs&) = nullptr;
   void (*naive_scores)(const NaiveArgs&) = nullptr;

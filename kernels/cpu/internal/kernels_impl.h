@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/internal/kernels.h"
 #include "kernels/cpu/internal/storage.h"
@@ -349,19 +350,37 @@ struct Impl {
   // c(r0 .. r0+R, j0 .. j0+J) of LinearArgs: J weight rows against R
   // activation rows, one accumulator each (J * R <= 8 keeps them, the J
   // weight vectors and an activation vector in 16 registers). J > 1 gives a
-  // single row several independent FMA chains.
+  // single row several independent FMA chains. Int8 weights are widened and
+  // scaled by their block's scale, once per vector for all R rows.
   template <class D, int R, int J>
   static void LinearTile(const LinearArgs& a, int r0, int64_t j0) {
     const auto* w = static_cast<const typename D::T*>(a.w) + j0 * a.k;
     V acc[R][J];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < J; ++j) acc[r][j] = S::Zero();
-    for (int64_t i = 0; i < a.k; i += L) {
-      V wv[J];
-      for (int j = 0; j < J; ++j) wv[j] = S::LoadKv(w + j * a.k + i, D{});
+    auto step = [&](const V (&wv)[J], int64_t i) {
       for (int r = 0; r < R; ++r) {
         const V x = S::Load(a.a + (r0 + r) * a.a_stride + i);
         for (int j = 0; j < J; ++j) acc[r][j] = S::Fma(x, wv[j], acc[r][j]);
+      }
+    };
+    if constexpr (std::is_same_v<D, I8>) {
+      const int64_t nb = a.k / a.block;
+      const float* sc = a.scales + j0 * nb;
+      for (int64_t b = 0; b < nb; ++b) {
+        V s[J];
+        for (int j = 0; j < J; ++j) s[j] = S::Set1(sc[j * nb + b]);
+        for (int64_t i = b * a.block, end = i + a.block; i < end; i += L) {
+          V wv[J];
+          for (int j = 0; j < J; ++j) wv[j] = S::Mul(S::LoadI8(w + j * a.k + i), s[j]);
+          step(wv, i);
+        }
+      }
+    } else {
+      for (int64_t i = 0; i < a.k; i += L) {
+        V wv[J];
+        for (int j = 0; j < J; ++j) wv[j] = S::LoadKv(w + j * a.k + i, D{});
+        step(wv, i);
       }
     }
     for (int r = 0; r < R; ++r)
@@ -377,17 +396,115 @@ struct Impl {
     if (r < a.rows) LinearTile<D, 1, J>(a, r, j);
   }
 
+  // The direct tiles convert a 16-bit or int8 weight vector once per row
+  // pair, and converting costs about what the pair's FMAs do. From
+  // kConvertOnceRows rows on, a group of 4 weight rows is converted a segment
+  // of kSegment columns at a time into an fp32 buffer in L1 that every row
+  // then reads; the accumulators wait in memory between segments. Each
+  // c(r, j) is the same chain of FMAs on the same values as in the direct
+  // tiles, so the result is the same bit for bit.
+  static constexpr int kConvertOnceRows = 3;
+  static constexpr int64_t kSegment = 512;  // 4 x 512 fp32 = 8 KiB
+  static constexpr int kSegmentRows = 32;   // accumulators: 32 x 4 vectors = 4 KiB
+
+  template <class D>
+  static void ConvertSegment(const LinearArgs& a, int64_t j, int64_t i0, int64_t len, float* wf) {
+    for (int jj = 0; jj < 4; ++jj) {
+      const auto* w = static_cast<const typename D::T*>(a.w) + (j + jj) * a.k;
+      float* dst = wf + jj * kSegment;
+      if constexpr (std::is_same_v<D, I8>) {
+        const float* sc = a.scales + (j + jj) * (a.k / a.block);
+        for (int64_t i = 0; i < len; i += L) {
+          S::Store(dst + i, S::Mul(S::LoadI8(w + i0 + i), S::Set1(sc[(i0 + i) / a.block])));
+        }
+      } else {
+        for (int64_t i = 0; i < len; i += L) S::Store(dst + i, S::LoadKv(w + i0 + i, D{}));
+      }
+    }
+  }
+
+  template <int R>
+  static void SegmentTile(const LinearArgs& a, int r0, int64_t i0, int64_t len, const float* wf, V (*acc)[4]) {
+    V t[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) t[r][j] = acc[r][j];
+    for (int64_t i = 0; i < len; i += L) {
+      V wv[4];
+      for (int j = 0; j < 4; ++j) wv[j] = S::Load(wf + j * kSegment + i);
+      for (int r = 0; r < R; ++r) {
+        const V x = S::Load(a.a + (r0 + r) * a.a_stride + i0 + i);
+        for (int j = 0; j < 4; ++j) t[r][j] = S::Fma(x, wv[j], t[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = t[r][j];
+  }
+
+  template <class D>
+  static void LinearConverted(const LinearArgs& a, int64_t j) {
+    alignas(32) float wf[4 * kSegment];
+    V acc[kSegmentRows][4];
+    for (int r0 = 0; r0 < a.rows; r0 += kSegmentRows) {
+      const int rn = a.rows - r0 < kSegmentRows ? a.rows - r0 : kSegmentRows;
+      for (int r = 0; r < rn; ++r)
+        for (int jj = 0; jj < 4; ++jj) acc[r][jj] = S::Zero();
+      for (int64_t i0 = 0; i0 < a.k; i0 += kSegment) {
+        const int64_t len = a.k - i0 < kSegment ? a.k - i0 : kSegment;
+        ConvertSegment<D>(a, j, i0, len, wf);
+        int r = 0;
+        for (; r + 2 <= rn; r += 2) SegmentTile<2>(a, r0 + r, i0, len, wf, acc + r);
+        if (r < rn) SegmentTile<1>(a, r0 + r, i0, len, wf, acc + r);
+      }
+      for (int r = 0; r < rn; ++r)
+        for (int jj = 0; jj < 4; ++jj) a.c[(r0 + r) * a.c_stride + j + jj] = S::HSum(acc[r][jj]);
+    }
+  }
+
   template <class D>
   static void Linear(const LinearArgs& a) {
     int64_t j = a.j0;
+    if (!std::is_same_v<D, F32> && a.rows >= kConvertOnceRows) {
+      for (; j + 4 <= a.j1; j += 4) LinearConverted<D>(a, j);
+    }
     for (; j + 4 <= a.j1; j += 4) LinearColumns<D, 4>(a, j);
     for (; j < a.j1; ++j) LinearColumns<D, 1>(a, j);
+  }
+
+  static float ToFloat1(uint16_t x, F16) { return HalfToFloat(x); }
+  static float ToFloat1(uint16_t x, BF16) { return BFloat16ToFloat(x); }
+  static float ToFloat1(float x, F32) { return x; }
+
+  // See WeightRowsArgs.
+  template <class D>
+  static void WeightRows(const WeightRowsArgs& a) {
+    using T = typename D::T;
+    for (int64_t j = a.j0; j < a.j1; ++j) {
+      const T* src = static_cast<const T*>(a.w) + j * a.k;
+      float* dst = a.out + (j - a.j0) * a.k;
+      if constexpr (std::is_same_v<D, I8>) {
+        const float* sc = a.scales + j * (a.k / a.block);
+        for (int64_t b0 = 0; b0 < a.k; b0 += a.block) {
+          const float s = sc[b0 / a.block];
+          const V sv = S::Set1(s);
+          int64_t i = b0;
+          for (; i + L <= b0 + a.block; i += L) S::Store(dst + i, S::Mul(S::LoadI8(src + i), sv));
+          for (; i < b0 + a.block; ++i) dst[i] = static_cast<float>(src[i]) * s;
+        }
+      } else {
+        int64_t i = 0;
+        for (; i + L <= a.k; i += L) S::Store(dst + i, S::LoadKv(src + i, D{}));
+        for (; i < a.k; ++i) dst[i] = ToFloat1(src[i], D{});
+      }
+    }
   }
 
   template <class D>
   static IsaKernels Table() {
     IsaKernels t;
     t.linear = &Linear<D>;
+    t.linear_q8 = &Linear<I8>;
+    t.weight_rows = &WeightRows<D>;
+    t.weight_rows_q8 = &WeightRows<I8>;
     t.block = &Block<D>;
     t.seq = &Seq<D>;
     t.naive_scores = &NaiveScores<D>;

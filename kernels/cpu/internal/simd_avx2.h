@@ -37,6 +37,11 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
 
+  // Eight int8 weights as fp32 (exact).
+  static V LoadI8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+
   static float HSum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

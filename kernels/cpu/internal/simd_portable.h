@@ -63,6 +63,11 @@ struct Portable {
     for (int i = 0; i < 8; ++i) r.x[i] = BFloat16ToFloat(p[i]);
     return r;
   }
+  static V LoadI8(const int8_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.x[i] = static_cast<float>(p[i]);
+    return r;
+  }
   static float HSum(V v) {
     float s = 0;
     for (float e : v.x) s += e;

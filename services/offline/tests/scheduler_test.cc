@@ -23,6 +23,7 @@
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
 #include "workers/tests/device_sampling_model.h"
+#include "workers/tests/temp_dir.h"
 #include "workers/tests/tiny_model.h"
 
 namespace chunkattn {
@@ -37,14 +38,21 @@ class Harness {
   // `defer_masks`: constrained samples' masks follow their plan, as the
   // served engine sends them (the executor reads them after the forward pass).
   // `mask_pool`: computes a step's masks in parallel (the engine's pool).
+  // `tiers`: the worker's KV tiers below the pool (none by default).
   Harness(int32_t num_chunks, int32_t budget, bool sharing, bool device_sampling = false, bool defer_masks = false,
-          ThreadPool* mask_pool = nullptr) {
+          ThreadPool* mask_pool = nullptr, const KvTierOptions& tiers = KvTierOptions(), bool write_through = false) {
     config_ = TinyConfig();
     auto weights = DummyWeights(config_, {0, 1}, 7);
     EXPECT_TRUE(weights.ok()) << weights.status();
     ModelOptions mo;
     mo.chunk_size = 16;
     mo.num_kv_chunks = num_chunks;
+    chunk_bytes_ = KvShapeOf(config_, weights->layout, mo).BytesPerChunk();
+    if (tiers.host_bytes > 0 || !tiers.disk_dir.empty()) {
+      auto store = KvTierStore::Create(tiers, chunk_bytes_);
+      EXPECT_TRUE(store.ok()) << store.status();
+      tier_store_ = std::move(*store);
+    }
     auto model = LlamaModel::Create(config_, std::move(*weights), mo, nullptr, nullptr);
     EXPECT_TRUE(model.ok()) << model.status();
     if (device_sampling) {
@@ -54,8 +62,13 @@ class Harness {
     } else {
       model_ = std::move(*model);
     }
-    executor_ = std::make_unique<PlanExecutor>(model_.get(), true);
+    executor_ = std::make_unique<PlanExecutor>(model_.get(), true, tier_store_.get());
     SchedulerOptions so;
+    if (tier_store_ != nullptr) {
+      so.tiers.host_slots = tier_store_->slots(KvTier::kHost);
+      so.tiers.disk_slots = tier_store_->slots(KvTier::kDisk);
+      so.tier_write_through = write_through;
+    }
     so.chunk_size = 16;
     so.num_chunks = num_chunks;
     so.max_context = config_.max_context;
@@ -131,6 +144,8 @@ class Harness {
   int deferred_steps_ = 0;  // steps whose masks followed the plan
   int contexts_sent_ = 0;
   testing::DeviceSamplingModel* device_model_ = nullptr;
+  int64_t chunk_bytes_ = 0;
+  std::unique_ptr<KvTierStore> tier_store_;
 
  private:
   ModelConfig config_;
@@ -216,6 +231,82 @@ TEST(SchedulerTest, PreemptionUnderMemoryPressureMatchesAloneRuns) {
 }
 
 TEST(SchedulerTest, NoSharingBaselineMatchesAloneRuns) { ExpectSameAsAlone(256, 2048, false, 4, false); }
+
+// Twelve system prompts of four chunks each, in waves of requests whose
+// prefixes evict the last waves' from a pool of 28 chunks; host and disk
+// tiers under it keep what the pool evicts. Every output equals the run
+// without tiers (greedy and seeded sampling, n = 2), prompt tokens are
+// loaded instead of recomputed, and with the disk tier's file overwritten
+// mid-run the failed loads are recomputed: the same outputs again.
+TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> tok(0, 95);
+  std::vector<std::vector<TokenId>> systems(12, std::vector<TokenId>(64));
+  for (auto& s : systems) {
+    for (auto& t : s) t = tok(rng);
+  }
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+  for (int r = 0; r < 48; ++r) {
+    RequestSpec spec;
+    spec.prompt = systems[(r * 5) % 12];
+    for (int k = 3 + r % 9; k > 0; --k) spec.prompt.push_back(tok(rng));
+    spec.max_new_tokens = 3 + r % 4;
+    spec.ignore_eos = true;
+    spec.n = r % 7 == 3 ? 2 : 1;
+    if (r % 2 == 1) {
+      spec.sampling.temperature = 0.8f;
+      spec.sampling.seed = 100 + r;
+    }
+    arrivals[8 * (r / 4)].emplace_back(r + 1, spec);
+  }
+  const std::string dir = testing::MakeTempDir("chunkattn-tiers");
+  ASSERT_FALSE(dir.empty());
+  Harness plain(28, 2048, true);
+  const auto want = plain.Run(arrivals);
+  int64_t plain_cached = 0;
+  for (const auto& [id, n] : plain.cached_) plain_cached += n;
+
+  auto tiered_run = [&](bool corrupt, bool write_through) {
+    KvTierOptions tiers;
+    const int64_t slot = KvTierStore::kHeaderBytes + Harness(8, 64, true).chunk_bytes_;
+    tiers.host_bytes = 10 * slot;
+    tiers.disk_dir = dir;
+    tiers.disk_bytes = 40 * slot;
+    Harness h(28, 2048, true, false, false, nullptr, tiers, write_through);
+    if (corrupt) {  // overwrite the disk tier's file once blocks are in it
+      h.on_plan_ = [&h](const StepPlan&) {
+        if (h.scheduler().tier_stats().disk_blocks < 4 || h.steps_ % 5 != 0) return;
+        std::FILE* f = std::fopen(h.tier_store_->disk_path().c_str(), "r+b");
+        ASSERT_NE(f, nullptr);
+        std::fseek(f, 0, SEEK_END);
+        std::vector<char> junk(static_cast<size_t>(std::ftell(f)), 0x5a);
+        std::rewind(f);
+        std::fwrite(junk.data(), 1, junk.size(), f);
+        std::fclose(f);
+      };
+    }
+    const auto got = h.Run(arrivals);
+    EXPECT_EQ(got, want) << "corrupt " << corrupt << " write-through " << write_through;
+    const KvTierStats& ts = h.scheduler().tier_stats();
+    EXPECT_GT(ts.stores_total, 0);
+    EXPECT_GT(ts.demotions_total, 0);
+    EXPECT_GT(ts.host_loads_total + ts.disk_loads_total, 0);
+    if (corrupt) {
+      EXPECT_GT(ts.failed_moves_total, 0);
+    } else {
+      EXPECT_EQ(ts.failed_moves_total, 0);
+      EXPECT_GT(ts.disk_loads_total, 0);
+      int64_t cached = 0;
+      for (const auto& [id, n] : h.cached_) cached += n;
+      EXPECT_GT(cached, plain_cached) << "loaded prompt tokens count as cached";
+    }
+    EXPECT_TRUE(h.scheduler().tiers().CheckInvariants().ok());
+    EXPECT_EQ(h.scheduler().cache_stats().used_chunks, 0);
+  };
+  tiered_run(false, false);
+  tiered_run(true, false);
+  tiered_run(false, true);
+}
 
 // All-greedy steps take the device-greedy path (the GPU's), and give the
 // tokens the host Sampler gives alone runs.

@@ -41,6 +41,7 @@ spec:
         - --join_timeout_s={{ $c.joinTimeoutSeconds }}
         - --collective_timeout_s={{ $c.collectiveTimeoutSeconds }}
         - --step_timeout_s={{ $c.stepTimeoutSeconds }}
+        - --kv_tier_write_policy={{ .Values.cache.tiers.writePolicy }}
         - --drain_timeout_s={{ $c.drainTimeoutSeconds }}
         {{- if .Values.http.enabled }}
         - --http_host=0.0.0.0
@@ -255,6 +256,15 @@ spec:
         - --listen=0.0.0.0:{{ $w.port }}
         - --device={{ .Values.device }}
         - --kv_cache_mib={{ $w.kvCacheMiB }}
+        {{- with .Values.cache.tiers }}
+        {{- if gt (int .hostMiB) 0 }}
+        - --host_kv_cache_mib={{ .hostMiB }}
+        {{- end }}
+        {{- if gt (int .diskMiB) 0 }}
+        - --disk_kv_cache_dir=/var/cache/chunkattn-kv
+        - --disk_kv_cache_mib={{ .diskMiB }}
+        {{- end }}
+        {{- end }}
         - --threads={{ $w.threads }}
         - --drain_timeout_s={{ $w.drainTimeoutSeconds }}
         {{- if eq .Values.device "cuda" }}
@@ -333,10 +343,20 @@ spec:
         - name: dshm
           mountPath: /dev/shm
         {{- end }}
+        {{- if gt (int .Values.cache.tiers.diskMiB) 0 }}
+        # The disk KV tier: prompts' KV, the pod's own (SECURITY.md), gone with the pod.
+        - name: kv-tier
+          mountPath: /var/cache/chunkattn-kv
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir:
         sizeLimit: 256Mi
+    {{- if gt (int .Values.cache.tiers.diskMiB) 0 }}
+    - name: kv-tier
+      emptyDir:
+        sizeLimit: {{ add .Values.cache.tiers.diskMiB 64 }}Mi
+    {{- end }}
     {{- if eq .Values.device "cuda" }}
     - name: dshm
       emptyDir:

@@ -1,0 +1,164 @@
+#include "services/core/kv_tiers.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace chunkattn {
+
+KvTierMap::KvTierMap(KvTierMapOptions options) {
+  for (auto [tier, id, capacity] : {std::tuple<Tier*, KvTier, int64_t>{&host_, KvTier::kHost, options.host_slots},
+                                    {&disk_, KvTier::kDisk, options.disk_slots}}) {
+    tier->id = id;
+    tier->capacity = std::max<int64_t>(capacity, 0);
+    tier->key.assign(tier->capacity, 0);
+    tier->held.assign(tier->capacity, false);
+    tier->pins.assign(tier->capacity, 0);
+    tier->pos.resize(tier->capacity);
+    // Popped from the back: slot 0 first.
+    for (int64_t s = tier->capacity - 1; s >= 0; --s) tier->free.push_back(s);
+  }
+}
+
+std::optional<KvTierMap::Location> KvTierMap::Find(uint64_t key) const {
+  auto it = where_.find(key);
+  if (it == where_.end()) return std::nullopt;
+  return it->second;
+}
+
+void KvTierMap::Touch(Tier& tier, int64_t slot) { tier.lru.splice(tier.lru.end(), tier.lru, tier.pos[slot]); }
+
+void KvTierMap::Hold(Tier& tier, int64_t slot, uint64_t key) {
+  tier.held[slot] = true;
+  tier.key[slot] = key;
+  tier.pos[slot] = tier.lru.insert(tier.lru.end(), slot);
+  where_[key] = {tier.id, slot};
+  ++(tier.id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks);
+}
+
+void KvTierMap::Forget(uint64_t key) {
+  auto it = where_.find(key);
+  if (it == where_.end()) return;
+  Tier& tier = TierOf(it->second.tier);
+  const int64_t slot = it->second.slot;
+  where_.erase(it);
+  tier.lru.erase(tier.pos[slot]);
+  tier.held[slot] = false;
+  tier.free.push_back(slot);
+  --(tier.id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks);
+}
+
+int64_t KvTierMap::Allocate(Tier& tier, std::vector<KvMove>* moves) {
+  if (!tier.free.empty()) {
+    const int64_t slot = tier.free.back();
+    tier.free.pop_back();
+    return slot;
+  }
+  auto victim = std::find_if(tier.lru.begin(), tier.lru.end(), [&](int64_t s) { return tier.pins[s] == 0; });
+  if (victim == tier.lru.end()) return -1;
+  const int64_t slot = *victim;
+  const uint64_t key = tier.key[slot];
+  if (tier.id == KvTier::kHost && disk_.capacity > 0) {
+    // Demoted before the caller's store overwrites the slot (moves run in order).
+    const int64_t to = Allocate(disk_, moves);
+    if (to >= 0) {
+      tier.lru.erase(tier.pos[slot]);
+      tier.held[slot] = false;
+      --stats_.host_blocks;
+      where_.erase(key);
+      moves->push_back({KvMove::Kind::kDemote, KvTier::kHost, slot, to, -1, key});
+      Hold(disk_, to, key);
+      ++stats_.demotions_total;
+      return slot;
+    }
+  }
+  Forget(key);
+  ++stats_.drops_total;
+  tier.free.pop_back();  // the slot Forget just freed
+  return slot;
+}
+
+void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
+  if (auto it = where_.find(key); it != where_.end()) {
+    Touch(TierOf(it->second.tier), it->second.slot);
+    return;
+  }
+  Tier& tier = host_.capacity > 0 ? host_ : disk_;
+  if (tier.capacity == 0) return;
+  const int64_t slot = Allocate(tier, moves);
+  if (slot < 0) return;
+  moves->push_back({KvMove::Kind::kStore, tier.id, slot, 0, chunk, key});
+  Hold(tier, slot, key);
+  ++stats_.stores_total;
+}
+
+void KvTierMap::Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
+  const Location at = where_.at(key);
+  Tier& tier = TierOf(at.tier);
+  Touch(tier, at.slot);
+  ++tier.pins[at.slot];
+  moves->push_back({KvMove::Kind::kLoad, at.tier, at.slot, 0, chunk, key});
+  ++(at.tier == KvTier::kHost ? stats_.host_loads_total : stats_.disk_loads_total);
+}
+
+void KvTierMap::Complete(absl::Span<const KvMove> moves, absl::Span<const int32_t> failed) {
+  for (const KvMove& m : moves) {
+    if (m.kind == KvMove::Kind::kLoad) --TierOf(m.tier).pins[m.slot];
+  }
+  for (int32_t i : failed) {
+    if (i < 0 || static_cast<size_t>(i) >= moves.size()) continue;
+    ++stats_.failed_moves_total;
+    Forget(moves[i].key);
+  }
+}
+
+absl::Status KvTierMap::CheckInvariants() const {
+  int64_t held_total = 0;
+  for (const Tier* t : {&host_, &disk_}) {
+    const char* name = t->id == KvTier::kHost ? "host" : "disk";
+    int64_t held = 0;
+    for (int64_t s = 0; s < t->capacity; ++s) {
+      if (t->pins[s] != 0) return absl::InternalError(absl::StrFormat("%s slot %d pinned between steps", name, s));
+      if (!t->held[s]) continue;
+      ++held;
+      auto it = where_.find(t->key[s]);
+      if (it == where_.end() || it->second.tier != t->id || it->second.slot != s) {
+        return absl::InternalError(absl::StrFormat("%s slot %d holds a block the map places elsewhere", name, s));
+      }
+    }
+    if (held != static_cast<int64_t>(t->lru.size()) ||
+        held + static_cast<int64_t>(t->free.size()) != t->capacity) {
+      return absl::InternalError(absl::StrFormat("%s tier: %d held, %d in its LRU, %d free of %d", name, held,
+                                                 t->lru.size(), t->free.size(), t->capacity));
+    }
+    for (int64_t s : t->free) {
+      if (t->held[s]) return absl::InternalError(absl::StrFormat("%s slot %d both free and held", name, s));
+    }
+    if (held != (t->id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks)) {
+      return absl::InternalError(absl::StrFormat("%s tier: %d held, the gauge says otherwise", name, held));
+    }
+    held_total += held;
+  }
+  if (held_total != static_cast<int64_t>(where_.size())) {
+    return absl::InternalError(absl::StrFormat("%d blocks held, %d in the map", held_total, where_.size()));
+  }
+  return absl::OkStatus();
+}
+
+BlockKeyChain::BlockKeyChain(std::string_view ns, std::string_view seed) : ns_(ns), digest_(NoneDigest(seed)) {}
+
+void BlockKeyChain::Extend(absl::Span<const int32_t> tokens, int chunk_size) {
+  for (size_t b = keys_.size(); (b + 1) * chunk_size <= tokens.size(); ++b) {
+    digest_ = ChainDigest(digest_, tokens.subspan(b * chunk_size, chunk_size), b == 0 ? ns_ : std::string_view());
+    keys_.push_back(PublishedHash(digest_));
+  }
+}
+
+std::vector<uint64_t> BlockKeys(absl::Span<const int32_t> tokens, int chunk_size, std::string_view ns,
+                                std::string_view seed) {
+  BlockKeyChain chain(ns, seed);
+  chain.Extend(tokens, chunk_size);
+  return chain.keys();
+}
+
+}  // namespace chunkattn

@@ -1,0 +1,143 @@
+// The KV tiers under the prefix forest: where a block (a full chunk of
+// computed KV) lives below the worker's pool once the pool evicted it, so a
+// later prompt with the same prefix loads it instead of recomputing it. The
+// tiers are the workers' host memory, then their local disk; each is an
+// array of chunk-sized slots on every rank (each rank keeps its own shard).
+// The coordinator owns this map as it owns the forest; the workers only move
+// bytes (StepPlan::moves) and check them.
+//
+// Blocks are keyed by their chained hash (the KV events' hash, block_hash.h:
+// the namespace, every token before the block and its own), so a key names
+// the same KV wherever it is computed, and tenants never share one.
+//
+// A block evicted from the pool enters the host tier (write-back), or the
+// disk tier when there is no host tier. A full host tier demotes its least
+// recently used block to disk (dropped without a disk tier); a full disk
+// tier drops its least recently used. A slot that a load of the step in
+// flight reads is pinned until Complete, so no later move of that step
+// overwrites it. A failed move (a full disk, a corrupt or missing slot)
+// forgets its block: the next prompt recomputes it.
+//
+// Not thread-safe: owned by the scheduler (the engine loop's thread).
+#ifndef CHUNKATTN_SERVICES_CORE_KV_TIERS_H_
+#define CHUNKATTN_SERVICES_CORE_KV_TIERS_H_
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "proto/plan/step_plan.h"
+#include "services/kv_events/block_hash.h"
+
+namespace chunkattn {
+
+struct KvTierMapOptions {
+  int64_t host_slots = 0;  // blocks the host tier holds (the smallest rank's); 0: none
+  int64_t disk_slots = 0;  // blocks the disk tier holds; 0: none
+};
+
+struct KvTierStats {
+  int64_t host_blocks = 0;  // slots holding a block now
+  int64_t disk_blocks = 0;
+  int64_t stores_total = 0;     // blocks written down from the pool
+  int64_t demotions_total = 0;  // host -> disk
+  int64_t drops_total = 0;      // blocks a full tier forgot
+  int64_t host_loads_total = 0;  // blocks loaded back into the pool, by tier
+  int64_t disk_loads_total = 0;
+  int64_t failed_moves_total = 0;  // moves a worker reported failed (the block is forgotten)
+};
+
+class KvTierMap {
+ public:
+  struct Location {
+    KvTier tier = KvTier::kHost;
+    int64_t slot = 0;
+  };
+
+  explicit KvTierMap(KvTierMapOptions options);
+
+  bool enabled() const { return host_.capacity > 0 || disk_.capacity > 0; }
+  bool empty() const { return where_.empty(); }
+
+  // The slot holding block `key`, if a tier has it.
+  std::optional<Location> Find(uint64_t key) const;
+
+  // Block `key` in pool chunk `chunk` is about to leave the pool: keeps it in
+  // the highest tier with room, appending the moves (a demotion or a drop to
+  // make room, then the store). A block already kept is only refreshed.
+  // Nothing happens when every slot is pinned.
+  void Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves);
+
+  // Loads block `key` (REQUIRES: Find(key)) into pool chunk `chunk`:
+  // appends the move, refreshes the block and pins its slot.
+  void Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves);
+
+  // The step that carried `moves` ran; `failed` are the indices of the ones
+  // that failed. Unpins the loads' slots and forgets the failed moves'
+  // blocks.
+  void Complete(absl::Span<const KvMove> moves, absl::Span<const int32_t> failed);
+
+  const KvTierStats& stats() const { return stats_; }
+
+  // Every slot in exactly one state (free, or holding the one block the map
+  // says), the LRU lists and counters consistent. INTERNAL naming the
+  // first inconsistency: for tests.
+  absl::Status CheckInvariants() const;
+
+ private:
+  struct Tier {
+    KvTier id = KvTier::kHost;
+    int64_t capacity = 0;
+    std::vector<uint64_t> key;          // per slot; meaningful when held
+    std::vector<bool> held;             // per slot
+    std::vector<int32_t> pins;          // per slot: loads of the step in flight
+    std::vector<int64_t> free;          // free slots, popped from the back
+    std::list<int64_t> lru;             // held slots, least recently used first
+    std::vector<std::list<int64_t>::iterator> pos;  // per held slot, its place in lru
+  };
+
+  Tier& TierOf(KvTier t) { return t == KvTier::kHost ? host_ : disk_; }
+  const Tier& TierOf(KvTier t) const { return t == KvTier::kHost ? host_ : disk_; }
+  void Touch(Tier& tier, int64_t slot);
+  // A free slot of `tier` for a new block, making room as the header says;
+  // -1 when every held slot is pinned.
+  int64_t Allocate(Tier& tier, std::vector<KvMove>* moves);
+  void Hold(Tier& tier, int64_t slot, uint64_t key);
+  void Forget(uint64_t key);  // frees its slot
+
+  Tier host_, disk_;
+  absl::flat_hash_map<uint64_t, Location> where_;
+  KvTierStats stats_;
+};
+
+// The chained keys of a growing sequence's full blocks in namespace `ns`
+// (block_hash.h's digests, published form), block 0 first, `chunk_size`
+// tokens each; a partial last block has none yet. Extended as the sequence
+// grows: one SHA-256 per new block.
+class BlockKeyChain {
+ public:
+  BlockKeyChain(std::string_view ns, std::string_view seed);
+  // Adds the keys of the full blocks of `tokens` not keyed yet. REQUIRES:
+  // `tokens` extends the tokens of every earlier call.
+  void Extend(absl::Span<const int32_t> tokens, int chunk_size);
+  const std::vector<uint64_t>& keys() const { return keys_; }
+
+ private:
+  std::string ns_;
+  BlockDigest digest_;
+  std::vector<uint64_t> keys_;
+};
+
+// BlockKeyChain's keys of `tokens` at once.
+std::vector<uint64_t> BlockKeys(absl::Span<const int32_t> tokens, int chunk_size, std::string_view ns,
+                                std::string_view seed);
+
+}  // namespace chunkattn
+
+#endif  // CHUNKATTN_SERVICES_CORE_KV_TIERS_H_
