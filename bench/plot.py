@@ -17,6 +17,10 @@ exist yet (cuda-<gpu>-*.json, e2e-<gpu>-*.json) are charted the same way:
                 and gRPC against HTTP medians                 -> NAME-fronts.png
   http streams  bench/http_streams.py: TTFT and tokens/s against concurrent
                 streams                                       -> NAME-streams.png
+  peer          bench/peer/peer_bench.py: chunkattn against llama.cpp per
+                workload, as speed-ups                         -> NAME-peer.png
+  kv tiers      bench/kv_tiers.py rows: hit rate and TTFT per cluster
+                (pool alone, with tiers, unbounded)            -> NAME-tiers.png
 Anything else is skipped with a note. Every chart's footer names the machine,
 the commit and the command that produced its numbers.
 
@@ -138,10 +142,13 @@ def classify(doc):
             return 'kernel'
         if doc and all(isinstance(r, dict) and 'normalized_latency_ms_per_token' in r for r in doc):
             return 'loadgen'
+        if doc and all(isinstance(r, dict) and r.get('benchmark') == 'kv_tiers' for r in doc):
+            return 'tiers'
         return None
     if not isinstance(doc, dict):
         return None
-    kind = {'forest': 'forest', 'fronts': 'fronts', 'http_streams': 'streams'}.get(doc.get('benchmark'))
+    kind = {'forest': 'forest', 'fronts': 'fronts', 'http_streams': 'streams',
+            'peer-llamacpp': 'peer'}.get(doc.get('benchmark'))
     if kind is None and 'normalized_latency_ms_per_token' in doc:
         kind = 'loadgen'
     return kind
@@ -444,6 +451,62 @@ def chart_streams(d, path):
     save(fig, foot, path)
 
 
+def chart_peer(d, path):
+    """Per workload, how many times better chunkattn does than llama.cpp
+    (time ratios inverted so right is always better; log x), each bar
+    labelled with both raw values."""
+    rows = [r for r in d['rows'] if isinstance(r.get('chunkattn'), (int, float))
+            and isinstance(r.get('llamacpp'), (int, float)) and r['chunkattn'] > 0 and r['llamacpp'] > 0]
+    speedup = [r['llamacpp'] / r['chunkattn'] if r.get('better') == 'lower' else r['chunkattn'] / r['llamacpp']
+               for r in rows]
+    foot = footer([d])
+    fig, (ax,) = figure(8, 0.9 + 0.32 * len(rows), foot)
+    y = list(range(len(rows)))[::-1]
+    ax.barh(y, speedup, color=['#2ca02c' if s >= 1 else '#d62728' for s in speedup], height=0.6)
+    ax.axvline(1, color='#444444', linewidth=0.8)
+    for yi, s, r in zip(y, speedup, rows):
+        ax.annotate('%.2fx  (%.3g vs %.3g %s)' % (s, r['chunkattn'], r['llamacpp'], r.get('unit', '')), (s, yi),
+                    xytext=(4, 0), textcoords='offset points', va='center', fontsize=6)
+    ax.set_yticks(y)
+    ax.set_yticklabels([textwrap.shorten(r['workload'], 70) for r in rows], fontsize=6)
+    ax.set_xscale('log')
+    ax.set_xlim(min(speedup + [1]) / 1.5, max(speedup) * 8)
+    ax.set_xlabel('chunkattn vs llama.cpp (x better; log)', fontsize=7)
+    style(ax)
+    fig.suptitle('CPU path beside llama.cpp (node-llama-cpp), %s threads, %s' % (d.get('threads', '?'),
+                                                                               d.get('model', {}).get('name', '156M Llama')
+                                                                               if isinstance(d.get('model'), dict)
+                                                                               else '156M Llama'), fontsize=9)
+    save(fig, foot, path)
+
+
+def chart_tiers(rows, path):
+    """Prompt-token hit rate and TTFT p50/p90 per cluster."""
+    names = [r['config'] for r in rows]
+    foot = footer(rows[:1])
+    fig, (a0, a1) = figure(8, 3.4, foot, ncols=2)
+    x = list(range(len(rows)))
+    a0.bar(x, [100 * r['hit_rate'] for r in rows], color='#1f77b4', width=0.6)
+    for xi, r in zip(x, rows):
+        a0.annotate('%.1f%%' % (100 * r['hit_rate']), (xi, 100 * r['hit_rate']), ha='center', va='bottom',
+                    fontsize=7)
+    a0.set_ylabel('prompt tokens cached (%)', fontsize=7)
+    a0.set_ylim(0, 105)
+    a1.bar([xi - 0.18 for xi in x], [r['ttft_p50_ms'] for r in rows], width=0.36, color='#2ca02c', label='p50')
+    a1.bar([xi + 0.18 for xi in x], [r['ttft_p90_ms'] for r in rows], width=0.36, color='#ff7f0e', label='p90')
+    a1.set_ylabel('time to first token, turns 2+ (ms)', fontsize=7)
+    a1.legend(fontsize=7, frameon=False)
+    for ax in (a0, a1):
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, fontsize=7)
+        style(ax)
+    r0 = rows[0]
+    fig.suptitle('KV tiers: %s conversations x %s turns, %s tenants, a %s MiB pool' % (
+        r0.get('conversations', '?'), r0.get('turns', '?'), r0.get('tenants', '?'), r0.get('pool_mib', '?')),
+        fontsize=9)
+    save(fig, foot, path)
+
+
 # ---- driver ----------------------------------------------------------------------------
 
 def plan(stem, doc, loadgen_sets):
@@ -456,6 +519,10 @@ def plan(stem, doc, loadgen_sets):
         return [(stem + '-forest.png', chart_forest, (check_forest(doc),))]
     if kind == 'streams':
         return [(stem + '-streams.png', chart_streams, (check_streams(doc),))]
+    if kind == 'peer':
+        return [(stem + '-peer.png', chart_peer, (doc,))]
+    if kind == 'tiers':
+        return [(stem + '-tiers.png', chart_tiers, (doc,))]
     if kind == 'fronts':
         # The runs' own commands name loadgen and a temporary port: the file's say how to rerun it.
         return [(stem + '-e2e.png', chart_e2e, (stem, check_fronts(doc), [doc])),

@@ -26,6 +26,8 @@ COMMITTED = {
     'forest-cpu-2core-epyc.json': ['forest-cpu-2core-epyc-forest.png'],
     'fronts-cpu-2core.json': ['fronts-cpu-2core-e2e.png', 'fronts-cpu-2core-fronts.png'],
     'http-streams-cpu-2core.json': ['http-streams-cpu-2core-streams.png'],
+    'peer-llamacpp-cpu-2core.json': ['peer-llamacpp-cpu-2core-peer.png'],
+    'kv-tiers-cpu-2core.json': ['kv-tiers-cpu-2core-tiers.png'],
 }
 MAX_PNG_BYTES = 200 * 1024  # "a few tens of KB": a chart this big has lost its modest size
 
