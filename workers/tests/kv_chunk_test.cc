@@ -16,7 +16,8 @@
 #include "workers/tests/tiny_model.h"
 
 namespace chunkattn {
-namespace {
+// Named, not anonymous: unity builds put this file beside model_test.cc.
+namespace kv_chunk_test {
 
 using testing::kTinyChunks;
 using testing::kTinyChunkSize;
@@ -121,5 +122,5 @@ TEST(ModelChunkBytes, RestoredChunkDecodesAsBefore) {
   EXPECT_EQ(after, before);
 }
 
-}  // namespace
+}  // namespace kv_chunk_test
 }  // namespace chunkattn

@@ -16,7 +16,8 @@
 #include "workers/tests/model_test_util.h"
 
 namespace chunkattn {
-namespace {
+// Named, not anonymous: unity builds put this file beside model_test.cc.
+namespace weight_dtype_test {
 
 namespace fs = std::filesystem;
 using testing::Argmax;
@@ -286,5 +287,5 @@ TEST(WeightDTypeTest, RoundedAndInt8LogitsStayNearFp32) {
   }
 }
 
-}  // namespace
+}  // namespace weight_dtype_test
 }  // namespace chunkattn
