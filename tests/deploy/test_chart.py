@@ -484,30 +484,6 @@ class LintAndTemplateTest(unittest.TestCase):
                 self.assertNotIn('http', {p['port'] for p in rule.get('ports', [])})
         self.assertEqual(by_kind(docs, 'InferencePool'), [])
 
-    def test_kv_tiers(self):
-        """Off by default; on, the workers get their host and disk tiers (the
-        disk one in an emptyDir sized to it) and the coordinator its policy."""
-        docs = render([])
-        worker = parse_args(container(one(docs, 'StatefulSet'))['args'])
-        self.assertNotIn('host_kv_cache_mib', worker)
-        self.assertNotIn('disk_kv_cache_dir', worker)
-        self.assertEqual(parse_args(container(one(docs, 'Deployment'))['args'])['kv_tier_write_policy'], 'write_back')
-        docs = render([], '--set', 'cache.tiers.hostMiB=4096', '--set', 'cache.tiers.diskMiB=20000',
-                      '--set', 'cache.tiers.writePolicy=write_through')
-        sts = one(docs, 'StatefulSet')
-        c = container(sts)
-        worker = parse_args(c['args'])
-        self.assertEqual(worker['host_kv_cache_mib'], '4096')
-        self.assertEqual(worker['disk_kv_cache_mib'], '20000')
-        mount = [m for m in c['volumeMounts'] if m['name'] == 'kv-tier'][0]
-        self.assertEqual(worker['disk_kv_cache_dir'], mount['mountPath'])
-        volume = [v for v in sts['spec']['template']['spec']['volumes'] if v['name'] == 'kv-tier'][0]
-        self.assertEqual(volume['emptyDir']['sizeLimit'], '20064Mi')
-        coordinator = parse_args(container(one(docs, 'Deployment'))['args'])
-        self.assertEqual(coordinator['kv_tier_write_policy'], 'write_through')
-        bad = helm('template', RELEASE, '.', '--set', 'cache.tiers.writePolicy=write_around')
-        self.assertNotEqual(bad.returncode, 0)
-
     def test_http_port_and_model_name(self):
         docs = render([], '--set', 'http.port=8080', '--set', 'http.servedModelName=meta-llama/Llama-3.1-8B')
         c = container(one(docs, 'Deployment'))

@@ -1,0 +1,43 @@
+"""The chart's KV tiers (cache.tiers): off by default; on, every worker gets
+its host and disk tiers (the disk one in an emptyDir sized to it) and the
+coordinator its write policy; a policy the binaries do not know is refused."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_chart import RELEASE, container, helm, one, parse_args, render  # noqa: E402
+import harness  # noqa: E402  (test_chart put tests/services on the path)
+
+
+class ChartTiersTest(unittest.TestCase):
+
+    def test_off_by_default(self):
+        docs = render([])
+        worker = parse_args(container(one(docs, 'StatefulSet'))['args'])
+        self.assertNotIn('host_kv_cache_mib', worker)
+        self.assertNotIn('disk_kv_cache_dir', worker)
+        self.assertEqual(parse_args(container(one(docs, 'Deployment'))['args'])['kv_tier_write_policy'], 'write_back')
+
+    def test_host_and_disk_tiers(self):
+        docs = render([], '--set', 'cache.tiers.hostMiB=4096', '--set', 'cache.tiers.diskMiB=20000',
+                      '--set', 'cache.tiers.writePolicy=write_through')
+        sts = one(docs, 'StatefulSet')
+        c = container(sts)
+        worker = parse_args(c['args'])
+        self.assertEqual(worker['host_kv_cache_mib'], '4096')
+        self.assertEqual(worker['disk_kv_cache_mib'], '20000')
+        mount = [m for m in c['volumeMounts'] if m['name'] == 'kv-tier'][0]
+        self.assertEqual(worker['disk_kv_cache_dir'], mount['mountPath'])
+        volume = [v for v in sts['spec']['template']['spec']['volumes'] if v['name'] == 'kv-tier'][0]
+        self.assertEqual(volume['emptyDir']['sizeLimit'], '20064Mi')
+        coordinator = parse_args(container(one(docs, 'Deployment'))['args'])
+        self.assertEqual(coordinator['kv_tier_write_policy'], 'write_through')
+
+    def test_unknown_policy_is_refused(self):
+        self.assertNotEqual(helm('template', RELEASE, '.', '--set', 'cache.tiers.writePolicy=write_around').returncode,
+                            0)
+
+
+if __name__ == '__main__':
+    harness.main()
