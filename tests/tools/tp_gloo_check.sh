@@ -12,7 +12,10 @@ RANK1=
 # rank 1 (in its own process group under timeout) is stopped first.
 trap 'rm -rf "$WORK"' EXIT
 on_signal() {
-  [ -z "$RANK1" ] || { kill "$RANK1" 2>/dev/null; wait "$RANK1"; }
+  # jobs -p: rank 1 too when the signal came between its `&` and `RANK1=$!`.
+  # shellcheck disable=SC2046,SC2086
+  kill $RANK1 $(jobs -p) 2>/dev/null
+  wait
   exit "$1"
 }
 trap 'on_signal 143' TERM

@@ -12,8 +12,11 @@ pids=""
 # the ranks (each in its own process group under timeout) are stopped first.
 trap 'rm -rf "$store"' EXIT
 on_signal() {
-  # shellcheck disable=SC2086
-  [ -z "$pids" ] || { kill $pids 2>/dev/null; wait; }
+  # A signal between a rank's `&` and the `pids=` after it leaves that rank
+  # out of $pids: jobs -p lists every rank started so far.
+  # shellcheck disable=SC2046,SC2086
+  kill $pids $(jobs -p) 2>/dev/null
+  wait
   exit "$1"
 }
 trap 'on_signal 143' TERM
