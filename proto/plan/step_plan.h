@@ -63,6 +63,20 @@ struct KvMove {
   int64_t to_slot = 0;  // kDemote
   int32_t chunk = -1;   // kStore, kLoad
   uint64_t key = 0;
+
+  static KvMove Store(KvTier tier, int64_t slot, int32_t chunk, uint64_t key) {
+    return {Kind::kStore, tier, slot, 0, chunk, key};
+  }
+  static KvMove Load(KvTier tier, int64_t slot, int32_t chunk, uint64_t key) {
+    return {Kind::kLoad, tier, slot, 0, chunk, key};
+  }
+  static KvMove Demote(int64_t host_slot, int64_t disk_slot, uint64_t key) {
+    return {Kind::kDemote, KvTier::kHost, host_slot, disk_slot, -1, key};
+  }
+  friend bool operator==(const KvMove& a, const KvMove& b) {
+    return a.kind == b.kind && a.tier == b.tier && a.slot == b.slot && a.to_slot == b.to_slot &&
+           a.chunk == b.chunk && a.key == b.key;
+  }
 };
 
 struct StepPlan {

@@ -505,7 +505,7 @@ void Engine::UpdateGauges() {
   m_oldest_cached_->Set(cs.oldest_cached_seconds);
   if (cs.total_evictions > evictions_seen_) m_evicted_->Increment(static_cast<double>(cs.total_evictions - evictions_seen_));
   evictions_seen_ = cs.total_evictions;
-  const KvTierStats& ts = scheduler_->tier_stats();
+  const KvTierStats& ts = scheduler_->tiers().stats();
   m_host_tier_.blocks->Set(static_cast<double>(ts.host_blocks));
   m_disk_tier_.blocks->Set(static_cast<double>(ts.disk_blocks));
   m_host_tier_.slots->Set(static_cast<double>(scheduler_->options().tiers.host_slots));

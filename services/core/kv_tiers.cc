@@ -66,7 +66,7 @@ int64_t KvTierMap::Allocate(Tier& tier, std::vector<KvMove>* moves) {
       tier.held[slot] = false;
       --stats_.host_blocks;
       where_.erase(key);
-      moves->push_back({KvMove::Kind::kDemote, KvTier::kHost, slot, to, -1, key});
+      moves->push_back(KvMove::Demote(slot, to, key));
       Hold(disk_, to, key);
       ++stats_.demotions_total;
       return slot;
@@ -87,7 +87,7 @@ void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
   if (tier.capacity == 0) return;
   const int64_t slot = Allocate(tier, moves);
   if (slot < 0) return;
-  moves->push_back({KvMove::Kind::kStore, tier.id, slot, 0, chunk, key});
+  moves->push_back(KvMove::Store(tier.id, slot, chunk, key));
   Hold(tier, slot, key);
   ++stats_.stores_total;
 }
@@ -97,7 +97,7 @@ void KvTierMap::Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
   Tier& tier = TierOf(at.tier);
   Touch(tier, at.slot);
   ++tier.pins[at.slot];
-  moves->push_back({KvMove::Kind::kLoad, at.tier, at.slot, 0, chunk, key});
+  moves->push_back(KvMove::Load(at.tier, at.slot, chunk, key));
   ++(at.tier == KvTier::kHost ? stats_.host_loads_total : stats_.disk_loads_total);
 }
 

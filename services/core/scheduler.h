@@ -243,8 +243,7 @@ class Scheduler {
   // Restarts the peaks of stats() from the current use.
   void ResetPeaks();
   CacheStats cache_stats() const { return forest_->stats(); }
-  const KvTierStats& tier_stats() const { return tiers_.stats(); }
-  const KvTierMap& tiers() const { return tiers_; }
+  const KvTierMap& tiers() const { return tiers_; }  // the KV tiers' map and its stats
   const PrefixForest& forest() const { return *forest_; }
   // The forest's block events since the last call (record_block_events).
   std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }

@@ -25,17 +25,6 @@ namespace {
 
 using testing::kTinyChunkSize;
 
-KvMove Move(KvMove::Kind kind, KvTier tier, int64_t slot, int32_t chunk, uint64_t key, int64_t to_slot = 0) {
-  KvMove m;
-  m.kind = kind;
-  m.tier = tier;
-  m.slot = slot;
-  m.to_slot = to_slot;
-  m.chunk = chunk;
-  m.key = key;
-  return m;
-}
-
 class PlanExecutorTiers : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -102,9 +91,9 @@ TEST_F(PlanExecutorTiers, StoredChunksLoadBackAndDecodeAsBefore) {
   // 0. A step of moves only.
   StepPlan moves;
   moves.step = 3;
-  moves.moves = {Move(KvMove::Kind::kStore, KvTier::kHost, 1, path_[0], 0xAAAA),
-                 Move(KvMove::Kind::kDemote, KvTier::kHost, 1, -1, 0, /*to_slot=*/3),
-                 Move(KvMove::Kind::kStore, KvTier::kDisk, 0, path_[1], 0xBBBB)};
+  moves.moves = {KvMove::Store(KvTier::kHost, 1, path_[0], 0xAAAA),
+                 KvMove::Demote(1, /*disk_slot=*/3, 0),
+                 KvMove::Store(KvTier::kDisk, 0, path_[1], 0xBBBB)};
   ASSERT_TRUE(executor.Execute(moves, &result).ok());
   EXPECT_TRUE(result.failed_moves.empty());
 
@@ -122,11 +111,11 @@ TEST_F(PlanExecutorTiers, StoredChunksLoadBackAndDecodeAsBefore) {
   // Loaded back before the step's decode, with failing moves among them:
   // a wrong key (1), a slot never written (2), a slot the tier lacks (4).
   StepPlan load = Decode(5, false);
-  load.moves = {Move(KvMove::Kind::kLoad, KvTier::kDisk, 3, path_[0], 0xAAAA),
-                Move(KvMove::Kind::kLoad, KvTier::kDisk, 0, 50, 0xAAAA),
-                Move(KvMove::Kind::kLoad, KvTier::kHost, 2, 51, 0xAAAA),
-                Move(KvMove::Kind::kLoad, KvTier::kDisk, 0, path_[1], 0xBBBB),
-                Move(KvMove::Kind::kStore, KvTier::kHost, 4, path_[2], 1)};
+  load.moves = {KvMove::Load(KvTier::kDisk, 3, path_[0], 0xAAAA),
+                KvMove::Load(KvTier::kDisk, 0, 50, 0xAAAA),
+                KvMove::Load(KvTier::kHost, 2, 51, 0xAAAA),
+                KvMove::Load(KvTier::kDisk, 0, path_[1], 0xBBBB),
+                KvMove::Store(KvTier::kHost, 4, path_[2], 1)};
   ASSERT_TRUE(executor.Execute(load, &result).ok());
   EXPECT_EQ(result.failed_moves, (std::vector<int32_t>{1, 2, 4}));
   EXPECT_EQ(executor.logits(), before);
@@ -145,7 +134,7 @@ TEST_F(PlanExecutorTiers, CorruptLoadFailsAndLeavesTheChunk) {
   ASSERT_TRUE(executor.Execute(Prefill(rng), &result).ok());
   StepPlan store;
   store.step = 2;
-  store.moves = {Move(KvMove::Kind::kStore, KvTier::kDisk, 2, path_[0], 77)};
+  store.moves = {KvMove::Store(KvTier::kDisk, 2, path_[0], 77)};
   ASSERT_TRUE(executor.Execute(store, &result).ok());
   ASSERT_TRUE(result.failed_moves.empty());
   {  // one byte of the stored chunk flipped on disk
@@ -162,7 +151,7 @@ TEST_F(PlanExecutorTiers, CorruptLoadFailsAndLeavesTheChunk) {
   ASSERT_TRUE(model_->ReadChunk(path_[2], absl::MakeSpan(kept)).ok());
   StepPlan load;
   load.step = 3;
-  load.moves = {Move(KvMove::Kind::kLoad, KvTier::kDisk, 2, path_[2], 77)};
+  load.moves = {KvMove::Load(KvTier::kDisk, 2, path_[2], 77)};
   ASSERT_TRUE(executor.Execute(load, &result).ok());
   EXPECT_EQ(result.failed_moves, std::vector<int32_t>{0});
   ASSERT_TRUE(model_->ReadChunk(path_[2], absl::MakeSpan(now)).ok());
@@ -173,8 +162,8 @@ TEST_F(PlanExecutorTiers, WithoutTiersEveryMoveFails) {
   PlanExecutor executor(model_.get(), /*samples=*/false);
   StepPlan plan;
   plan.step = 1;
-  plan.moves = {Move(KvMove::Kind::kStore, KvTier::kHost, 0, 3, 1), Move(KvMove::Kind::kLoad, KvTier::kDisk, 0, 3, 1),
-                Move(KvMove::Kind::kDemote, KvTier::kHost, 0, 0, 0)};
+  plan.moves = {KvMove::Store(KvTier::kHost, 0, 3, 1), KvMove::Load(KvTier::kDisk, 0, 3, 1),
+                KvMove::Demote(0, 0, 0)};
   StepResult result;
   result.failed_moves = {9};  // overwritten
   ASSERT_TRUE(executor.Execute(plan, &result).ok());
@@ -189,14 +178,14 @@ TEST_F(PlanExecutorTiers, MovesOutsideThePoolAreMalformed) {
   for (int32_t chunk : {-1, testing::kTinyChunks}) {
     StepPlan plan;
     plan.step = 1;
-    plan.moves = {Move(KvMove::Kind::kStore, KvTier::kHost, 0, 3, 5),
-                  Move(KvMove::Kind::kLoad, KvTier::kHost, 1, chunk, 5)};
+    plan.moves = {KvMove::Store(KvTier::kHost, 0, 3, 5),
+                  KvMove::Load(KvTier::kHost, 1, chunk, 5)};
     EXPECT_EQ(executor.Execute(plan, &result).code(), absl::StatusCode::kInvalidArgument);
     std::vector<uint8_t> bytes(static_cast<size_t>(chunk_bytes_));
     EXPECT_EQ(tiers_->Load(KvTier::kHost, 0, 5, absl::MakeSpan(bytes)).code(), absl::StatusCode::kNotFound);
   }
   StepPlan negative_slot;
-  negative_slot.moves = {Move(KvMove::Kind::kStore, KvTier::kHost, -1, 3, 5)};
+  negative_slot.moves = {KvMove::Store(KvTier::kHost, -1, 3, 5)};
   EXPECT_EQ(executor.Execute(negative_slot, &result).code(), absl::StatusCode::kInvalidArgument);
 }
 

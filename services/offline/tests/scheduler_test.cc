@@ -275,7 +275,7 @@ TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
     Harness h(28, 2048, true, false, false, nullptr, tiers, write_through);
     if (corrupt) {  // overwrite the disk tier's file once blocks are in it
       h.on_plan_ = [&h](const StepPlan&) {
-        if (h.scheduler().tier_stats().disk_blocks < 4 || h.steps_ % 5 != 0) return;
+        if (h.scheduler().tiers().stats().disk_blocks < 4 || h.steps_ % 5 != 0) return;
         std::FILE* f = std::fopen(h.tier_store_->disk_path().c_str(), "r+b");
         ASSERT_NE(f, nullptr);
         std::fseek(f, 0, SEEK_END);
@@ -287,7 +287,7 @@ TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
     }
     const auto got = h.Run(arrivals);
     EXPECT_EQ(got, want) << "corrupt " << corrupt << " write-through " << write_through;
-    const KvTierStats& ts = h.scheduler().tier_stats();
+    const KvTierStats& ts = h.scheduler().tiers().stats();
     EXPECT_GT(ts.stores_total, 0);
     EXPECT_GT(ts.demotions_total, 0);
     EXPECT_GT(ts.host_loads_total + ts.disk_loads_total, 0);

@@ -58,16 +58,6 @@ std::string WriteConfig(const std::string& dir) {
   return folder;
 }
 
-KvMove Move(KvMove::Kind kind, KvTier tier, int64_t slot, int32_t chunk, uint64_t key) {
-  KvMove m;
-  m.kind = kind;
-  m.tier = tier;
-  m.slot = slot;
-  m.chunk = chunk;
-  m.key = key;
-  return m;
-}
-
 TEST(WorkerTiers, FailedMovesAreTheUnionOverRanks) {
   const std::string dir = testing::MakeTempDir("worker-tiers");
   ASSERT_FALSE(dir.empty());
@@ -112,22 +102,21 @@ TEST(WorkerTiers, FailedMovesAreTheUnionOverRanks) {
     EXPECT_TRUE(result.ok()) << result.status();
     return result.ok() ? result->failed_moves : std::vector<int32_t>{-1};
   };
-  using K = KvMove::Kind;
-  EXPECT_EQ(run({Move(K::kStore, KvTier::kHost, 0, 3, 11),     // both ranks
-                 Move(K::kStore, KvTier::kHost, 5, 3, 12),     // rank 1 only: rank 0 has 4 slots
-                 Move(K::kStore, KvTier::kDisk, 0, 3, 13),     // rank 0 only: rank 1 has no disk
-                 Move(K::kLoad, KvTier::kHost, 0, 4, 11),      // both
-                 Move(K::kLoad, KvTier::kHost, 0, 4, 99),      // neither: another key
-                 Move(K::kLoad, KvTier::kHost, 5, 6, 12)}),    // rank 1 only
+  EXPECT_EQ(run({KvMove::Store(KvTier::kHost, 0, 3, 11),     // both ranks
+                 KvMove::Store(KvTier::kHost, 5, 3, 12),     // rank 1 only: rank 0 has 4 slots
+                 KvMove::Store(KvTier::kDisk, 0, 3, 13),     // rank 0 only: rank 1 has no disk
+                 KvMove::Load(KvTier::kHost, 0, 4, 11),      // both
+                 KvMove::Load(KvTier::kHost, 0, 4, 99),      // neither: another key
+                 KvMove::Load(KvTier::kHost, 5, 6, 12)}),    // rank 1 only
             (std::vector<int32_t>{1, 2, 4, 5}));
-  EXPECT_EQ(run({Move(K::kLoad, KvTier::kHost, 0, 7, 11)}), std::vector<int32_t>{});
+  EXPECT_EQ(run({KvMove::Load(KvTier::kHost, 0, 7, 11)}), std::vector<int32_t>{});
 
   // A new session: empty tiers (and a new disk file for the old one's).
   pool.Disconnect();
   const absl::Status again = pool.Connect();
   ASSERT_TRUE(again.ok()) << again;
   step = 0;
-  EXPECT_EQ(run({Move(K::kLoad, KvTier::kHost, 0, 7, 11)}), std::vector<int32_t>{0});
+  EXPECT_EQ(run({KvMove::Load(KvTier::kHost, 0, 7, 11)}), std::vector<int32_t>{0});
   // The old session's file goes once its stream's handler lets go of it.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (std::distance(std::filesystem::directory_iterator(disk_dir), {}) != 1 && absl::Now() < deadline) {
