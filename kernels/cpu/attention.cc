@@ -410,6 +410,18 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
   args.c_stride = n;
   args.scales = w.scales;
   args.block = w.block;
+  if (q8 && w.block % 32 == 0) {
+    // Int8 weights dot int16 activations in integers (LinearArgs::aq): 2x
+    // fewer instructions a weight than widening each weight to fp32, which
+    // left decode compute-bound. Quantized once here for every column block.
+    thread_local std::vector<int16_t> aq;
+    thread_local std::vector<float> aq_scales;
+    aq.resize(static_cast<size_t>(rows * k));
+    aq_scales.resize(static_cast<size_t>(rows * (k / 32)));
+    for (int64_t r = 0; r < rows; ++r) kern->quantize16(a + r * k, k, aq.data() + r * k, aq_scales.data() + r * (k / 32));
+    args.aq = aq.data();
+    args.aq_scales = aq_scales.data();
+  }
   // Blocks of 64 columns (a multiple of the kernel's 4); under 8 of them
   // (512 columns) run on this thread, cheaper than waking the pool.
   constexpr int64_t kBlock = 64;

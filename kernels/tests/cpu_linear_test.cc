@@ -49,16 +49,28 @@ Weights RandomWeights(DType dtype, int64_t count, std::mt19937& rng) {
 
 // c (rows, n) against a (rows, k) times values (n, k)^T in float64: fp32
 // accumulation over k terms is at most k roundings of the terms' magnitude.
+// `rounded_groups`: the kernel rounds the activations to int16 per group of
+// 32 columns (int8 weights, LinearArgs::aq), which moves each a(r, i) by at
+// most half its group's step max |a| / 32767 (and an ulp of the reciprocal it
+// multiplies by): that times |w| is added to the bound.
 void ExpectEqualsFloat64(const std::vector<float>& a, const std::vector<float>& values, int64_t rows, int64_t k,
-                         int64_t n, const std::vector<float>& c, const std::string& where) {
+                         int64_t n, const std::vector<float>& c, const std::string& where,
+                         bool rounded_groups = false) {
   for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> half_step(static_cast<size_t>(k), 0.0);
+    for (int64_t g = 0; rounded_groups && g < k; g += 32) {
+      double amax = 0;
+      for (int64_t i = g; i < g + 32; ++i) amax = std::max(amax, std::fabs(double{a[r * k + i]}));
+      for (int64_t i = g; i < g + 32; ++i) half_step[i] = 0.5 * amax / 32767 * (1 + 1e-6);
+    }
     for (int64_t j = 0; j < n; ++j) {
-      double want = 0, mag = 0;
+      double want = 0, mag = 0, rounding = 0;
       for (int64_t i = 0; i < k; ++i) {
         want += double{a[r * k + i]} * values[j * k + i];
         mag += std::fabs(double{a[r * k + i]} * values[j * k + i]);
+        rounding += half_step[i] * std::fabs(double{values[j * k + i]});
       }
-      ASSERT_NEAR(c[r * n + j], want, k * 6e-8 * mag + 1e-6) << where << " at (" << r << ", " << j << ")";
+      ASSERT_NEAR(c[r * n + j], want, k * 6e-8 * mag + rounding + 1e-6) << where << " at (" << r << ", " << j << ")";
     }
   }
 }
@@ -126,6 +138,7 @@ struct Int8Weights {
   std::vector<int8_t> q;
   std::vector<float> scales;
   std::vector<float> values;
+  std::vector<float> original;  // the fp32 weights q and scales round
 };
 
 Int8Weights RandomInt8(int64_t n, int64_t k, int64_t block, std::mt19937& rng) {
@@ -133,6 +146,7 @@ Int8Weights RandomInt8(int64_t n, int64_t k, int64_t block, std::mt19937& rng) {
   Int8Weights w;
   w.q.resize(static_cast<size_t>(n * k));
   w.values.resize(w.q.size());
+  w.original.resize(w.q.size());
   for (int64_t b = 0; b < n * k; b += block) {
     std::vector<float> x(static_cast<size_t>(block));
     float amax = 0;
@@ -150,6 +164,7 @@ Int8Weights RandomInt8(int64_t n, int64_t k, int64_t block, std::mt19937& rng) {
       const float q = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
       w.q[b + i] = static_cast<int8_t>(q);
       w.values[b + i] = static_cast<float>(w.q[b + i]) * scale;  // +0 where q was -0
+      w.original[b + i] = x[i];
     }
   }
   return w;
@@ -164,30 +179,104 @@ std::vector<int64_t> Blocks(int64_t k) {
   return out;
 }
 
+// Blocks that are multiples of 32 take the integer path (activations rounded
+// to int16 per 32 columns), others widen the weights; both against the
+// float64 product of the unrounded activations, the integer path allowed its
+// rounding (ExpectEqualsFloat64). Activations of mixed magnitudes, so a
+// group's step comes from its own largest value.
 TEST(LinearRowsTest, Int8EqualsFloat64ReferenceOnRandomShapes) {
   std::mt19937 rng(13);
   ThreadPool pool(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  int integer_path = 0;
   for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
     if (!cpu::IsaSupported(isa)) continue;
-    for (int trial = 0; trial < 24; ++trial) {
+    for (int trial = 0; trial < 36; ++trial) {
       const int64_t rows = 1 + rng() % 9;
-      const int64_t k = 8 * (1 + rng() % 40);
+      int64_t k = 8 * (1 + rng() % 40);
+      if (trial % 3 == 0) k = 32 * (1 + rng() % 12);  // a multiple of 32: the integer path
       const std::vector<int64_t> blocks = Blocks(k);
-      const int64_t block = trial % 4 == 0 ? k : blocks[rng() % blocks.size()];  // per row, or any block
+      const int64_t block =
+          trial % 3 == 0 ? (trial % 2 ? 32 : k) : trial % 4 == 0 ? k : blocks[rng() % blocks.size()];
       const int64_t n = 1 + rng() % 1100;
       const Int8Weights w = RandomInt8(n, k, block, rng);
       std::vector<float> a(static_cast<size_t>(rows * k));
-      for (float& x : a) x = normal(rng);
+      for (float& x : a) x = normal(rng) * (rng() % 8 == 0 ? 50.0f : 1.0f);
       std::vector<float> c(static_cast<size_t>(rows * n), NAN);
       cpu::WeightView view;
       view.data = w.q.data();
       view.scales = w.scales.data();
       view.block = block;
       ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, c.data(), trial % 2 ? &pool : nullptr, isa).ok());
+      const bool rounded = block % 32 == 0;
+      integer_path += rounded;
       ExpectEqualsFloat64(a, w.values, rows, k, n, c,
-                          absl::StrFormat("%s int8 rows %d k %d block %d n %d", cpu::IsaName(isa), rows, k, block, n));
+                          absl::StrFormat("%s int8 rows %d k %d block %d n %d", cpu::IsaName(isa), rows, k, block, n),
+                          rounded);
       if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GE(integer_path, 12);
+}
+
+// The integer path's error is a small fraction of what rounding the weights
+// to int8 costs (against the fp32 weights they came from), on a layer's
+// shape with an outlier column, which coarsens its group's step.
+TEST(LinearRowsTest, Int8ActivationRoundingIsSmallBesideTheWeights) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 3, k = 1024, n = 256;
+  const Int8Weights w = RandomInt8(n, k, 32, rng);
+  std::vector<float> a(static_cast<size_t>(rows * k));
+  for (float& x : a) x = normal(rng);
+  a[5] = 300.0f;
+  cpu::WeightView view;
+  view.data = w.q.data();
+  view.scales = w.scales.data();
+  view.block = 32;
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    std::vector<float> c(static_cast<size_t>(rows * n));
+    ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, c.data(), nullptr, isa).ok());
+    double activations = 0, weights = 0;  // root mean square errors
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        double rounded = 0, exact = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          rounded += double{a[r * k + i]} * w.values[j * k + i];
+          exact += double{a[r * k + i]} * w.original[j * k + i];
+        }
+        activations += (c[r * n + j] - rounded) * (c[r * n + j] - rounded);
+        weights += (rounded - exact) * (rounded - exact);
+      }
+    }
+    EXPECT_LT(std::sqrt(activations), std::sqrt(weights) / 50) << cpu::IsaName(isa);
+    EXPECT_GT(activations, 0) << cpu::IsaName(isa);  // the rounding is real, and measured
+  }
+}
+
+// A NaN or an infinity among a row's activations makes that row's outputs
+// NaN (as fp32 arithmetic would make them NaN or infinite), never a finite
+// value from a saturated integer; the other rows are untouched.
+TEST(LinearRowsTest, Int8NonFiniteActivationsGiveNaN) {
+  std::mt19937 rng(29);
+  const int64_t rows = 3, k = 64, n = 8;
+  const Int8Weights w = RandomInt8(n, k, 32, rng);
+  cpu::WeightView view;
+  view.data = w.q.data();
+  view.scales = w.scales.data();
+  view.block = 32;
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      std::vector<float> a(static_cast<size_t>(rows * k), 0.25f);
+      a[k + 40] = bad;  // row 1, second group
+      std::vector<float> c(static_cast<size_t>(rows * n));
+      ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, c.data(), nullptr, isa).ok());
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_TRUE(std::isnan(c[n + j])) << cpu::IsaName(isa) << " " << bad << " column " << j;
+        EXPECT_TRUE(std::isfinite(c[j]) && std::isfinite(c[2 * n + j])) << cpu::IsaName(isa) << " column " << j;
+      }
     }
   }
 }
@@ -198,9 +287,11 @@ TEST(LinearRowsTest, Int8RowsResultDoesNotDependOnItsBatch) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
     if (!cpu::IsaSupported(isa)) continue;
-    // A block that straddles the 512-column segments (24), and per row.
+    // A block that straddles the 512-column segments (24), and per row; the
+    // integer path (blocks of 32 and 96) in 4-, 2- and 1-row tiles.
     for (const auto& [rows, k, block] :
-         {std::tuple<int64_t, int64_t, int64_t>{7, 288, 32}, {37, 1080, 24}, {5, 1080, 1080}}) {
+         {std::tuple<int64_t, int64_t, int64_t>{7, 288, 32}, {37, 1080, 24}, {5, 1080, 1080}, {11, 1024, 32},
+          {6, 1056, 96}}) {
       const int64_t n = 777;
       const Int8Weights w = RandomInt8(n, k, block, rng);
       cpu::WeightView view;

@@ -121,6 +121,15 @@ struct LinearArgs {
   // used for every row.
   const float* scales = nullptr;
   int64_t block = 0;
+  // Int8 weights with a block that is a multiple of 32 (the loader's): the
+  // rows' activations as int16, one scale per 32 columns (quantize16), which
+  // the kernel dots with the weights in integers:
+  //   c(r, j) = sum over groups g of sa(r, g) * sw(j, g) * sum_i aq(r, i) q(j, i)
+  // aq(r, i) = round(a(r, i) / sa(r, g)), sa = max |a| / 32767 over the group:
+  // 15 bits against the weights' 7, an error hundreds of times under the
+  // weights' own. Null: the weights are widened and scaled instead.
+  const int16_t* aq = nullptr;  // row r at aq + r * k
+  const float* aq_scales = nullptr;  // row r at aq_scales + r * (k / 32)
 };
 
 // Rows [j0, j1) of a weight matrix (n, k) in the table's dtype as fp32, for
@@ -141,6 +150,9 @@ struct IsaKernels {
   void (*linear_q8)(const LinearArgs&) = nullptr;  // the same in every dtype's table
   void (*weight_rows)(const WeightRowsArgs&) = nullptr;
   void (*weight_rows_q8)(const WeightRowsArgs&) = nullptr;  // the same in every dtype's table
+  // q (k) and scales (k / 32) of one activation row x (k), k a multiple of
+  // 32, for LinearArgs::aq; the same in every dtype's table.
+  void (*quantize16)(const float* x, int64_t k, int16_t* q, float* scales) = nullptr;
   void (*block)(const BlockArgs&) = nullptr;
   void (*seq)(const SeqArgs&) = nullptr;
   void (*naive_scores)(const NaiveArgs&) = nullptr;

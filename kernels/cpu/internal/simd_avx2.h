@@ -8,6 +8,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
+#include <limits>
 
 #include "kernels/cpu/internal/storage.h"
 
@@ -40,6 +42,52 @@ struct Avx2 {
   // Eight int8 weights as fp32 (exact).
   static V LoadI8(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+
+  // int8 weights against int16 activations (LinearArgs::aq): 32 weights
+  // widened to int16 once, then dotted with any row's 32 activations. Lane m
+  // of Dot16 is the int32 sum of columns 2m, 2m+1, 16+2m and 17+2m: exact,
+  // and exact as fp32 too (|sum| <= 4 * 127 * 32767 < 2^24).
+  struct W16 {
+    __m256i lo, hi;
+  };
+  static W16 LoadW16(const int8_t* p) {
+    return {_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
+  }
+  static V Dot16(const W16& w, const int16_t* x) {
+    const __m256i lo = _mm256_madd_epi16(w.lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+    const __m256i hi = _mm256_madd_epi16(w.hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
+  }
+  // q[0..32) = round(x / scale) with scale = max |x| / 32767, returned (0 for
+  // a zero group; NaN, q all 0, when x holds a NaN or an infinity, so the
+  // row's outputs are NaN). Rounds to nearest even, as Portable's nearbyint.
+  static float Quantize16(const float* x, int16_t* q) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    V v[4];
+    V amax = _mm256_setzero_ps();
+    __m256 nan = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+    }
+    const float m = HMax(amax);
+    if (_mm256_movemask_ps(nan) != 0 || !(m <= std::numeric_limits<float>::max())) {
+      std::memset(q, 0, 32 * sizeof(int16_t));
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+    const float scale = m / 32767.0f;
+    const V inv = _mm256_set1_ps(m > 0 ? 32767.0f / m : 0.0f);
+    __m256i w[4];
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+    // packs works within 128-bit halves: restore column order.
+    const __m256i a = _mm256_permute4x64_epi64(_mm256_packs_epi32(w[0], w[1]), 0xD8);
+    const __m256i b = _mm256_permute4x64_epi64(_mm256_packs_epi32(w[2], w[3]), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 16), b);
+    return scale;
   }
 
   static float HSum(V v) {

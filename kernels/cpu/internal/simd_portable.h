@@ -68,6 +68,40 @@ struct Portable {
     for (int i = 0; i < 8; ++i) r.x[i] = static_cast<float>(p[i]);
     return r;
   }
+  // See Avx2::W16: the same lanes, so both give the same sums.
+  struct W16 {
+    int16_t w[32];
+  };
+  static W16 LoadW16(const int8_t* p) {
+    W16 r;
+    for (int i = 0; i < 32; ++i) r.w[i] = p[i];
+    return r;
+  }
+  static V Dot16(const W16& w, const int16_t* x) {
+    V r;
+    for (int m = 0; m < 8; ++m) {
+      int32_t s = 0;
+      for (int c : {2 * m, 2 * m + 1, 16 + 2 * m, 17 + 2 * m}) s += int32_t{w.w[c]} * x[c];
+      r.x[m] = static_cast<float>(s);
+    }
+    return r;
+  }
+  static float Quantize16(const float* x, int16_t* q) {
+    float m = 0;
+    for (int i = 0; i < 32; ++i) {
+      if (!std::isfinite(x[i])) {
+        for (int j = 0; j < 32; ++j) q[j] = 0;
+        return NAN;
+      }
+      m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
+    }
+    const float inv = m > 0 ? 32767.0f / m : 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const float r = std::nearbyint(x[i] * inv);
+      q[i] = static_cast<int16_t>(r > 32767.0f ? 32767.0f : (r < -32768.0f ? -32768.0f : r));
+    }
+    return m / 32767.0f;
+  }
   static float HSum(V v) {
     float s = 0;
     for (float e : v.x) s += e;
