@@ -27,6 +27,7 @@ TEST_PACKAGES=(
   python3-matplotlib  # bench/plot.py's charts (tests/tools/test_plot.py)
   python3-zmq python3-msgpack python3-cbor2  # the KV-event consumer (tests/services/kv_events_consumer.py)
   openssl unzip
+  redis-server  # the shared KV tier's store, started by its tests on 127.0.0.1 (tests/services/test_kv_tiers_shared.py)
   clang-14 libclang-rt-14-dev  # the sanitizer and fuzzer builds (scripts/sanitize.sh)
   lld  # their linker, and CI's main build's (cmake/Common.cmake)
 )

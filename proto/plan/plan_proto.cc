@@ -102,6 +102,8 @@ internal::v1::KvTier ToWire(KvTier tier) {
       return internal::v1::KV_TIER_HOST;
     case KvTier::kDisk:
       return internal::v1::KV_TIER_DISK;
+    case KvTier::kShared:
+      return internal::v1::KV_TIER_SHARED;
   }
   return internal::v1::KV_TIER_UNSPECIFIED;
 }
@@ -126,6 +128,9 @@ absl::Status MoveFromProto(const WireMove& m, int index, KvMove* out) {
       break;
     case internal::v1::KV_TIER_DISK:
       out->tier = KvTier::kDisk;
+      break;
+    case internal::v1::KV_TIER_SHARED:
+      out->tier = KvTier::kShared;
       break;
     default:
       return absl::InvalidArgumentError(absl::StrFormat("KV move %d: unknown tier %d", index, m.tier()));
@@ -309,6 +314,7 @@ void ToProto(const StepResult& result, internal::v1::StepResult* out) {
   Append(result.top_logprobs, out->mutable_top_logprobs());
   out->set_compute_seconds(result.compute_seconds);
   Append(result.failed_moves, out->mutable_failed_moves());
+  out->set_shared_load_seconds(result.shared_load_seconds);
 }
 
 void FromProto(const internal::v1::StepResult& result, StepResult* out) {
@@ -319,6 +325,9 @@ void FromProto(const internal::v1::StepResult& result, StepResult* out) {
   Assign(result.top_logprobs(), &out->top_logprobs);
   out->compute_seconds = result.compute_seconds();
   Assign(result.failed_moves(), &out->failed_moves);
+  // A number from the network: only ever a metric, kept finite and >= 0.
+  const double load = result.shared_load_seconds();
+  out->shared_load_seconds = load >= 0 && load < 1e6 ? load : 0;
 }
 
 }  // namespace chunkattn

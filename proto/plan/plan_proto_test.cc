@@ -39,7 +39,7 @@ StepPlan RandomPlan(std::mt19937_64& rng) {
   for (int k = rng() % 5; k > 0; --k) {
     KvMove m;
     m.kind = static_cast<KvMove::Kind>(rng() % 3);
-    m.tier = rng() % 2 ? KvTier::kHost : KvTier::kDisk;
+    m.tier = static_cast<KvTier>(1 + rng() % 3);
     m.slot = static_cast<int64_t>(rng() >> 1);
     m.to_slot = static_cast<int64_t>(rng() % 100000);
     m.chunk = static_cast<int32_t>(rng() % 1000);
@@ -178,7 +178,7 @@ TEST(PlanProto, MalformedMovesAreRefused) {
                                 : static_cast<internal::v1::KvMove::Kind>(4 + rng() % 1000));
         break;
       case 1:
-        bad->set_tier(rng() % 2 ? internal::v1::KV_TIER_UNSPECIFIED : static_cast<internal::v1::KvTier>(3 + rng() % 1000));
+        bad->set_tier(rng() % 2 ? internal::v1::KV_TIER_UNSPECIFIED : static_cast<internal::v1::KvTier>(4 + rng() % 1000));
         break;
       case 2:
         bad->set_slot(-1 - static_cast<int64_t>(rng() % 1000));

@@ -41,10 +41,11 @@ struct SampleRow {
 };
 
 // The KV tiers below a worker's pool (issue 41): its host memory and its
-// local disk, each an array of chunk-sized slots. The coordinator owns the
-// map of what is where (services/core/kv_tiers.h); each rank moves its own
-// shard of a chunk.
-enum class KvTier : uint8_t { kHost = 1, kDisk = 2 };
+// local disk, each an array of chunk-sized slots, and a store shared by every
+// replica (Redis, the coordinator's --kv_store_url), keyed by the block's
+// chained hash alone (no slot). The coordinator owns the map of what is
+// where (services/core/kv_tiers.h); each rank moves its own shard of a chunk.
+enum class KvTier : uint8_t { kHost = 1, kDisk = 2, kShared = 3 };
 
 // One move of one chunk's KV (every layer, K and V: the rank's shard).
 //   kStore:  pool chunk `chunk` -> `tier` slot `slot`, tagged `key` (the
@@ -53,6 +54,8 @@ enum class KvTier : uint8_t { kHost = 1, kDisk = 2 };
 //            holds `key` with bytes that match their checksum; the chunk's
 //            contents are then unspecified (the coordinator recomputes it).
 //   kDemote: host slot `slot` -> disk slot `to_slot`, key and checksum kept.
+// With tier kShared (stores and loads only) `slot` is 0 and the shared
+// store's key is made from `key` (workers/server/shared_kv_store.h).
 // A failed move is reported (StepResult::failed_moves), never an error of
 // the step: a tier that is full, slow, corrupt or gone costs a recompute.
 struct KvMove {
@@ -113,6 +116,10 @@ struct StepResult {
   // Indices into StepPlan::moves of the moves that failed on this rank (the
   // coordinator takes the union over ranks), in increasing order.
   std::vector<int32_t> failed_moves;
+  // Seconds this rank spent loading from the shared tier (Redis round trips
+  // and checks) in this step's moves; the coordinator keeps the slowest
+  // rank's.
+  double shared_load_seconds = 0;
 };
 
 }  // namespace chunkattn

@@ -107,8 +107,11 @@ absl::Status PlanExecutor::CheckMoves(const StepPlan& plan) const {
     if (m.kind != KvMove::Kind::kStore && m.kind != KvMove::Kind::kLoad && m.kind != KvMove::Kind::kDemote) {
       return absl::InvalidArgumentError(absl::StrFormat("KV move %d: unknown kind %d", k, static_cast<int>(m.kind)));
     }
-    if (m.tier != KvTier::kHost && m.tier != KvTier::kDisk) {
+    if (m.tier != KvTier::kHost && m.tier != KvTier::kDisk && m.tier != KvTier::kShared) {
       return absl::InvalidArgumentError(absl::StrFormat("KV move %d: unknown tier %d", k, static_cast<int>(m.tier)));
+    }
+    if (m.tier == KvTier::kShared && m.kind == KvMove::Kind::kDemote) {
+      return absl::InvalidArgumentError(absl::StrFormat("KV move %d: a demote from the shared tier", k));
     }
     if (m.slot < 0 || m.to_slot < 0) {
       return absl::InvalidArgumentError(absl::StrFormat("KV move %d: negative slot", k));
@@ -122,6 +125,7 @@ absl::Status PlanExecutor::CheckMoves(const StepPlan& plan) const {
 }
 
 absl::Status PlanExecutor::ApplyMove(const KvMove& m) {
+  if (m.tier == KvTier::kShared) return ApplySharedMove(m);
   if (tiers_ == nullptr) return absl::FailedPreconditionError("this worker has no KV tiers");
   move_buffer_.resize(static_cast<size_t>(tiers_->chunk_bytes()));
   const absl::Span<uint8_t> bytes = absl::MakeSpan(move_buffer_);
@@ -140,12 +144,31 @@ absl::Status PlanExecutor::ApplyMove(const KvMove& m) {
   return absl::InvalidArgumentError("unknown KV move");
 }
 
+absl::Status PlanExecutor::ApplySharedMove(const KvMove& m) {
+  if (shared_ == nullptr) return absl::FailedPreconditionError("this worker has no shared KV tier");
+  move_buffer_.resize(static_cast<size_t>(shared_->chunk_bytes()));
+  const absl::Span<uint8_t> bytes = absl::MakeSpan(move_buffer_);
+  if (m.kind == KvMove::Kind::kStore) {
+    RETURN_IF_ERROR(model_->ReadChunk(m.chunk, bytes));
+    return shared_->Store(m.key, bytes);
+  }
+  // A load, checked whole before the pool is touched (CheckMoves refused a
+  // demote).
+  const absl::Time start = absl::Now();
+  absl::Status loaded = shared_->Load(m.key, bytes);
+  shared_load_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+  RETURN_IF_ERROR(loaded);
+  return model_->WriteChunk(m.chunk, bytes);
+}
+
 void PlanExecutor::ApplyMoves(const StepPlan& plan, StepResult* result) {
+  shared_load_seconds_ = 0;
   for (size_t k = 0; k < plan.moves.size(); ++k) {
     // Not the step's error: a tier that is full, corrupt or gone costs the
     // coordinator a recompute of the chunk, never the request.
     if (!ApplyMove(plan.moves[k]).ok()) result->failed_moves.push_back(static_cast<int32_t>(k));
   }
+  result->shared_load_seconds = shared_load_seconds_;
 }
 
 absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, const AwaitMasks& await_masks) {
@@ -157,6 +180,7 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, con
   result->top_logprobs.clear();
   result->compute_seconds = 0;
   result->failed_moves.clear();
+  result->shared_load_seconds = 0;
   RETURN_IF_ERROR(CheckMoves(plan));
   if (samples_) {
     for (const SamplerStart& s : plan.sampler_starts) {

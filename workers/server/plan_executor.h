@@ -17,7 +17,9 @@
 // KV tiers (issue 41): a plan's moves run first, in order, before its copies
 // and its forward pass: a store reads a pool chunk (Model::ReadChunk) into a
 // slot of the KvTierStore, a load checks a slot and writes it into a pool
-// chunk, a demote copies a host slot to a disk slot. A move that fails (no
+// chunk, a demote copies a host slot to a disk slot. Shared-tier moves go
+// to the SharedKvStore (Redis) by key: a store is queued for its writer, a
+// load is fetched and checked before the pool is touched. A move that fails (no
 // tiers, a slot the tier lacks, a key or checksum that does not match, an
 // I/O error) is listed in StepResult::failed_moves and the step goes on: a
 // failed load leaves its chunk as it was, and the coordinator recomputes it.
@@ -42,16 +44,17 @@
 #include "workers/model/model.h"
 #include "workers/sampler/sampler.h"
 #include "workers/server/kv_tier_store.h"
+#include "workers/server/shared_kv_store.h"
 
 namespace chunkattn {
 
 class PlanExecutor {
  public:
-  // `model` and `tiers` are borrowed; `tiers` null: no KV tiers (every move
-  // fails). Only the rank that samples (rank 0) keeps sampler state and
-  // returns tokens.
-  PlanExecutor(Model* model, bool samples, KvTierStore* tiers = nullptr)
-      : model_(model), samples_(samples), tiers_(tiers) {}
+  // `model`, `tiers` and `shared` are borrowed; `tiers` null: no host or
+  // disk tier, `shared` null: no shared tier (their moves fail). Only the
+  // rank that samples (rank 0) keeps sampler state and returns tokens.
+  PlanExecutor(Model* model, bool samples, KvTierStore* tiers = nullptr, SharedKvStore* shared = nullptr)
+      : model_(model), samples_(samples), tiers_(tiers), shared_(shared) {}
 
   // Reads the token masks of a plan whose masks follow it (one per sample of
   // the plan, in order; MasksFromProto), from the coordinator's stream.
@@ -91,6 +94,7 @@ class PlanExecutor {
   // result->failed_moves.
   void ApplyMoves(const StepPlan& plan, StepResult* result);
   absl::Status ApplyMove(const KvMove& move);
+  absl::Status ApplySharedMove(const KvMove& move);
   absl::Status SetContext(const ChunkContext& context);
   absl::Status UpdateLengths(const StepPlan& plan);
   // The samplers and inputs of the plan's samples (borrowing its token
@@ -107,7 +111,9 @@ class PlanExecutor {
   Model* model_;
   bool samples_;
   KvTierStore* tiers_;              // null: no tiers
+  SharedKvStore* shared_;           // null: no shared tier
   std::vector<uint8_t> move_buffer_;  // one chunk's KV, on its way between the pool and a tier
+  double shared_load_seconds_ = 0;    // this step's loads from the shared tier
   bool keep_logits_ = false;
   bool have_context_ = false;
   ChunkContext ctx_;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/grpc_status.h"
+#include "base/redis_client.h"
 #include "base/status_macros.h"
 #include "proto/model/model_config.h"
 #include "gloo/rendezvous/store.h"
@@ -22,6 +24,7 @@
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
+#include "workers/server/shared_kv_store.h"
 
 namespace chunkattn {
 
@@ -126,6 +129,7 @@ struct WorkerService::Session {
   // under `mu` through its executor; declared before the executor, which
   // borrows it.
   std::unique_ptr<KvTierStore> tiers;
+  std::unique_ptr<SharedKvStore> shared;  // the shared tier (JoinRequest.kv_store_url); null: none
 
   absl::Mutex mu;  // serializes Execute streams on this session
   // On GPU made at Join (the KV capacity depends on what the weights leave);
@@ -213,6 +217,12 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
     return fail("load_format must be auto or dummy, got " + format);
   }
   if (req->world_size() > 1 && req->rendezvous().empty()) return fail("rendezvous is empty");
+  std::optional<RedisUrl> kv_store;
+  if (!req->kv_store_url().empty()) {
+    absl::StatusOr<RedisUrl> url = ParseRedisUrl(req->kv_store_url());  // its errors never quote the password
+    if (!url.ok()) return ToGrpcStatus(url.status());
+    kv_store = std::move(*url);
+  }
   if (grpc::Status s = CheckUnderRoot(options_.model_root, req->model()); !s.ok()) return s;
   // Everything that can be checked without the weights is, before the
   // current session is touched: a refused Join changes nothing.
@@ -273,6 +283,12 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
 
   const int64_t chunk_bytes =
       KvShapeOf(session->config, session->weights.layout, session->model_options).BytesPerChunk();
+  // Before the weights go to the model (the GPU's at Join): the shared
+  // tier's keys sample them.
+  const std::string kv_store_prefix =
+      kv_store ? SharedKvKeyPrefix(session->config, session->weights, session->model_options,
+                                   options_.device.cuda ? "cuda" : "cpu", req->rank(), req->world_size())
+               : std::string();
   const uint32_t timeout_ms = req->collective_timeout_ms() > 0 ? req->collective_timeout_ms() : 30000;
   std::shared_ptr<GrpcStore> store;
   if (req->world_size() > 1) {
@@ -315,6 +331,12 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   session->tiers = std::move(*tiers);
   resp->set_host_kv_slots(session->tiers->slots(KvTier::kHost));
   resp->set_disk_kv_slots(session->tiers->slots(KvTier::kDisk));
+  if (kv_store) {
+    SharedKvOptions shared;
+    shared.url = std::move(*kv_store);
+    session->shared = std::make_unique<SharedKvStore>(std::move(shared), kv_store_prefix, chunk_bytes);
+    resp->set_kv_store_key_prefix(kv_store_prefix);
+  }
   absl::MutexLock lock(&mu_);
   session_ = std::move(session);
   return grpc::Status::OK;
@@ -447,7 +469,8 @@ grpc::Status WorkerService::Execute(grpc::ServerContext* context,
         return ToGrpcStatus(ready);
       }
       session->executor =
-          std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0, session->tiers.get());
+          std::make_unique<PlanExecutor>(session->model.get(), session->rank == 0, session->tiers.get(),
+                                         session->shared.get());
     }
     absl::Status status = session->executor->Execute(plan, &result, await_masks);
     if (!status.ok()) {
