@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -68,19 +69,43 @@ void ThreadPool::RunItems(int thread) {
   }
 }
 
+namespace {
+
+// Spins until done() or kSpinMicros pass; true if done() came true.
+template <class Done>
+bool SpinUntil(const Done& done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(ThreadPool::kSpinMicros);
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 0) {
+      if (std::chrono::steady_clock::now() >= end) return done();
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace
+
 void ThreadPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   while (true) {
-    {
+    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      start_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
     }
-    RunItems(thread);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--busy_ == 0) done_cv_.notify_one();
+      if (stop_) return;
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    RunItems(thread);
+    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Under mu_, so a caller between its check and its wait cannot miss it.
+      std::lock_guard<std::mutex> lock(mu_);
+      done_cv_.notify_one();
     }
   }
 }
@@ -96,13 +121,16 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
     fn_ = &fn;
     n_ = n;
     next_.store(0, std::memory_order_relaxed);
-    busy_ = static_cast<int>(workers_.size());
-    ++generation_;
+    busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  start_cv_.notify_all();
+  start_cv_.notify_all();  // no system call when every worker is spinning
   RunItems(0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return busy_ == 0; });
+  if (!SpinUntil([&] { return busy_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   fn_ = nullptr;
 }
 

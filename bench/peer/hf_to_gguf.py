@@ -4,7 +4,7 @@ bench/peer/peer_bench.py: the same weights chunkattn loads, in the file
 format llama.cpp reads. Written here from the GGUF specification; it needs
 only numpy (Debian's python3-numpy, through /usr/bin/python3).
 
-  /usr/bin/python3 bench/peer/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16|q8_0]
+  /usr/bin/python3 bench/peer/hf_to_gguf.py MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0]
       [--tokenizer tokenizer.model|tokenizer.json]
 
 Reads config.json and model.safetensors (or model.safetensors.index.json and
@@ -23,7 +23,8 @@ pairs with i + d/2. llama.cpp's "llama" architecture rotates adjacent pairs
 [0, d/2, 1, d/2+1, ...] for it; "qwen2" and "qwen3" use llama.cpp's NEOX rope,
 which is the halves layout already, and are written as they are.
 
-Weight types (--type): f32 everything; f16 the matrices in F16; q8_0 the
+Weight types (--type): f32 everything; f16 (bf16) the matrices in F16
+(BF16, rounded to nearest even); q8_0 the
 matrices in Q8_0 (blocks of 32 along a row, an F16 scale max|x|/127 each;
 F16 where a row is not a multiple of 32). Norm weights, biases and
 rope_freqs stay F32, as llama.cpp expects.
@@ -52,9 +53,9 @@ ALIGNMENT = 32
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY, T_UINT64, \
     T_INT64, T_FLOAT64 = range(13)
 # ggml tensor types used here.
-GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
+GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
 # general.file_type (llama_ftype).
-FILE_TYPES = {'f32': 0, 'f16': 1, 'q8_0': 7}
+FILE_TYPES = {'f32': 0, 'f16': 1, 'q8_0': 7, 'bf16': 32}
 # Token types (SentencePiece's numbering, which GGUF shares).
 TOK_NORMAL, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, TOK_BYTE = 1, 2, 3, 4, 5, 6
 
@@ -295,6 +296,13 @@ def quantize_q8_0(a):
     return out.tobytes()
 
 
+def to_bfloat16(a):
+    """float32 -> bfloat16 bits (uint16), rounded to nearest even, as
+    chunkattn's --weight_dtype bfloat16 rounds (finite values)."""
+    u = np.ascontiguousarray(a, dtype='<f4').view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype('<u2')
+
+
 def permute_rotary(w, n_heads):
     """Rows of q_proj/k_proj (or their bias) per head from the halves layout
     [0..d/2), [d/2..d) to the adjacent pairs llama.cpp's "llama" rope wants:
@@ -371,6 +379,8 @@ def tensor_type(shape, wtype, name):
         return GGML_F32
     if wtype == 'q8_0' and shape[-1] % 32 == 0:
         return GGML_Q8_0
+    if wtype == 'bf16':
+        return GGML_BF16
     return GGML_F16
 
 
@@ -381,6 +391,8 @@ def encode(a, wtype, name):
         return t, np.ascontiguousarray(a, dtype='<f4').tobytes()
     if t == GGML_Q8_0:
         return t, quantize_q8_0(a)
+    if t == GGML_BF16:
+        return t, to_bfloat16(a).tobytes()
     return t, np.ascontiguousarray(a, dtype='<f2').tobytes()
 
 
@@ -488,7 +500,7 @@ def convert(model_dir, out_path, wtype='f32', tokenizer=None, log=print):
     for name, get, shape in plan:
         ggml_type = tensor_type(shape, wtype, name)
         n = int(np.prod(shape))
-        size = n * 4 if ggml_type == GGML_F32 else n * 2 if ggml_type == GGML_F16 else n // 32 * 34
+        size = n * 4 if ggml_type == GGML_F32 else n * 2 if ggml_type in (GGML_F16, GGML_BF16) else n // 32 * 34
         infos.append((name, shape, ggml_type, offset, size))
         offset += size + _pad(size)
     w = Writer()

@@ -446,6 +446,7 @@ def main():
     p.add_argument('--quick', action='store_true', help='a smoke run: small workloads, one repeat')
     p.add_argument('--skip_families', action='store_true', help='skip the tiny-model greedy checks')
     p.add_argument('--families_only', action='store_true', help='only the tiny-model greedy checks')
+    p.add_argument('--decode_only', action='store_true', help='only the decode rows (every dtype, 1 and N threads)')
     p.add_argument('--json', default='')
     args = p.parse_args()
     if args.quick:
@@ -475,13 +476,14 @@ def main():
                for dt in ('float32', 'float16')}
     ggufs = {}
     for name, (folder, wtype) in {'f32': (folders['float32'], 'f32'), 'f16': (folders['float16'], 'f16'),
+                                  'bf16': (folders['float32'], 'bf16'),
                                   'q8_0': (folders['float32'], 'q8_0')}.items():
         path = os.path.join(work, 'llama-156m-%s.gguf' % name)
         if not os.path.exists(path):
             hf_to_gguf.convert(folder, path, wtype, tokenizer=demo_tok)
         ggufs[name] = path
     V = BIG['vocab']
-    per_weight = {'f32': 4, 'f16': 2, 'q8_0': 34 / 32}
+    per_weight = {'f32': 4, 'f16': 2, 'bf16': 2, 'q8_0': 34 / 32}
     floors = {k: stream_bytes(folders['float32'], v) for k, v in per_weight.items()}
 
     q = args.quick
@@ -517,21 +519,26 @@ def main():
             singles.append(dict(name='single-%s-%d' % (kind, i), prompts=[prompt],
                                 max_new_tokens=source['max_new_tokens'], repeats=1))
 
-    # llama.cpp: every run per weight type, one process per GGUF.
-    lc = {}
-    for name in ('f32', 'f16', 'q8_0'):
-        want = list(runs.values()) + singles if name == 'f32' else [runs['decode-1'], runs['decode-n']]
+    # llama.cpp: every run per weight type, one process per GGUF; the decode
+    # runs again on one thread (how each engine scales from 1 core to N).
+    lc, lc1 = {}, {}
+    peer1 = LlamaCpp(peer.peer, 1)
+    decode_runs = [runs['decode-1'], runs['decode-n']]
+    for name in ('f32', 'f16', 'bf16', 'q8_0'):
+        want = list(runs.values()) + singles if name == 'f32' and not args.decode_only else decode_runs
         print('llama.cpp %s: %d runs x %d repeats' % (name, len(want), R), flush=True)
         lc[name] = peer.run(ggufs[name], want, work)
-    lc_cmd = ('node bench/peer/llama_cpp_run.mjs --peer PEER --model build/peer/llama-156m-{f32,f16,q8_0}.gguf '
+        if args.threads > 1:
+            lc1[name] = peer1.run(ggufs[name], decode_runs, work)
+    lc_cmd = ('node bench/peer/llama_cpp_run.mjs --peer PEER --model build/peer/llama-156m-{f32,f16,bf16,q8_0}.gguf '
               '--threads %d --job JOB.json (PEER: scripts/install-llama-cpp-peer.sh)' % args.threads)
 
     # chunkattn: one process per repeat (the generation is timed inside it).
-    def ours_runs(folder, name, prompt_ids=None, random=None, weight_dtype=None):
+    def ours_runs(folder, name, prompt_ids=None, random=None, weight_dtype=None, engine=None):
         p = runs[name]
-        cmd = ours.generate_cmd(folder, p['max_new_tokens'], prompt_ids=prompt_ids, random=random,
-                                weight_dtype=weight_dtype)
-        results = [ours.generate(cmd) for _ in range(R)]
+        cmd = (engine or ours).generate_cmd(folder, p['max_new_tokens'], prompt_ids=prompt_ids, random=random,
+                                            weight_dtype=weight_dtype)
+        results = [(engine or ours).generate(cmd) for _ in range(R)]
         return results, cmd
 
     def rel(cmd):
@@ -545,9 +552,9 @@ def main():
         """llama.cpp's tokens per repeat: [[tokens of each request]]."""
         return [[q['tokens'] for q in rep['requests']] for rep in lc[wname][run]]
 
-    def lc_decode(name):
+    def lc_decode(name, table=None):
         steps = []
-        for rep in lc[name]['decode-n']:
+        for rep in (table or lc)[name]['decode-n']:
             t = rep['requests'][0]['times_s']
             steps.append((t[-1] - t[0]) / (len(t) - 1))
         return med(steps)
@@ -555,35 +562,46 @@ def main():
     print('chunkattn: decode', flush=True)
     f16_note = ('chunkattn computes with the F16 weights (--weight_dtype auto)' if ours.has_flag('weight_dtype')
                 else 'this chunkattn widens F16 weights to F32 when it loads them')
-    for dt, lname in (('float32', 'f32'), ('float16', 'f16')):
-        r1, _ = ours_runs(folders[dt], 'decode-1', prompt_ids=decode_prompt)
-        rn, cmd = ours_runs(folders[dt], 'decode-n', prompt_ids=decode_prompt)
-        ours_step = (med([x[0] for x in rn]) - med([x[0] for x in r1])) / (decode_new - 1)
-        theirs = lc_decode(lname)
-        agree.check('decode b=1 %s' % lname, rn[0][2], lc_tokens(lname, 'decode-n')[0],
-                    logits=logits_of(ours, cmd, V, work), tie_tolerance=1e-3 if lname == 'f32' else 3e-2,
-                    ours_repeats=[x[2] for x in rn[1:]], theirs_repeats=lc_tokens(lname, 'decode-n')[1:])
-        floor = floors[lname] / (bw * 1e9)
-        rows.append(dict(workload='decode b=1, %s weights: ms/token' % lname.upper(), unit='ms', better='lower',
-                         chunkattn=ours_step * 1e3, llamacpp=theirs * 1e3, floor_ms=floor * 1e3,
-                         weight_bytes=floors[lname], command=rel(cmd), peer_command=lc_cmd,
-                         note=f16_note if lname == 'f16' else ''))
-    # Weight-only int8 (chunkattn --weight_dtype int8: one fp32 scale per 32
-    # columns) beside llama.cpp's Q8_0 (one fp16 scale per 32; it also
-    # quantizes the activations): tokens compared for information only.
-    floor = floors['q8_0'] / (bw * 1e9)
-    int8_row = dict(workload='decode b=1, int8 weights (llama.cpp Q8_0): ms/token', unit='ms', better='lower',
-                    chunkattn=None, llamacpp=lc_decode('q8_0') * 1e3, floor_ms=floor * 1e3,
-                    weight_bytes=floors['q8_0'], command='(this chunkattn-generate has no --weight_dtype)',
-                    peer_command=lc_cmd)
-    if ours.has_flag('weight_dtype'):
-        r1, _ = ours_runs(folders['float32'], 'decode-1', prompt_ids=decode_prompt, weight_dtype='int8')
-        rn, cmd = ours_runs(folders['float32'], 'decode-n', prompt_ids=decode_prompt, weight_dtype='int8')
-        int8_row.update(chunkattn=(med([x[0] for x in rn]) - med([x[0] for x in r1])) / (decode_new - 1) * 1e3,
-                        command=rel(cmd))
-        quantized.check('decode b=1 chunkattn int8 vs llama.cpp Q8_0 (different quantizers)', rn[0][2],
-                        lc_tokens('q8_0', 'decode-n')[0])
-    rows.append(int8_row)
+    ours1 = Chunkattn(args.build, 1)
+    # (label, chunkattn folder, --weight_dtype, llama.cpp GGUF, token check):
+    # BF16 and int8 are rounded from the F32 folder by each engine (int8 and
+    # Q8_0 round differently: their tokens are compared for information).
+    decode_kinds = [('F32', 'float32', None, 'f32', 'exact'), ('F16', 'float16', None, 'f16', 'exact'),
+                    ('BF16', 'float32', 'bfloat16', 'bf16', 'exact'),
+                    ('int8', 'float32', 'int8', 'q8_0', 'quantized')]
+    for threads in ([args.threads, 1] if args.threads > 1 else [args.threads]):
+        engine, table = (ours, lc) if threads == args.threads else (ours1, lc1)
+        for label, folder, wdt, lname, check in decode_kinds:
+            r1, _ = ours_runs(folders[folder], 'decode-1', prompt_ids=decode_prompt, weight_dtype=wdt, engine=engine)
+            rn, cmd = ours_runs(folders[folder], 'decode-n', prompt_ids=decode_prompt, weight_dtype=wdt,
+                                engine=engine)
+            ours_step = (med([x[0] for x in rn]) - med([x[0] for x in r1])) / (decode_new - 1)
+            theirs = lc_decode(lname, table)
+            where = 'decode b=1 %s%s' % (lname, '' if threads == args.threads else ', 1 thread')
+            if check == 'exact':
+                agree.check(where, rn[0][2], [q['tokens'] for q in table[lname]['decode-n'][0]['requests']],
+                            logits=logits_of(engine, cmd, V, work), tie_tolerance=1e-3 if lname == 'f32' else 3e-2,
+                            ours_repeats=[x[2] for x in rn[1:]],
+                            theirs_repeats=[[q['tokens'] for q in rep['requests']]
+                                            for rep in table[lname]['decode-n'][1:]])
+            else:
+                quantized.check(where + ' chunkattn int8 vs llama.cpp Q8_0 (different quantizers)', rn[0][2],
+                                [q['tokens'] for q in table[lname]['decode-n'][0]['requests']])
+            floor = floors[lname] / (bw * 1e9)
+            peer_label = {'int8': ' (llama.cpp Q8_0)'}.get(label, '')
+            note = {'F16': f16_note, 'BF16': 'both engines round the F32 weights to BF16 and compute with them',
+                    'int8': 'chunkattn: int8 weights, one fp32 scale per 32; llama.cpp Q8_0: one fp16 scale per 32'
+                    }.get(label, '')
+            rows.append(dict(workload='decode b=1, %s weights%s%s: ms/token' % (
+                                 label, peer_label, '' if threads == args.threads else ', 1 thread'),
+                             unit='ms', better='lower', threads=threads, chunkattn=ours_step * 1e3,
+                             llamacpp=theirs * 1e3, floor_ms=floor * 1e3 if threads == args.threads else None,
+                             weight_bytes=floors[lname], command=rel(cmd),
+                             peer_command=lc_cmd.replace('--threads %d' % args.threads, '--threads %d' % threads),
+                             note=note))
+
+    if args.decode_only:
+        return finish(args, rows, bw, bw_how, peer, R, q, agree, peer_batched, quantized, [])
 
     print('chunkattn: prefill', flush=True)
     for n in prefill_lens:
@@ -629,14 +647,19 @@ def main():
     families = [] if (args.skip_families or q) else family_checks(args, ours, peer, work, agree, demo_tok)
     if q and not args.skip_families:
         families = family_checks(args, ours, peer, work, agree, demo_tok, only=['demo'])
+    return finish(args, rows, bw, bw_how, peer, R, q, agree, peer_batched, quantized, families)
 
+
+def finish(args, rows, bw, bw_how, peer, R, q, agree, peer_batched, quantized, families):
+    """Ratios, the table, the verdicts and the JSON; the exit status."""
+    command = ' '.join(['/usr/bin/python3'] + [os.path.relpath(sys.argv[0], SOURCE)] + sys.argv[1:])
     for r in rows:
         a, b = r['chunkattn'], r['llamacpp']
         if a is None or b is None:
             r['ratio'] = None
         else:
             r['ratio'] = (b / a) if r['better'] == 'lower' else (a / b)  # > 1: chunkattn better
-    print_table(rows, bw, bw_how, peer.info, R)
+    print_table(rows, bw, bw_how, peer.info, R, args.threads)
     ok = agree.ok()
     if peer_batched.rows:
         print('llama.cpp batched against llama.cpp one sequence at a time: %s' % (
@@ -646,7 +669,8 @@ def main():
         if ok else 'MISMATCHES (see above)'))
     if args.json:
         doc = dict(machine_info(SOURCE, command), benchmark='peer-llamacpp', threads=args.threads, repeats=R,
-                   quick=q, model=dict(BIG, params_m=156, note='seeded random Llama, issue 40'),
+                   quick=q, decode_only=args.decode_only,
+                   model=dict(BIG, params_m=156, note='seeded random Llama, issue 40'),
                    bandwidth_gbs=bw, bandwidth_method=bw_how, llamacpp=dict(peer.info, package='node-llama-cpp@3.21.1'),
                    rows=rows, greedy=agree.rows, families=families, greedy_no_mismatch=ok,
                    llamacpp_batched_vs_single=peer_batched.rows, greedy_int8_vs_q8_0=quantized.rows)
@@ -746,10 +770,11 @@ def family_checks(args, ours, peer, work, agree, demo_tok, only=None):
     return out
 
 
-def print_table(rows, bw, bw_how, info, repeats):
+def print_table(rows, bw, bw_how, info, repeats, threads):
     print()
-    print('2 threads each; llama.cpp %s (node-llama-cpp 3.21.1, %s); read bandwidth %.1f GB/s (%s); medians of %d'
-          % (info['llama_cpp_release']['release'], info['build_type'], bw, bw_how, repeats))
+    print('%d threads each (but the rows that say 1 thread); llama.cpp %s (node-llama-cpp 3.21.1, %s); '
+          'read bandwidth %.1f GB/s (%s); medians of %d'
+          % (threads, info['llama_cpp_release']['release'], info['build_type'], bw, bw_how, repeats))
     print()
     print('| workload | chunkattn | llama.cpp | chunkattn vs llama.cpp | floor (weights / bandwidth) |')
     print('|---|---|---|---|---|')
@@ -759,7 +784,8 @@ def print_table(rows, bw, bw_how, info, repeats):
                 return '-'
             return '%.1f' % v if r['unit'] == 'tokens/s' else ('%.2f' % v if r['unit'] == 's' else '%.1f' % v)
         ratio = '-' if r.get('ratio') is None else '%.2fx %s' % (r['ratio'], 'faster' if r['ratio'] >= 1 else 'slower')
-        floor = '%.1f ms (%.0f MB)' % (r['floor_ms'], r['weight_bytes'] / 1e6) if 'floor_ms' in r else ''
+        floor = ('%.1f ms (%.0f MB)' % (r['floor_ms'], r['weight_bytes'] / 1e6) if r.get('floor_ms') is not None
+                 else '')
         print('| %s | %s | %s | %s | %s |' % (r['workload'], fmt(r['chunkattn']), fmt(r['llamacpp']), ratio, floor))
     print()
 

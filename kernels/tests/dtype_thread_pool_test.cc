@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -99,6 +100,28 @@ TEST(ThreadPoolTest, EveryItemRunsExactlyOnce) {
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " item " << i;
       EXPECT_EQ(bad_thread.load(), 0);
     }
+  }
+}
+
+// The pool's threads spin for the next loop, then sleep (kSpinMicros): loops
+// back to back (caught spinning), after pauses past the spin (woken from
+// sleep), and in between, each loop's writes visible to the next loop's
+// items and every item run once. Under TSan this is the race check of the
+// handoff between spinning, sleeping and the caller's wait.
+TEST(ThreadPoolTest, LoopsAfterSpinningAndAfterSleepingHandOffCleanly) {
+  ThreadPool pool(3);
+  std::vector<int64_t> data(257, 0), loops(257, 0);  // loops[i]: earlier loops that ran item i
+  const int64_t pause_us[] = {0, 0, 1, ThreadPool::kSpinMicros / 2, ThreadPool::kSpinMicros * 3};
+  for (int rep = 0; rep < 200; ++rep) {
+    const int64_t n = 1 + (rep * 37) % 257;
+    std::atomic<int> wrong{0};
+    pool.ParallelFor(n, [&](int64_t i, int) {
+      if (data[i] != (i + 1) * loops[i]) wrong.fetch_add(1);  // the previous loops' writes are visible
+      data[i] += i + 1;
+    });
+    ASSERT_EQ(wrong.load(), 0) << "rep " << rep;
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], (i + 1) * ++loops[i]) << "rep " << rep << " item " << i;
+    if (pause_us[rep % 5] > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us[rep % 5]));
   }
 }
 
