@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/fd_limit.h"
+#include "base/redis_client.h"
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
 #include "kernels/api/dtype.h"
@@ -83,6 +84,11 @@ ABSL_FLAG(int, tokenize_threads, 2, "threads that tokenize text prompts, off gRP
 ABSL_FLAG(std::string, kv_tier_write_policy, "write_back",
           "KV tiers under the pool (the workers' --host_kv_cache_mib, --disk_kv_cache_dir): write_back keeps a "
           "block in a tier when the pool evicts it; write_through as soon as its KV is computed");
+ABSL_FLAG(std::string, kv_store_url, "",
+          "the shared KV tier (issue 41): redis://[[user]:password@]host:port[/db] of a Redis every replica of "
+          "this model reaches; handed to the workers at Join. Blocks kept in a tier are written there too, and "
+          "a new request's blocks found there are loaded instead of recomputed. A secret (the password): never "
+          "logged. Empty = off; rediss:// (TLS) is not supported");
 ABSL_FLAG(int, mask_threads, 0,
           "threads computing a step's structured-output token masks (while the workers run the step); "
           "0 = a quarter of the CPUs this process may use, 1 to 8");
@@ -253,6 +259,11 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
     return Invalid("--kv_tier_write_policy must be write_back or write_through");
   }
   c.engine.scheduler.tier_write_through = write_policy == "write_through";
+  if (const std::string url = absl::GetFlag(FLAGS_kv_store_url); !url.empty()) {
+    if (absl::Status parsed = ParseRedisUrl(url).status(); !parsed.ok()) return parsed;  // never quotes the password
+    c.engine.kv_store_url = url;
+    c.engine.workers.join.set_kv_store_url(url);
+  }
   c.engine.mask_threads = absl::GetFlag(FLAGS_mask_threads);
   if (c.engine.mask_threads < 0 || c.engine.mask_threads > 64) return Invalid("--mask_threads must be in [0, 64]");
   if (c.engine.mask_threads == 0) c.engine.mask_threads = std::clamp(AvailableCpus() / 4, 1, 8);

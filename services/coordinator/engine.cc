@@ -23,6 +23,11 @@ constexpr absl::Duration kIdleProbeInterval = absl::Seconds(1);
 // The per-tenant gauges walk every tenant and cache namespace: not every step.
 constexpr absl::Duration kTenantGaugePeriod = absl::Milliseconds(250);
 
+// How long a new request waits for its shared-tier probe before it is
+// admitted without (the probe's own bounds: a queued probe 100 ms, a round
+// trip 50 ms, a connect 50 ms).
+constexpr absl::Duration kSharedProbeWait = absl::Milliseconds(250);
+
 // Latency buckets, seconds: 1 ms .. ~65 s.
 std::vector<double> LatencyBuckets() { return metrics::ExponentialBuckets(0.001, 2, 17); }
 
@@ -62,6 +67,25 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   m_tier_drops_ = &m.GetCounter("chunkattn_kv_tier_drops_total", "KV blocks a full tier forgot (LRU).");
   m_tier_failed_ = &m.GetCounter("chunkattn_kv_tier_failed_moves_total",
                                  "KV tier moves a worker failed (corrupt, missing or unwritable: recomputed).");
+  m_shared_known_ = &m.GetGauge("chunkattn_kv_tier_blocks", "KV blocks kept in a tier below the pool.",
+                                {{"tier", "shared"}});
+  m_shared_loads_ = &m.GetCounter("chunkattn_kv_tier_loads_total", "KV blocks loaded back into the pool from a tier.",
+                                  {{"tier", "shared"}});
+  m_shared_stores_ = &m.GetCounter("chunkattn_kv_tier_shared_stores_total",
+                                   "KV blocks written to the shared tier (Redis).");
+  m_shared_hits_ = &m.GetCounter("chunkattn_kv_tier_shared_hits_total",
+                                 "KV blocks a probe found in the shared tier (stored by any replica).");
+  m_shared_fallbacks_ = &m.GetCounter("chunkattn_kv_tier_shared_fallbacks_total",
+                                      "Shared-tier loads that failed (missing, corrupt, slow or down): recomputed.");
+  m_shared_failed_stores_ = &m.GetCounter("chunkattn_kv_tier_shared_failed_stores_total",
+                                          "Shared-tier stores a worker could not queue or send.");
+  m_shared_probes_ = &m.GetCounter("chunkattn_kv_tier_shared_probes_total",
+                                   "New requests whose blocks were looked up in the shared tier.");
+  m_shared_probe_failures_ = &m.GetCounter("chunkattn_kv_tier_shared_probe_failures_total",
+                                           "Shared-tier probes answered empty: the store was slow, down or refused.");
+  m_shared_load_seconds_ = &m.GetHistogram("chunkattn_kv_tier_shared_load_seconds",
+                                           "A step's loads from the shared tier, on its slowest rank.",
+                                           LatencyBuckets());
   m_oldest_cached_ = &m.GetGauge("chunkattn_kv_oldest_cached_seconds",
                                  "Since the next KV chunk to evict lost its last user (0: none cached).");
   const std::string req_help = "Requests by state.";
@@ -105,6 +129,29 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
     m_kv_stored_ = &m.GetCounter("chunkattn_kv_event_blocks_total", blocks_help, {{"event", "stored"}});
     m_kv_removed_ = &m.GetCounter("chunkattn_kv_event_blocks_total", blocks_help, {{"event", "removed"}});
     m_kv_cleared_ = &m.GetCounter("chunkattn_kv_events_cleared_total", "AllBlocksCleared events published.");
+  }
+  if (!options_.kv_store_url.empty() && options_.scheduler.prefix_sharing) {
+    // Checked with the flags (coordinator_config.cc); a bad URL here is a
+    // caller's bug, and costs the shared tier, not the engine.
+    absl::StatusOr<RedisUrl> url = ParseRedisUrl(options_.kv_store_url);
+    if (url.ok()) {
+      SharedKvProbeOptions po;
+      po.url = *url;
+      po.redis.connect_timeout = absl::Milliseconds(50);
+      po.redis.io_timeout = absl::Milliseconds(50);
+      po.chunk_size = options_.scheduler.chunk_size;
+      po.block_hash_seed = options_.kv_events_hash_seed;
+      shared_probe_ = std::make_unique<SharedKvProbe>(po, [this](int64_t id, std::vector<uint64_t> keys) {
+        Command c{Command::kTask, 0, 0, {}, nullptr, nullptr};
+        c.task = [this, id, keys = std::move(keys)] {
+          if (scheduler_ != nullptr) scheduler_->SharedProbeDone(id, keys);
+        };
+        Post(std::move(c));
+      });
+      Log(absl::StrCat("shared KV tier: ", url->Redacted()));
+    } else {
+      Log(absl::StrCat("shared KV tier off: ", url.status().ToString()));
+    }
   }
   // A stop string found on the output thread ends the sample through the
   // inbox, like a cancel.
@@ -271,6 +318,8 @@ void Engine::Loop() {
         // The workers' tiers are new with their session: so is the map.
         so.tiers.host_slots = pool_->host_kv_slots();
         so.tiers.disk_slots = pool_->disk_kv_slots();
+        so.tiers.shared = shared_probe_ != nullptr && !pool_->kv_store_key_prefixes().empty();
+        if (shared_probe_ != nullptr) shared_probe_->SetKeyPrefixes(pool_->kv_store_key_prefixes());
         so.block_hash_seed = options_.kv_events_hash_seed;
         so.record_block_events = options_.kv_events != nullptr;
         so.num_chunks = static_cast<int32_t>(std::min<int64_t>(pool_->num_chunks(), kMaxChunks));
@@ -404,10 +453,17 @@ void Engine::DrainInbox(bool serving) {
     out.n = c.request.spec.n;
     if (tokenizer_ != nullptr) out.prompt = c.request.spec.prompt;
     out.arrival = absl::Now();
+    const bool probe = shared_probe_ != nullptr && scheduler_->tiers().shared();
+    std::vector<TokenId> probe_prompt = probe ? c.request.spec.prompt : std::vector<TokenId>();
+    std::string probe_ns = probe ? c.request.spec.cache_namespace : std::string();
     absl::Status added = scheduler_->Add(c.id, std::move(c.request.spec));
     if (!added.ok()) {
       output_->Refuse(std::move(c.sink), added);
       continue;
+    }
+    if (probe) {
+      scheduler_->AwaitSharedProbe(c.id, kSharedProbeWait);
+      shared_probe_->Probe(c.id, std::move(probe_prompt), std::move(probe_ns));
     }
     output_->Open(std::move(out), std::move(c.sink));
   }
@@ -439,6 +495,11 @@ void Engine::Step() {
     return;
   }
   m_step_->Observe(absl::ToDoubleSeconds(now - start));
+  if (std::any_of(plan.moves.begin(), plan.moves.end(), [](const KvMove& m) {
+        return m.tier == KvTier::kShared && m.kind == KvMove::Kind::kLoad;
+      })) {
+    m_shared_load_seconds_->Observe(result->shared_load_seconds);
+  }
   std::vector<SampleEvent> events;
   absl::Status completed = scheduler_->Complete(*result, &events);
   if (!completed.ok()) {
@@ -520,6 +581,17 @@ void Engine::UpdateGauges() {
   count(m_tier_demotions_, ts.demotions_total, &tiers_seen_.demotions_total);
   count(m_tier_drops_, ts.drops_total, &tiers_seen_.drops_total);
   count(m_tier_failed_, ts.failed_moves_total, &tiers_seen_.failed_moves_total);
+  m_shared_known_->Set(static_cast<double>(ts.shared_known));
+  count(m_shared_loads_, ts.shared_loads_total, &tiers_seen_.shared_loads_total);
+  count(m_shared_stores_, ts.shared_stores_total, &tiers_seen_.shared_stores_total);
+  count(m_shared_hits_, ts.shared_hits_total, &tiers_seen_.shared_hits_total);
+  count(m_shared_fallbacks_, ts.shared_fallbacks_total, &tiers_seen_.shared_fallbacks_total);
+  count(m_shared_failed_stores_, ts.shared_failed_stores_total, &tiers_seen_.shared_failed_stores_total);
+  if (shared_probe_ != nullptr) {  // the probe's totals span sessions
+    const SharedKvProbeStats ps = shared_probe_->stats();
+    count(m_shared_probes_, ps.probes_total, &probes_seen_.probes_total);
+    count(m_shared_probe_failures_, ps.failed_total, &probes_seen_.failed_total);
+  }
   if (ss.preemptions_total > preemptions_seen_) {
     m_preemptions_->Increment(static_cast<double>(ss.preemptions_total - preemptions_seen_));
   }

@@ -46,6 +46,7 @@
 #include "services/kv_events/publisher.h"
 #include "services/metrics/metrics.h"
 #include "services/core/scheduler.h"
+#include "services/core/shared_kv_probe.h"
 #include "text/tokenizer.h"
 
 namespace chunkattn {
@@ -84,6 +85,10 @@ struct EngineOptions {
   // Threads that compute a step's token masks (structured outputs), the
   // loop's own included, while the workers run the step's forward pass.
   int mask_threads = 1;
+  // The shared KV tier (issue 41), as workers.join.kv_store_url: the engine
+  // probes it for each new request's blocks (SharedKvProbe); empty = off.
+  // Holds a password: never logged (RedactRedisUrl).
+  std::string kv_store_url;
 };
 
 // The cache's blocks at one point of the KV-event stream: every event with a
@@ -251,6 +256,17 @@ class Engine {
   metrics::Counter* m_tier_demotions_;
   metrics::Counter* m_tier_drops_;
   metrics::Counter* m_tier_failed_;
+  // The shared tier (Redis): blocks believed there, and its traffic.
+  metrics::Gauge* m_shared_known_;
+  metrics::Counter* m_shared_loads_;
+  metrics::Counter* m_shared_stores_;
+  metrics::Counter* m_shared_hits_;
+  metrics::Counter* m_shared_fallbacks_;
+  metrics::Counter* m_shared_failed_stores_;
+  metrics::Counter* m_shared_probes_;
+  metrics::Counter* m_shared_probe_failures_;
+  metrics::Histogram* m_shared_load_seconds_;
+  SharedKvProbeStats probes_seen_;
   metrics::Gauge* m_oldest_cached_;
   metrics::Gauge* m_running_;
   metrics::Gauge* m_waiting_;
@@ -272,6 +288,10 @@ class Engine {
   metrics::Counter* m_kv_stored_ = nullptr;
   metrics::Counter* m_kv_removed_ = nullptr;
   metrics::Counter* m_kv_cleared_ = nullptr;
+
+  // With options_.kv_store_url: its thread posts answers to the inbox, so it
+  // is declared last (stopped first, while the inbox is still there).
+  std::unique_ptr<SharedKvProbe> shared_probe_;
 };
 
 }  // namespace chunkattn

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,6 +55,12 @@ class WorkerGroup {
   // without tiers).
   virtual int64_t host_kv_slots() const { return 0; }
   virtual int64_t disk_kv_slots() const { return 0; }
+  // Per rank, the prefix of its keys in the shared KV tier (JoinResponse's
+  // kv_store_key_prefix); empty: no shared tier.
+  virtual const std::vector<std::string>& kv_store_key_prefixes() const {
+    static const std::vector<std::string> kNone;
+    return kNone;
+  }
 };
 
 }  // namespace chunkattn

@@ -248,6 +248,18 @@ absl::Status WorkerPool::Connect() {
   }
   host_kv_slots_ = std::max<int64_t>(host_slots, 0);
   disk_kv_slots_ = std::max<int64_t>(disk_slots, 0);
+  // The shared tier is on when every rank names its keys (a rank without
+  // one, or with a prefix no key of ours would have, turns it off).
+  kv_store_key_prefixes_.clear();
+  for (const auto& resp : responses) {
+    const std::string& p = resp.kv_store_key_prefix();
+    const bool printable = std::all_of(p.begin(), p.end(), [](char c) { return c > ' ' && c < 127; });
+    if (p.empty() || p.size() > 256 || !printable) {
+      kv_store_key_prefixes_.clear();
+      break;
+    }
+    kv_store_key_prefixes_.push_back(p);
+  }
   if (options_.max_kv_chunks > 0) capacity = std::min(capacity, options_.max_kv_chunks);
   num_chunks_ = capacity;
   chunk_bytes_total_ = bytes;
@@ -381,6 +393,9 @@ absl::StatusOr<StepResult> WorkerPool::Step(StepPlan* step, const std::function<
     for (int32_t k : rank->result.failed_moves()) {
       if (k >= 0 && k < moves) result.failed_moves.push_back(k);
     }
+    StepResult r;  // the slowest rank's shared-tier loads hold the step
+    FromProto(rank->result, &r);
+    result.shared_load_seconds = std::max(result.shared_load_seconds, r.shared_load_seconds);
   }
   std::sort(result.failed_moves.begin(), result.failed_moves.end());
   result.failed_moves.erase(std::unique(result.failed_moves.begin(), result.failed_moves.end()),

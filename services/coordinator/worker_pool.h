@@ -109,6 +109,7 @@ class WorkerPool final : public WorkerGroup {
   const std::string& kv_dtype() const override { return kv_dtype_; }
   int64_t host_kv_slots() const override { return host_kv_slots_; }
   int64_t disk_kv_slots() const override { return disk_kv_slots_; }
+  const std::vector<std::string>& kv_store_key_prefixes() const override { return kv_store_key_prefixes_; }
 
  private:
   struct Rank;
@@ -135,6 +136,7 @@ class WorkerPool final : public WorkerGroup {
   int64_t chunk_bytes_total_ = 0;
   int64_t host_kv_slots_ = 0;  // the fewest any rank has
   int64_t disk_kv_slots_ = 0;
+  std::vector<std::string> kv_store_key_prefixes_;  // per rank; empty: no shared tier
   std::string dtype_;
   std::string device_;
   std::string kv_dtype_;

@@ -6,7 +6,8 @@
 
 namespace chunkattn {
 
-KvTierMap::KvTierMap(KvTierMapOptions options) {
+KvTierMap::KvTierMap(KvTierMapOptions options)
+    : shared_(options.shared), shared_known_max_(std::max<int64_t>(options.shared_known_max, 1)) {
   for (auto [tier, id, capacity] : {std::tuple<Tier*, KvTier, int64_t>{&host_, KvTier::kHost, options.host_slots},
                                     {&disk_, KvTier::kDisk, options.disk_slots}}) {
     tier->id = id;
@@ -22,8 +23,27 @@ KvTierMap::KvTierMap(KvTierMapOptions options) {
 
 std::optional<KvTierMap::Location> KvTierMap::Find(uint64_t key) const {
   auto it = where_.find(key);
-  if (it == where_.end()) return std::nullopt;
-  return it->second;
+  if (it != where_.end()) return it->second;
+  if (shared_known_.contains(key)) return Location{KvTier::kShared, 0};
+  return std::nullopt;
+}
+
+void KvTierMap::RememberShared(uint64_t key) {
+  if (!shared_known_.insert(key).second) return;
+  shared_order_.push_back(key);
+  while (static_cast<int64_t>(shared_order_.size()) > shared_known_max_) {
+    shared_known_.erase(shared_order_.front());
+    shared_order_.pop_front();
+  }
+  stats_.shared_known = static_cast<int64_t>(shared_known_.size());
+}
+
+void KvTierMap::NoteShared(absl::Span<const uint64_t> keys) {
+  if (!shared_) return;
+  for (uint64_t key : keys) {
+    if (!shared_known_.contains(key)) ++stats_.shared_hits_total;
+    RememberShared(key);
+  }
 }
 
 void KvTierMap::Touch(Tier& tier, int64_t slot) { tier.lru.splice(tier.lru.end(), tier.lru, tier.pos[slot]); }
@@ -83,6 +103,11 @@ void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
     Touch(TierOf(it->second.tier), it->second.slot);
     return;
   }
+  if (shared_ && !shared_known_.contains(key)) {
+    moves->push_back(KvMove::Store(KvTier::kShared, 0, chunk, key));
+    RememberShared(key);
+    ++stats_.shared_stores_total;
+  }
   Tier& tier = host_.capacity > 0 ? host_ : disk_;
   if (tier.capacity == 0) return;
   const int64_t slot = Allocate(tier, moves);
@@ -93,6 +118,11 @@ void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
 }
 
 void KvTierMap::Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
+  if (!where_.contains(key)) {  // REQUIRES: the shared tier is believed to hold it
+    moves->push_back(KvMove::Load(KvTier::kShared, 0, chunk, key));
+    ++stats_.shared_loads_total;
+    return;
+  }
   const Location at = where_.at(key);
   Tier& tier = TierOf(at.tier);
   Touch(tier, at.slot);
@@ -103,12 +133,19 @@ void KvTierMap::Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
 
 void KvTierMap::Complete(absl::Span<const KvMove> moves, absl::Span<const int32_t> failed) {
   for (const KvMove& m : moves) {
-    if (m.kind == KvMove::Kind::kLoad) --TierOf(m.tier).pins[m.slot];
+    if (m.kind == KvMove::Kind::kLoad && m.tier != KvTier::kShared) --TierOf(m.tier).pins[m.slot];
   }
   for (int32_t i : failed) {
     if (i < 0 || static_cast<size_t>(i) >= moves.size()) continue;
+    const KvMove& m = moves[i];
+    if (m.tier == KvTier::kShared) {
+      ++(m.kind == KvMove::Kind::kLoad ? stats_.shared_fallbacks_total : stats_.shared_failed_stores_total);
+      shared_known_.erase(m.key);  // its entry in shared_order_ goes when it comes up
+      stats_.shared_known = static_cast<int64_t>(shared_known_.size());
+      continue;
+    }
     ++stats_.failed_moves_total;
-    Forget(moves[i].key);
+    Forget(m.key);
   }
 }
 
@@ -141,6 +178,12 @@ absl::Status KvTierMap::CheckInvariants() const {
   }
   if (held_total != static_cast<int64_t>(where_.size())) {
     return absl::InternalError(absl::StrFormat("%d blocks held, %d in the map", held_total, where_.size()));
+  }
+  if (static_cast<int64_t>(shared_known_.size()) > shared_known_max_ ||
+      shared_known_.size() > shared_order_.size() || stats_.shared_known != static_cast<int64_t>(shared_known_.size()) ||
+      (!shared_ && !shared_known_.empty())) {
+    return absl::InternalError(absl::StrFormat("shared tier: %d keys believed, %d in order, bound %d",
+                                               shared_known_.size(), shared_order_.size(), shared_known_max_));
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,16 @@
 // the namespace, every token before the block and its own), so a key names
 // the same KV wherever it is computed, and tenants never share one.
 //
+// The shared tier (Redis, shared by replicas; issue 41) has no slots: the
+// map keeps a bounded set of keys it believes the store holds (those stored
+// by this replica's workers, and those a probe found: SharedKvProbe), and
+// the store evicts by its own policy, so a belief may be stale: the load
+// then fails and the block is recomputed, and forgotten. A block kept in a
+// tier for the first time is also written to the shared tier (write-through
+// to the store: a replica's blocks reach the others as soon as this
+// replica keeps them, and a block the host or disk tier later drops is
+// still there); with no host or disk tier it goes to the shared tier only.
+//
 // A block evicted from the pool enters the host tier (write-back), or the
 // disk tier when there is no host tier. A full host tier demotes its least
 // recently used block to disk (dropped without a disk tier); a full disk
@@ -23,6 +33,7 @@
 #define CHUNKATTN_SERVICES_CORE_KV_TIERS_H_
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <optional>
 #include <string>
@@ -30,6 +41,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "proto/plan/step_plan.h"
@@ -40,6 +52,8 @@ namespace chunkattn {
 struct KvTierMapOptions {
   int64_t host_slots = 0;  // blocks the host tier holds (the smallest rank's); 0: none
   int64_t disk_slots = 0;  // blocks the disk tier holds; 0: none
+  bool shared = false;     // the workers have a shared tier (Redis)
+  int64_t shared_known_max = int64_t{1} << 20;  // keys believed in the shared tier, at most (16 B each)
 };
 
 struct KvTierStats {
@@ -50,7 +64,14 @@ struct KvTierStats {
   int64_t drops_total = 0;      // blocks a full tier forgot
   int64_t host_loads_total = 0;  // blocks loaded back into the pool, by tier
   int64_t disk_loads_total = 0;
-  int64_t failed_moves_total = 0;  // moves a worker reported failed (the block is forgotten)
+  int64_t failed_moves_total = 0;  // host or disk moves a worker reported failed (the block is forgotten)
+  // The shared tier.
+  int64_t shared_known = 0;               // keys believed in the store now
+  int64_t shared_stores_total = 0;        // blocks written to it
+  int64_t shared_hits_total = 0;          // blocks a probe found there (not known before)
+  int64_t shared_loads_total = 0;         // blocks loaded from it into the pool
+  int64_t shared_fallbacks_total = 0;     // loads that failed (missing, corrupt, slow, down): recomputed
+  int64_t shared_failed_stores_total = 0;  // stores a worker could not queue or send
 };
 
 class KvTierMap {
@@ -62,11 +83,16 @@ class KvTierMap {
 
   explicit KvTierMap(KvTierMapOptions options);
 
-  bool enabled() const { return host_.capacity > 0 || disk_.capacity > 0; }
-  bool empty() const { return where_.empty(); }
+  bool enabled() const { return host_.capacity > 0 || disk_.capacity > 0 || shared_; }
+  bool shared() const { return shared_; }
+  bool empty() const { return where_.empty() && shared_known_.empty(); }
 
-  // The slot holding block `key`, if a tier has it.
+  // The slot holding block `key`, if the host or disk tier has it; else the
+  // shared tier (slot 0) when the map believes it holds the block.
   std::optional<Location> Find(uint64_t key) const;
+
+  // A probe found `keys` in the shared tier: they may be loaded from now.
+  void NoteShared(absl::Span<const uint64_t> keys);
 
   // Block `key` in pool chunk `chunk` is about to leave the pool: keeps it in
   // the highest tier with room, appending the moves (a demotion or a drop to
@@ -75,12 +101,13 @@ class KvTierMap {
   void Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves);
 
   // Loads block `key` (REQUIRES: Find(key)) into pool chunk `chunk`:
-  // appends the move, refreshes the block and pins its slot.
+  // appends the move, refreshes the block and pins its slot (a shared
+  // tier's load pins nothing: the store is not ours to overwrite).
   void Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves);
 
   // The step that carried `moves` ran; `failed` are the indices of the ones
   // that failed. Unpins the loads' slots and forgets the failed moves'
-  // blocks.
+  // blocks (a failed shared move: the belief that the store holds it).
   void Complete(absl::Span<const KvMove> moves, absl::Span<const int32_t> failed);
 
   const KvTierStats& stats() const { return stats_; }
@@ -110,9 +137,14 @@ class KvTierMap {
   int64_t Allocate(Tier& tier, std::vector<KvMove>* moves);
   void Hold(Tier& tier, int64_t slot, uint64_t key);
   void Forget(uint64_t key);  // frees its slot
+  void RememberShared(uint64_t key);
 
   Tier host_, disk_;
   absl::flat_hash_map<uint64_t, Location> where_;
+  bool shared_ = false;
+  int64_t shared_known_max_ = 0;
+  absl::flat_hash_set<uint64_t> shared_known_;
+  std::deque<uint64_t> shared_order_;  // the oldest belief first, forgotten first (may name forgotten keys)
   KvTierStats stats_;
 };
 

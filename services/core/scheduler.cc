@@ -49,6 +49,7 @@ struct Scheduler::Request {
   AdmissionKey key;      // of `queued`, kept: the queue compares it often
   bool running = false;
   int32_t cached_prompt_tokens = -1;  // of the first admission
+  absl::Time probe_until = absl::InfinitePast();  // not admitted before, while its shared-tier probe runs
   struct Sample {
     std::vector<TokenId> generated;
     bool finished = false;
@@ -202,6 +203,17 @@ absl::Status Scheduler::PlanLoads(Seq* seq, std::string_view ns) {
 }
 
 Scheduler::~Scheduler() = default;
+
+void Scheduler::AwaitSharedProbe(RequestId id, absl::Duration wait) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || !tiers_.shared()) return;
+  it->second->probe_until = clock_->Now() + wait;
+}
+
+void Scheduler::SharedProbeDone(RequestId id, absl::Span<const uint64_t> keys) {
+  tiers_.NoteShared(keys);
+  if (auto it = requests_.find(id); it != requests_.end()) it->second->probe_until = absl::InfinitePast();
+}
 
 absl::Status Scheduler::Add(RequestId id, RequestSpec spec) {
   if (requests_.count(id) != 0) {
@@ -519,8 +531,10 @@ absl::Status Scheduler::AdmitWaiting(std::vector<Request*>* running, std::vector
            held[r->spec.tenant] > 0;  // a request alone may pass the cap (n > the share)
   };
   int scanned = 0;
+  const absl::Time now = clock_->Now();
   for (auto it = waiting_.begin(); it != waiting_.end() && scanned < kAdmissionScan; ++it, ++scanned) {
     if (ShouldDefer(**it) || (!admitting_ && (*it)->cached_prompt_tokens < 0)) continue;
+    if ((*it)->probe_until > now) continue;  // its shared-tier probe has not answered yet
     candidates.push_back(*it);
   }
   while (!candidates.empty()) {

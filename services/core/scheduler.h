@@ -210,6 +210,17 @@ class Scheduler {
   // request's last running sample (the request is gone).
   bool FinishSample(RequestId id, int32_t index);
 
+  // The shared KV tier (tiers.shared): request `id` (queued) is not admitted
+  // until SharedProbeDone(id) or `wait` from now, whichever comes first, so
+  // its prompt's blocks in the shared store are loaded rather than
+  // recomputed. The probe runs elsewhere (SharedKvProbe): the loop never
+  // waits on the store. Unknown ids are ignored.
+  void AwaitSharedProbe(RequestId id, absl::Duration wait);
+  // The probe's answer for `id`: `keys` (blocks of its prompt) are in the
+  // shared store. Admits `id` from the next Schedule; the keys are kept
+  // (KvTierMap::NoteShared) whether or not `id` is still queued.
+  void SharedProbeDone(RequestId id, absl::Span<const uint64_t> keys);
+
   // Fills `plan` with the next step. Returns false (and leaves the plan
   // empty) when there is nothing to run. INTERNAL only on a broken invariant.
   absl::StatusOr<bool> Schedule(StepPlan* plan);

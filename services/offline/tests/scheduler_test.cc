@@ -16,12 +16,17 @@
 #include <random>
 #include <set>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/tests/redis_server.h"
+#include "services/core/shared_kv_probe.h"
 #include "gtest/gtest.h"
 #include "services/tests/plan_limits.h"
 #include "workers/model/llama.h"
 #include "workers/model/weights.h"
 #include "workers/server/plan_executor.h"
+#include "workers/server/shared_kv_store.h"
 #include "workers/tests/device_sampling_model.h"
 #include "workers/tests/temp_dir.h"
 #include "workers/tests/tiny_model.h"
@@ -53,6 +58,7 @@ class Harness {
       EXPECT_TRUE(store.ok()) << store.status();
       tier_store_ = std::move(*store);
     }
+    shared_prefix_ = SharedKvKeyPrefix(config_, *weights, mo, "cpu", 0, 1);
     auto model = LlamaModel::Create(config_, std::move(*weights), mo, nullptr, nullptr);
     EXPECT_TRUE(model.ok()) << model.status();
     if (device_sampling) {
@@ -63,7 +69,7 @@ class Harness {
       model_ = std::move(*model);
     }
     executor_ = std::make_unique<PlanExecutor>(model_.get(), true, tier_store_.get());
-    SchedulerOptions so;
+    SchedulerOptions& so = so_;
     if (tier_store_ != nullptr) {
       so.tiers.host_slots = tier_store_->slots(KvTier::kHost);
       so.tiers.disk_slots = tier_store_->slots(KvTier::kDisk);
@@ -83,14 +89,54 @@ class Harness {
     scheduler_ = std::move(*scheduler);
   }
 
+  // A shared tier in Redis at `url` (write-through), and a probe of it for
+  // each request added: a replica of its own over that store.
+  void UseSharedTier(const RedisUrl& url) {
+    SharedKvOptions o;
+    o.url = url;
+    shared_store_ = std::make_unique<SharedKvStore>(o, shared_prefix_, chunk_bytes_);
+    executor_ = std::make_unique<PlanExecutor>(model_.get(), true, tier_store_.get(), shared_store_.get());
+    so_.tiers.shared = true;
+    so_.tier_write_through = true;
+    auto scheduler = Scheduler::Create(so_);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+    SharedKvProbeOptions po;
+    po.url = url;
+    po.chunk_size = so_.chunk_size;
+    po.max_wait = absl::Seconds(10);
+    po.redis.io_timeout = absl::Seconds(2);
+    probe_ = std::make_unique<SharedKvProbe>(po, [this](int64_t id, std::vector<uint64_t> keys) {
+      absl::MutexLock lock(&probe_mu_);
+      answers_.emplace_back(id, std::move(keys));
+    });
+    probe_->SetKeyPrefixes({shared_prefix_});
+  }
+
   // Runs until idle, adding arrivals[k] at step k. Returns tokens per
   // (request, sample).
   std::map<std::pair<RequestId, int>, std::vector<TokenId>> Run(
       std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals) {
     std::map<std::pair<RequestId, int>, std::vector<TokenId>> out;
     for (int step = 0; step < 10000; ++step) {
-      for (auto& [id, spec] : arrivals[step]) EXPECT_TRUE(scheduler_->Add(id, spec).ok());
+      for (auto& [id, spec] : arrivals[step]) {
+        EXPECT_TRUE(scheduler_->Add(id, spec).ok());
+        if (probe_ != nullptr) {
+          scheduler_->AwaitSharedProbe(id, absl::Seconds(10));
+          probe_->Probe(id, spec.prompt, spec.cache_namespace);
+          ++probes_pending_;
+        }
+      }
       arrivals.erase(step);
+      if (probe_ != nullptr) {  // the answers the engine would post to its loop
+        std::vector<std::pair<int64_t, std::vector<uint64_t>>> answers;
+        {
+          absl::MutexLock lock(&probe_mu_);
+          answers.swap(answers_);
+        }
+        for (const auto& [id, keys] : answers) scheduler_->SharedProbeDone(id, keys);
+        probes_pending_ -= static_cast<int>(answers.size());
+      }
       if (!scheduler_->HasWork() && arrivals.empty()) break;
       if (hand_over_at_ >= 0 && step >= hand_over_at_) {  // as when a worker drains
         scheduler_->set_admitting(false);
@@ -100,7 +146,10 @@ class Harness {
       auto scheduled = scheduler_->Schedule(&plan);
       EXPECT_TRUE(scheduled.ok()) << scheduled.status();
       if (!scheduled.ok()) break;
-      if (!*scheduled) continue;
+      if (!*scheduled) {
+        if (probes_pending_ > 0) absl::SleepFor(absl::Milliseconds(1));  // requests wait for their probes
+        continue;
+      }
       testing::ExpectPlanWithinLimits(plan, scheduler_->options());
       if (plan.has_context) ++contexts_sent_;
       if (on_plan_) on_plan_(plan);
@@ -146,8 +195,15 @@ class Harness {
   testing::DeviceSamplingModel* device_model_ = nullptr;
   int64_t chunk_bytes_ = 0;
   std::unique_ptr<KvTierStore> tier_store_;
+  std::unique_ptr<SharedKvStore> shared_store_;
 
  private:
+  SchedulerOptions so_;
+  std::string shared_prefix_;
+  std::unique_ptr<SharedKvProbe> probe_;
+  absl::Mutex probe_mu_;
+  std::vector<std::pair<int64_t, std::vector<uint64_t>>> answers_ ABSL_GUARDED_BY(probe_mu_);
+  int probes_pending_ = 0;
   ModelConfig config_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<PlanExecutor> executor_;
@@ -306,6 +362,74 @@ TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
   tiered_run(false, false);
   tiered_run(true, false);
   tiered_run(false, true);
+}
+
+// Two replicas over one Redis (the shared tier, write-through): replica A
+// runs the tiered test's workload and writes its blocks; replica B, fresh,
+// probes each request's blocks there and loads them instead of recomputing.
+// Both give every request the tokens of the run without tiers (greedy and
+// seeded, n = 2), and B recomputes fewer prompt tokens. With Redis killed
+// mid-run, a third replica's loads fall back: the same outputs again.
+TEST(SchedulerTest, SharedTierAcrossReplicasGivesTheSameOutputs) {
+  RedisServerForTest redis("pw");
+  ASSERT_TRUE(redis.Start()) << "cannot start redis-server (scripts/install-deps.sh installs it)";
+  std::mt19937 rng(22);
+  std::uniform_int_distribution<int> tok(0, 95);
+  std::vector<std::vector<TokenId>> systems(6, std::vector<TokenId>(64));
+  for (auto& s : systems) {
+    for (auto& t : s) t = tok(rng);
+  }
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+  for (int r = 0; r < 24; ++r) {
+    RequestSpec spec;
+    spec.prompt = systems[(r * 5) % 6];
+    for (int k = 3 + r % 9; k > 0; --k) spec.prompt.push_back(tok(rng));
+    spec.max_new_tokens = 3 + r % 4;
+    spec.ignore_eos = true;
+    spec.n = r % 7 == 3 ? 2 : 1;
+    spec.cache_namespace = r % 3 == 0 ? "tenant-b" : "tenant-a";
+    if (r % 2 == 1) {
+      spec.sampling.temperature = 0.8f;
+      spec.sampling.seed = 100 + r;
+    }
+    arrivals[8 * (r / 4)].emplace_back(r + 1, spec);
+  }
+  Harness plain(28, 2048, true);
+  const auto want = plain.Run(arrivals);
+  int64_t plain_cached = 0;
+  for (const auto& [id, n] : plain.cached_) plain_cached += n;
+
+  Harness a(28, 2048, true);
+  a.UseSharedTier(redis.url());
+  EXPECT_EQ(a.Run(arrivals), want);
+  EXPECT_GT(a.scheduler().tiers().stats().shared_stores_total, 0);
+  a.shared_store_->Flush();
+
+  Harness b(28, 2048, true);
+  b.UseSharedTier(redis.url());
+  EXPECT_EQ(b.Run(arrivals), want);
+  const KvTierStats& ts = b.scheduler().tiers().stats();
+  EXPECT_GT(ts.shared_hits_total, 0);
+  EXPECT_GT(ts.shared_loads_total, 0);
+  EXPECT_EQ(ts.shared_fallbacks_total, 0);
+  int64_t cached = 0;
+  for (const auto& [id, n] : b.cached_) cached += n;
+  EXPECT_GT(cached, plain_cached) << "loaded prompt tokens count as cached";
+  EXPECT_TRUE(b.scheduler().tiers().CheckInvariants().ok());
+
+  // Redis killed once C's first loads are planned: they fail, and the rest
+  // is recomputed.
+  Harness c(28, 2048, true);
+  c.UseSharedTier(redis.url());
+  c.on_plan_ = [&](const StepPlan& plan) {
+    for (const KvMove& m : plan.moves) {
+      if (m.tier == KvTier::kShared && m.kind == KvMove::Kind::kLoad) redis.Kill();
+    }
+  };
+  EXPECT_EQ(c.Run(arrivals), want);
+  EXPECT_GT(c.scheduler().tiers().stats().shared_fallbacks_total, 0);
+  EXPECT_TRUE(c.scheduler().tiers().CheckInvariants().ok());
+  EXPECT_EQ(c.scheduler().cache_stats().used_chunks, 0);
 }
 
 // All-greedy steps take the device-greedy path (the GPU's), and give the
