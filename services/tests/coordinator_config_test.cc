@@ -25,6 +25,7 @@ ABSL_DECLARE_FLAG(int64_t, http_max_body_bytes);
 ABSL_DECLARE_FLAG(std::string, served_model_name);
 ABSL_DECLARE_FLAG(int, mask_threads);
 ABSL_DECLARE_FLAG(std::string, kv_tier_write_policy);
+ABSL_DECLARE_FLAG(std::string, kv_store_url);
 
 namespace chunkattn {
 namespace {
@@ -85,6 +86,8 @@ TEST_F(CoordinatorConfigTest, EachBadFlagIsRefusedByName) {
       {[] { absl::SetFlag(&FLAGS_mask_threads, -1); }, "--mask_threads"},
       {[] { absl::SetFlag(&FLAGS_mask_threads, 65); }, "--mask_threads"},
       {[] { absl::SetFlag(&FLAGS_kv_tier_write_policy, "write_around"); }, "--kv_tier_write_policy"},
+      {[] { absl::SetFlag(&FLAGS_kv_store_url, "redis://:pw@h:0"); }, "--kv_store_url"},
+      {[] { absl::SetFlag(&FLAGS_kv_store_url, "http://h:6379"); }, "--kv_store_url"},
       {[] {
          absl::SetFlag(&FLAGS_kv_events, true);
          absl::SetFlag(&FLAGS_kv_events_format, "xml");
@@ -99,6 +102,29 @@ TEST_F(CoordinatorConfigTest, EachBadFlagIsRefusedByName) {
     EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
     EXPECT_TRUE(absl::StrContains(config.status().message(), c.flag)) << config.status();
   }
+}
+
+TEST_F(CoordinatorConfigTest, KvStoreUrlGoesToTheWorkersJoin) {
+  {
+    absl::FlagSaver restore;
+    absl::SetFlag(&FLAGS_kv_store_url, "redis://:s3cret@redis.kv:6379/1");
+    absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->engine.kv_store_url, "redis://:s3cret@redis.kv:6379/1");
+    EXPECT_EQ(c->engine.workers.join.kv_store_url(), "redis://:s3cret@redis.kv:6379/1");
+  }
+  absl::FlagSaver restore;
+  absl::SetFlag(&FLAGS_kv_store_url, "redis://:s3cret@redis.kv:port");
+  absl::StatusOr<CoordinatorConfig> bad = CoordinatorConfigFromFlags();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_FALSE(absl::StrContains(bad.status().message(), "s3cret")) << bad.status();
+  absl::StatusOr<CoordinatorConfig> off = [] {
+    absl::FlagSaver inner;
+    absl::SetFlag(&FLAGS_kv_store_url, "");
+    return CoordinatorConfigFromFlags();
+  }();
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->engine.workers.join.kv_store_url().empty());
 }
 
 TEST_F(CoordinatorConfigTest, TheHttpGuardIsCheckedWhetherOrNotTheApiIsOn) {

@@ -34,6 +34,17 @@ class ChartTiersTest(unittest.TestCase):
         coordinator = parse_args(container(one(docs, 'Deployment'))['args'])
         self.assertEqual(coordinator['kv_tier_write_policy'], 'write_through')
 
+    def test_shared_tier_url_from_a_secret(self):
+        docs = render([])
+        self.assertNotIn('kv_store_url', parse_args(container(one(docs, 'Deployment'))['args']))
+        docs = render([], '--set', 'cache.tiers.shared.urlSecretName=kv-redis')
+        c = container(one(docs, 'Deployment'))
+        self.assertEqual(parse_args(c['args'])['kv_store_url'], '$(CHUNKATTN_KV_STORE_URL)')
+        env = [e for e in c['env'] if e['name'] == 'CHUNKATTN_KV_STORE_URL'][0]
+        self.assertEqual(env['valueFrom']['secretKeyRef'], {'name': 'kv-redis', 'key': 'url'})
+        for d in docs:  # the URL itself is in no rendered object
+            self.assertNotIn('redis://', str(d))
+
     def test_unknown_policy_is_refused(self):
         self.assertNotEqual(helm('template', RELEASE, '.', '--set', 'cache.tiers.writePolicy=write_around').returncode,
                             0)

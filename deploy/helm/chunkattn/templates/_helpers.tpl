@@ -213,6 +213,13 @@ true
     fieldRef:
       fieldPath: metadata.labels['leaderworkerset.sigs.k8s.io/group-index']
 {{- end }}
+{{- with .Values.cache.tiers.shared }}{{- if .urlSecretName }}
+- name: CHUNKATTN_KV_STORE_URL  # the shared KV tier's Redis URL, password included
+  valueFrom:
+    secretKeyRef:
+      name: {{ .urlSecretName }}
+      key: {{ .urlSecretKey }}
+{{- end }}{{- end }}
 {{- if .Values.kvEvents.enabled }}
 - name: POD_IP  # names the pod in the KV events' topic
   valueFrom:

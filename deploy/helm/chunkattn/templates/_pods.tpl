@@ -42,6 +42,9 @@ spec:
         - --collective_timeout_s={{ $c.collectiveTimeoutSeconds }}
         - --step_timeout_s={{ $c.stepTimeoutSeconds }}
         - --kv_tier_write_policy={{ .Values.cache.tiers.writePolicy }}
+        {{- if .Values.cache.tiers.shared.urlSecretName }}
+        - --kv_store_url=$(CHUNKATTN_KV_STORE_URL)  # from the Secret, expanded by the kubelet
+        {{- end }}
         - --drain_timeout_s={{ $c.drainTimeoutSeconds }}
         {{- if .Values.http.enabled }}
         - --http_host=0.0.0.0
