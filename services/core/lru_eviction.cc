@@ -2,31 +2,77 @@
 
 namespace chunkattn {
 
-LruEviction::LruEviction(int32_t capacity, const Clock* clock)
-    : clock_(clock != nullptr ? clock : Clock::Real()), links_(static_cast<size_t>(capacity)) {}
+LruEviction::LruEviction(int64_t capacity, const Clock* clock)
+    : clock_(clock != nullptr ? clock : Clock::Real()), entries_(static_cast<size_t>(capacity)) {}
 
-void LruEviction::Cached(int32_t id) {
-  Link& l = links_[id];
-  l.prev = tail_;
-  l.next = kNone;
-  l.cached = true;
-  l.since = clock_->Now();
-  if (tail_ != kNone) links_[tail_].next = id; else head_ = id;
-  tail_ = id;
-  ++size_;
+void LruEviction::Cached(int64_t id) {
+  Entry& e = entries_[id];
+  e.cached = true;
+  e.stamp = next_stamp_++;
+  e.since = clock_->Now();
+  order_.insert(KeyOf(id));
 }
 
-void LruEviction::Uncached(int32_t id) {
-  Link& l = links_[id];
-  if (l.prev != kNone) links_[l.prev].next = l.next; else head_ = l.next;
-  if (l.next != kNone) links_[l.next].prev = l.prev; else tail_ = l.prev;
-  l = Link{};
-  --size_;
+void LruEviction::Uncached(int64_t id) {
+  order_.erase(KeyOf(id));
+  entries_[id].cached = false;
 }
 
 absl::Duration LruEviction::OldestAge() const {
-  if (head_ == kNone) return absl::ZeroDuration();
-  return clock_->Now() - links_[head_].since;
+  if (order_.empty()) return absl::ZeroDuration();
+  return clock_->Now() - entries_[Victim()].since;
+}
+
+int64_t LruEviction::Next(int64_t id) const {
+  auto it = order_.upper_bound(KeyOf(id));
+  return it == order_.end() ? kNone : std::get<2>(*it);
+}
+
+int64_t LruEviction::Prev(int64_t id) const {
+  auto it = order_.lower_bound(KeyOf(id));
+  return it == order_.begin() ? kNone : std::get<2>(*std::prev(it));
+}
+
+int32_t LruEviction::Refresh(int64_t id, absl::Time now) {
+  Entry& e = entries_[id];
+  const int32_t before = e.priority;
+  e.grants.Expire(now);
+  const int32_t after = e.grants.PriorityAt(now);
+  if (after != before) {
+    if (e.cached) order_.erase(KeyOf(id));
+    e.priority = after;
+    if (e.cached) order_.insert(KeyOf(id));
+  }
+  const absl::Time next = e.grants.NextChange();
+  if (next != absl::InfiniteFuture()) expiries_.emplace(next, id);
+  return before;
+}
+
+int32_t LruEviction::Grant(int64_t id, RetentionGrant g, absl::Time now) {
+  entries_[id].grants.Add(g);
+  return Refresh(id, now);
+}
+
+int32_t LruEviction::Merge(int64_t id, const RetentionGrants& grants, absl::Time now) {
+  entries_[id].grants.Merge(grants);
+  return Refresh(id, now);
+}
+
+void LruEviction::ClearGrants(int64_t id) {
+  Entry& e = entries_[id];
+  e.grants.clear();
+  e.priority = kDefaultRetentionPriority;  // its queued expiries go stale
+}
+
+void LruEviction::Expire(absl::Time now, absl::FunctionRef<void(int64_t id, int32_t from, int32_t to)> changed) {
+  while (!expiries_.empty() && expiries_.top().first <= now) {
+    const auto [at, id] = expiries_.top();
+    expiries_.pop();
+    // Stale: the id's grants changed since (cleared, or a later Refresh queued its own).
+    if (entries_[id].grants.NextChange() != at) continue;
+    const int32_t before = Refresh(id, now);
+    if (entries_[id].priority != before) changed(id, before, entries_[id].priority);
+  }
 }
 
 }  // namespace chunkattn

@@ -27,6 +27,7 @@ struct PrefixForest::Node {
   int32_t pos_in_parent = -1;
   NodeId root = kNone;     // chunk nodes: the namespace's root
   int32_t chunks = 0;      // roots: chunk nodes below it
+  int32_t raised = 0;      // roots: of those, above the default retention priority
   bool live = false;              // chunk nodes: in the tree; roots: namespace exists
   std::vector<NodeId> children;   // sorted by tokens (lexicographic); equal runs allowed
   std::vector<Sequence*> tails;   // live sequences whose last chunk this is
@@ -64,7 +65,8 @@ PrefixForest::PrefixForest(const PrefixForestOptions& options)
       allocator_(options.num_chunks),
       nodes_(options.num_chunks),
       tokens_(static_cast<size_t>(options.num_chunks) * options.chunk_size),
-      lru_(options.num_chunks, options.clock) {
+      lru_(options.num_chunks, options.clock),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()) {
   context_.chunk_size = chunk_size_;
 }
 
@@ -216,6 +218,8 @@ absl::Status PrefixForest::FreeCachedLeaf(NodeId id) {
     block_events_.push_back(std::move(e));
   }
   lru_.Uncached(id);
+  NoteBand(id, lru_.Priority(id), kDefaultRetentionPriority);
+  lru_.ClearGrants(id);
   --stats_.cached_chunks;
   stats_.cached_tokens -= n.num_tokens;
   --nodes_[n.root].chunks;
@@ -225,7 +229,7 @@ absl::Status PrefixForest::FreeCachedLeaf(NodeId id) {
 }
 
 absl::Status PrefixForest::EvictOne() {
-  const NodeId id = lru_.Victim();
+  const NodeId id = static_cast<NodeId>(lru_.Victim());
   if (id == LruEviction::kNone) return absl::InternalError("eviction with no cached chunk");
   if (!nodes_[id].children.empty()) {
     return absl::InternalError(absl::StrFormat("least recently used cached chunk %d has children", id));
@@ -241,15 +245,79 @@ absl::Status PrefixForest::EvictOne() {
       evicted_path_.insert(evicted_path_.end(), t.begin(), t.end());
     }
     const NodeId root = nodes_[id].root;
-    on_evict_block_({id, root_names_[root - capacity()], evicted_path_});
+    on_evict_block_({id, root_names_[root - capacity()], evicted_path_, &lru_.grants(id)});
   }
+  const RetentionBand band = BandOf(lru_.Priority(id));
   RETURN_IF_ERROR(FreeCachedLeaf(id));
   ++stats_.total_evictions;
+  ++stats_.band_evictions_total[static_cast<int>(band)];
   if (IsRoot(parent)) MaybeDeleteRoot(parent);
   return absl::OkStatus();
 }
 
+void PrefixForest::NoteBand(NodeId id, int32_t from, int32_t to) {
+  const RetentionBand a = BandOf(from), b = BandOf(to);
+  if (a == b) return;
+  const int delta = b == RetentionBand::kHigh ? 1 : -1;
+  stats_.band_chunks[static_cast<int>(RetentionBand::kHigh)] += delta;
+  nodes_[nodes_[id].root].raised += delta;
+}
+
+void PrefixForest::ExpireRetention() {
+  lru_.Expire(clock_->Now(), [this](int64_t id, int32_t from, int32_t to) {
+    NoteBand(static_cast<NodeId>(id), from, to);
+  });
+}
+
+absl::StatusOr<RetainResult> PrefixForest::Retain(SeqId id, int32_t prefix_tokens, RetentionGrant grant,
+                                                  int32_t max_raised) {
+  const Sequence* s = FindSeq(id);
+  if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
+  if (prefix_tokens < 1 || prefix_tokens > s->len) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("retained prefix of %d tokens outside [1, %d]", prefix_tokens, s->len));
+  }
+  if (grant.priority < kMinRetentionPriority || grant.priority > kMaxRetentionPriority) {
+    return absl::InvalidArgumentError(absl::StrFormat("retention priority %d outside [%d, %d]", grant.priority,
+                                                      kMinRetentionPriority, kMaxRetentionPriority));
+  }
+  if (max_raised < 0) return absl::InvalidArgumentError(absl::StrFormat("max_raised %d < 0", max_raised));
+  const absl::Time now = clock_->Now();
+  lru_.Expire(now, [this](int64_t n, int32_t from, int32_t to) { NoteBand(static_cast<NodeId>(n), from, to); });
+  RetainResult result;
+  const int32_t chunks = static_cast<int32_t>(CeilDiv(prefix_tokens, chunk_size_));
+  const bool raises = grant.priority > kDefaultRetentionPriority;
+  for (int32_t k = 0; k < chunks; ++k) {
+    const NodeId n = s->path[k];
+    if (raises && lru_.Priority(n) <= kDefaultRetentionPriority) {
+      if (max_raised == 0) {
+        // Grants below are subsets of their parent's: stop here.
+        result.capped_chunks = chunks - k;
+        break;
+      }
+      --max_raised;
+    }
+    const int32_t before = lru_.Grant(n, grant, now);
+    NoteBand(n, before, lru_.Priority(n));
+    ++result.chunks;
+  }
+  return result;
+}
+
+int32_t PrefixForest::ChunkPriority(ChunkId chunk) const {
+  return allocator_.IsAllocated(chunk) ? lru_.Priority(chunk) : kDefaultRetentionPriority;
+}
+
+std::vector<std::pair<std::string, int32_t>> PrefixForest::RaisedPerNamespace() const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (const auto& [ns, root] : roots_) {
+    if (nodes_[root].raised > 0) out.emplace_back(ns, nodes_[root].raised);
+  }
+  return out;
+}
+
 int32_t PrefixForest::EvictCached(int32_t max_chunks) {
+  ExpireRetention();
   int32_t evicted = 0;
   while (evicted < max_chunks && lru_.size() > 0 && EvictOne().ok()) ++evicted;
   return evicted;
@@ -345,6 +413,7 @@ absl::Status ValidateTokens(absl::Span<const TokenId> tokens, int64_t existing, 
 
 absl::StatusOr<InsertResult> PrefixForest::Insert(absl::Span<const TokenId> tokens, std::string_view ns) {
   RETURN_IF_ERROR(ValidateTokens(tokens, 0, max_seq_len_));
+  ExpireRetention();  // evictions below take the victims of now
   const int c = chunk_size_;
   const int32_t len = static_cast<int32_t>(tokens.size());
   auto chunk_at = [&](int32_t pos) { return tokens.subspan(pos, std::min(c, len - pos)); };
@@ -475,6 +544,7 @@ absl::StatusOr<AppendResult> PrefixForest::Append(SeqId id, absl::Span<const Tok
   Sequence* s = FindSeq(id);
   if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
   RETURN_IF_ERROR(ValidateTokens(tokens, s->len, max_seq_len_));
+  ExpireRetention();
   if (s->computed < s->len) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "sequence %d: append before its KV was computed (%d of %d tokens; call MarkComputed)", id, s->computed,
@@ -849,6 +919,8 @@ CacheStats PrefixForest::stats() const {
   s.free_chunks = allocator_.num_free();
   s.live_sequences = static_cast<int64_t>(seqs_.size());
   s.oldest_cached_seconds = absl::ToDoubleSeconds(lru_.OldestAge());
+  s.band_chunks[static_cast<int>(RetentionBand::kDefault)] =
+      s.used_chunks + s.cached_chunks - s.band_chunks[static_cast<int>(RetentionBand::kHigh)];
   return s;
 }
 
@@ -888,6 +960,8 @@ absl::Status PrefixForest::CheckInvariants() const {
   int32_t used = 0, cached = 0, shared = 0;
   int64_t physical = 0, cached_tokens = 0, tails = 0;
   std::vector<int32_t> root_chunks(nodes_.size(), 0);
+  std::vector<int32_t> root_raised(nodes_.size(), 0);
+  int32_t band[kNumRetentionBands] = {};
   for (NodeId id = 0; id < static_cast<NodeId>(nodes_.size()); ++id) {
     const Node& n = nodes_[id];
     const bool root = IsRoot(id);
@@ -929,6 +1003,12 @@ absl::Status PrefixForest::CheckInvariants() const {
     if (n.parent == kNone || nodes_[n.parent].children[n.pos_in_parent] != id) {
       return InvariantError("chunk %d not linked from its parent", id);
     }
+    if (!IsRoot(n.parent) && lru_.Priority(id) > lru_.Priority(n.parent)) {
+      return InvariantError("chunk %d: retention priority %d above its parent's %d", id, lru_.Priority(id),
+                            lru_.Priority(n.parent));
+    }
+    ++band[static_cast<int>(BandOf(lru_.Priority(id)))];
+    root_raised[n.root] += lru_.Priority(id) > kDefaultRetentionPriority;
     if (lru_.contains(id) != (n.refcount == 0)) {
       return InvariantError("chunk %d: refcount %d but cached %d", id, n.refcount, lru_.contains(id));
     }
@@ -943,7 +1023,8 @@ absl::Status PrefixForest::CheckInvariants() const {
   }
   int32_t lru_len = 0;
   std::vector<int32_t> lru_rank(capacity(), -1);
-  for (NodeId id = lru_.Victim(), prev = kNone; id != kNone; prev = id, id = lru_.Next(id)) {
+  for (NodeId id = static_cast<NodeId>(lru_.Victim()), prev = kNone; id != kNone;
+       prev = id, id = static_cast<NodeId>(lru_.Next(id))) {
     if (lru_.Prev(id) != prev) return InvariantError("cached list broken at %d", id);
     if (lru_len >= cached) return InvariantError("cached list longer than %d", cached);
     lru_rank[id] = lru_len++;
@@ -963,6 +1044,9 @@ absl::Status PrefixForest::CheckInvariants() const {
     if (nodes_[id].chunks != root_chunks[id]) {
       return InvariantError("root %d counts %d chunks, holds %d", id, nodes_[id].chunks, root_chunks[id]);
     }
+    if (nodes_[id].raised != root_raised[id]) {
+      return InvariantError("root %d counts %d raised chunks, holds %d", id, nodes_[id].raised, root_raised[id]);
+    }
   }
   if (tails != static_cast<int64_t>(seqs_.size())) {
     return InvariantError("%d tails for %d sequences", tails, seqs_.size());
@@ -974,6 +1058,9 @@ absl::Status PrefixForest::CheckInvariants() const {
                 "logical %d/%d",
                 used, stats_.used_chunks, cached, stats_.cached_chunks, shared, stats_.shared_chunks, physical,
                 stats_.physical_tokens, cached_tokens, stats_.cached_tokens, logical, stats_.logical_tokens);
+  }
+  if (const int high = static_cast<int>(RetentionBand::kHigh); band[high] != stats_.band_chunks[high]) {
+    return InvariantError("high retention band counts %d chunks, holds %d", stats_.band_chunks[high], band[high]);
   }
   if (used + cached + allocator_.num_free() != capacity()) {
     return InvariantError("used %d + cached %d + free %d != capacity %d", used, cached, allocator_.num_free(),

@@ -66,6 +66,7 @@
 #include "kernels/api/chunk_context.h"
 #include "services/core/chunk_allocator.h"
 #include "services/core/lru_eviction.h"
+#include "services/core/retention.h"
 
 namespace chunkattn {
 
@@ -79,6 +80,13 @@ struct EvictedBlock {
   ChunkId chunk = 0;
   std::string_view ns;
   absl::Span<const TokenId> path;
+  const RetentionGrants* grants = nullptr;  // its retention, which the tier keeps (never null)
+};
+
+// What Retain did.
+struct RetainResult {
+  int32_t chunks = 0;         // chunks the grant was given to
+  int32_t capped_chunks = 0;  // chunks left out: raising them would pass the caller's bound
 };
 
 struct PrefixForestOptions {
@@ -134,6 +142,10 @@ struct CacheStats {
   int64_t total_matched_tokens = 0;  // of those, found in the cache
   int64_t total_evictions = 0;       // chunks evicted
   double oldest_cached_seconds = 0;  // since the next chunk to evict was cached (0: none is)
+  // Retention (retention.h): chunks (in use or cached) per priority band, as
+  // of the last expiry; evictions by the band the chunk was in.
+  int32_t band_chunks[kNumRetentionBands] = {};  // kDefault: filled in by stats()
+  int64_t band_evictions_total[kNumRetentionBands] = {};
   int64_t total_copies = 0;          // KvCopy operations reported
   int64_t total_copied_tokens = 0;
 
@@ -190,9 +202,26 @@ class PrefixForest {
   // has run). O(live sequences).
   void MarkAllComputed();
 
-  // Evicts up to `max_chunks` cached chunks, least recently used first.
-  // Returns how many were evicted.
+  // Evicts up to `max_chunks` cached chunks, the lowest retention priority
+  // first, least recently used within a priority. Returns how many were evicted.
   int32_t EvictCached(int32_t max_chunks);
+
+  // Retention (retention.h): the chunks holding the first `prefix_tokens`
+  // tokens of `seq` (every chunk with one of them) get `grant`, root first.
+  // A grant that would lift a chunk from the default priority to above it
+  // counts against `max_raised`: the first chunk past that bound
+  // and those after it are left as they are (a prefix keeps its priority
+  // order). NOT_FOUND: unknown sequence. INVALID_ARGUMENT: prefix_tokens
+  // outside [1, length], a priority off the scale, max_raised < 0.
+  absl::StatusOr<RetainResult> Retain(SeqId seq, int32_t prefix_tokens, RetentionGrant grant, int32_t max_raised);
+  // Applies the grants that ended by the clock's now (the other calls do
+  // too, first): chunks fall back a band, the counts follow.
+  void ExpireRetention();
+  // A used or cached chunk's retention priority now (the default for a free one).
+  int32_t ChunkPriority(ChunkId chunk) const;
+  // Chunks above the default priority per namespace that holds any (the
+  // per-tenant bound's measure). O(namespaces).
+  std::vector<std::pair<std::string, int32_t>> RaisedPerNamespace() const;
 
   // The (C, i, j) context of all live sequences. Rebuilt only when the
   // structure changed (O(live nodes and their cached children)); a step that only appended tokens into
@@ -257,6 +286,8 @@ class PrefixForest {
   explicit PrefixForest(const PrefixForestOptions& options);
 
   bool IsRoot(NodeId id) const { return id >= capacity(); }
+  // A chunk's priority moved from `from` to `to`: its root's and the bands' counts.
+  void NoteBand(NodeId id, int32_t from, int32_t to);
   absl::Span<const TokenId> NodeTokens(NodeId id) const;
   bool TokensLess(NodeId a, NodeId b) const;
   // Among `parent`'s children, the one sharing the longest computed prefix
@@ -316,6 +347,7 @@ class PrefixForest {
   std::vector<Sequence*> grown_;    // sequences with new private chunks since Context()
 
   CacheStats stats_;
+  const Clock* clock_;
 
   bool record_block_events_ = false;
   std::vector<BlockEvent> block_events_;

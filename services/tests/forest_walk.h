@@ -22,7 +22,14 @@
 //    sequence of the namespace, or any removed one when nothing was evicted
 //    since it left;
 //  - used + cached + free == capacity, and the (C, i, j) context describes
-//    exactly the sequences' paths with every chunk's readers contiguous.
+//    exactly the sequences' paths with every chunk's readers contiguous;
+//  - with retention on: the model keeps every grant a chunk was given (all
+//    of them, not the forest's reduced set) on a clock the walk advances;
+//    each chunk's priority must be the highest running grant's (or the
+//    default), Retain must grant and cap exactly the chunks the model says
+//    (the bound counted by brute force over the namespace), and every chunk
+//    an operation evicts must have a priority no higher than any chunk that
+//    stayed cached through it.
 #ifndef CHUNKATTN_SERVICES_TESTS_FOREST_WALK_H_
 #define CHUNKATTN_SERVICES_TESTS_FOREST_WALK_H_
 
@@ -36,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "gtest/gtest.h"
 #include "services/core/prefix_forest.h"
 
@@ -46,6 +54,7 @@ struct WalkParams {
   int chunk_size;
   int32_t pool_chunks;
   bool record_block_events = false;  // for TakeBlockEvents (the KV-event tests)
+  bool retention = false;            // Retain calls and a clock that moves (checked against the model)
 };
 
 // One seeded walk of a parameterized test.
@@ -64,7 +73,9 @@ class RandomWalk {
   RandomWalk(const WalkParams& p, UniformSource uniform)
       : p_(p), uniform_(std::move(uniform)), shadow_(static_cast<size_t>(p.pool_chunks) * p.chunk_size, -1),
         shadow_ns_(p.pool_chunks, -1) {
-    forest_ = PrefixForest::Create({p.chunk_size, p.pool_chunks, 4096}).value();
+    forest_ = PrefixForest::Create({p.chunk_size, p.pool_chunks, 4096, &clock_}).value();
+    grants_.resize(p.pool_chunks);
+    state_.assign(p.pool_chunks, PrefixForest::ChunkState::kFree);
     forest_->set_record_block_events(p.record_block_events);
     // Base prompts reused across namespaces: the same tokens in two
     // namespaces must still never share a chunk.
@@ -74,6 +85,16 @@ class RandomWalk {
   // One operation chosen by the source, then every check.
   void Step() {
     ++step_;
+    if (p_.retention) {
+      clock_.Advance(absl::Milliseconds(Uniform(0, 1500)));
+      BeginOp();
+      if (Uniform(0, 9) < 2 && !live_.empty()) {
+        DoRetain();
+        if (::testing::Test::HasFailure()) return;
+        CheckAll();
+        return;
+      }
+    }
     const int r = Uniform(0, 99);
     if (live_.size() < 2 || r < 30) {
       DoInsert();
@@ -107,8 +128,14 @@ class RandomWalk {
   // What the walk visited, for a test that must see every kind of event.
   struct Visited {
     int inserts_ok, cancelled, copies, exhausted;
+    int retained = 0, capped = 0;  // Retain calls, and those the bound cut
+    int64_t band_evictions[kNumRetentionBands] = {};  // chunks evicted, by the model's band
   };
-  Visited visited() const { return {inserts_ok_, cancelled_, copies_, exhausted_}; }
+  Visited visited() const {
+    Visited v{inserts_ok_, cancelled_, copies_, exhausted_, retained_, capped_};
+    std::copy(std::begin(band_evictions_), std::end(band_evictions_), std::begin(v.band_evictions));
+    return v;
+  }
   const PrefixForest& forest() const { return *forest_; }
   std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }
 
@@ -212,6 +239,11 @@ class RandomWalk {
     }
     ++inserts_ok_;
     NoteEvictions();
+    {
+      const auto path = forest_->Chunks(r->seq_id).value();
+      for (size_t k = (r->matched_tokens + p_.chunk_size - 1) / p_.chunk_size; k < path.size(); ++k) Fresh(path[k]);
+      for (const KvCopy& copy : r->copies) Fresh(copy.dst_chunk), pinned_.push_back(copy.src_chunk);
+    }
     ASSERT_GE(r->matched_tokens, lower) << "step " << step_ << ": missed a cached prefix";
     ASSERT_LE(r->matched_tokens, static_cast<int32_t>(prompt.size()));
     copies_ += static_cast<int>(r->copies.size());
@@ -259,6 +291,11 @@ class RandomWalk {
       return;
     }
     NoteEvictions();
+    {
+      const auto path = forest_->Chunks(id).value();
+      for (size_t k = (s.tokens.size() + p_.chunk_size - 1) / p_.chunk_size; k < path.size(); ++k) Fresh(path[k]);
+      for (const KvCopy& copy : r->copies) Fresh(copy.dst_chunk);
+    }
     copies_ += static_cast<int>(r->copies.size());
     if (!r->copies.empty()) {
       // Copy-on-write of the shared tail: the copy runs with the next step, so
@@ -294,8 +331,107 @@ class RandomWalk {
     EXPECT_EQ(after.logical_tokens, before.logical_tokens) << "step " << step_;
   }
 
+  // Retention's model (p_.retention): every grant each chunk has, raw.
+  int32_t ModelPriority(ChunkId chunk) const {
+    int32_t p = -1;
+    for (const RetentionGrant& g : grants_[chunk]) {
+      if (g.until > clock_.Now()) p = std::max(p, g.priority);
+    }
+    return p < 0 ? kDefaultRetentionPriority : p;
+  }
+  // A chunk this operation allocated (it was free, or evicted first): no grant.
+  void Fresh(ChunkId chunk) {
+    fresh_.push_back(chunk);
+    grants_[chunk].clear();
+  }
+  void BeginOp() {
+    evictions_before_ = forest_->stats().total_evictions;
+    fresh_.clear();
+    pinned_.clear();
+    priority_before_.assign(p_.pool_chunks, 0);
+    for (ChunkId c = 0; c < p_.pool_chunks; ++c) priority_before_[c] = ModelPriority(c);
+  }
+
+  void DoRetain() {
+    const SeqId id = Pick();
+    const Seq& s = live_.at(id);
+    const int32_t len = static_cast<int32_t>(s.tokens.size());
+    const int32_t prefix = Uniform(1, len);
+    static constexpr int32_t kPriorities[] = {35, 50, 80, 100};
+    RetentionGrant g;
+    g.priority = kPriorities[Uniform(0, 3)];
+    if (Uniform(0, 3) > 0) g.until = clock_.Now() + absl::Milliseconds(Uniform(1, 20000));
+    const int32_t max_raised = Uniform(0, p_.pool_chunks / 2);
+    // The model: root first, a chunk lifted past the default counts, stop at the bound.
+    const auto path = forest_->Chunks(id).value();
+    const int32_t chunks = (prefix + p_.chunk_size - 1) / p_.chunk_size;
+    int32_t budget = max_raised, granted = 0, capped = 0;
+    for (int32_t k = 0; k < chunks; ++k) {
+      if (g.priority > kDefaultRetentionPriority && ModelPriority(path[k]) <= kDefaultRetentionPriority) {
+        if (budget == 0) {
+          capped = chunks - k;
+          break;
+        }
+        --budget;
+      }
+      grants_[path[k]].push_back(g);
+      ++granted;
+    }
+    auto r = forest_->Retain(id, prefix, g, max_raised);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->chunks, granted) << "step " << step_;
+    ASSERT_EQ(r->capped_chunks, capped) << "step " << step_;
+    ++retained_;
+    capped_ += capped > 0;
+    // Bad calls change nothing.
+    ASSERT_EQ(forest_->Retain(id, len + 1, g, 1).status().code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_EQ(forest_->Retain(id, 0, g, 1).status().code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_EQ(forest_->Retain(id, 1, {101, g.until}, 1).status().code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_EQ(forest_->Retain(id, 1, {34, g.until}, 1).status().code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_EQ(forest_->Retain(id, 1, g, -1).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+
+  // Retention's checks: priorities as the model says, evictions lowest first.
+  void CheckRetention() {
+    forest_->ExpireRetention();
+    std::vector<PrefixForest::ChunkState> now(p_.pool_chunks);
+    for (ChunkId c = 0; c < p_.pool_chunks; ++c) {
+      now[c] = forest_->State(c);
+      if (now[c] == PrefixForest::ChunkState::kFree) grants_[c].clear();
+    }
+    if (forest_->stats().total_evictions > evictions_before_) {
+      auto fresh = [&](ChunkId c) { return std::find(fresh_.begin(), fresh_.end(), c) != fresh_.end(); };
+      auto pinned = [&](ChunkId c) { return std::find(pinned_.begin(), pinned_.end(), c) != pinned_.end(); };
+      int32_t evicted_max = -1, kept_min = kMaxRetentionPriority + 1;
+      for (ChunkId c = 0; c < p_.pool_chunks; ++c) {
+        if (state_[c] != PrefixForest::ChunkState::kCached) continue;
+        if (now[c] == PrefixForest::ChunkState::kFree || fresh(c)) {
+          evicted_max = std::max(evicted_max, priority_before_[c]);
+          ++band_evictions_[static_cast<int>(BandOf(priority_before_[c]))];
+        } else if (now[c] == PrefixForest::ChunkState::kCached && !pinned(c)) {
+          kept_min = std::min(kept_min, priority_before_[c]);
+        }
+      }
+      ASSERT_LE(evicted_max, kept_min) << "step " << step_ << ": evicted a chunk of priority " << evicted_max
+                                       << " while one of " << kept_min << " stayed cached";
+    }
+    int32_t band[kNumRetentionBands] = {};
+    for (ChunkId c = 0; c < p_.pool_chunks; ++c) {
+      if (now[c] == PrefixForest::ChunkState::kFree) continue;
+      ASSERT_EQ(forest_->ChunkPriority(c), ModelPriority(c)) << "step " << step_ << " chunk " << c;
+      ++band[static_cast<int>(BandOf(ModelPriority(c)))];
+    }
+    const CacheStats s = forest_->stats();
+    for (int b = 0; b < kNumRetentionBands; ++b) ASSERT_EQ(s.band_chunks[b], band[b]) << "step " << step_;
+    state_ = std::move(now);
+  }
+
   void CheckAll() {
     const int c = p_.chunk_size;
+    if (p_.retention) {
+      CheckRetention();
+      if (::testing::Test::HasFailure()) return;
+    }
     ASSERT_TRUE(forest_->CheckInvariants().ok()) << "step " << step_ << ": " << forest_->CheckInvariants();
     const CacheStats s = forest_->stats();
     ASSERT_EQ(s.used_chunks + s.cached_chunks + s.free_chunks, p_.pool_chunks);
@@ -368,6 +504,14 @@ class RandomWalk {
 
   const WalkParams p_;
   const UniformSource uniform_;
+  ManualClock clock_;
+  std::vector<std::vector<RetentionGrant>> grants_;  // (pool) every grant given since the chunk was allocated
+  std::vector<PrefixForest::ChunkState> state_;      // (pool) as of the last check
+  std::vector<int32_t> priority_before_;             // (pool) the model's priorities before this operation
+  std::vector<ChunkId> fresh_, pinned_;              // this operation's new chunks, and its copy sources
+  int64_t evictions_before_ = 0;
+  int retained_ = 0, capped_ = 0;
+  int64_t band_evictions_[kNumRetentionBands] = {};
   std::unique_ptr<PrefixForest> forest_;
   std::vector<std::vector<TokenId>> bases_;
   std::map<SeqId, Seq> live_;
