@@ -15,6 +15,16 @@ absl::StatusOr<KvEventFormat> ParseKvEventFormat(std::string_view name) {
       absl::StrCat("KV-event format \"", std::string(name), "\" is not map (vLLM >= 0.26) or array (older vLLM)"));
 }
 
+std::string_view KvTierMedium(int tier, std::string_view pool_medium) {
+  switch (tier) {
+    case kKvPoolTier: return pool_medium;
+    case 1: return "CPU";
+    case 2: return "STORAGE";
+    case 3: return "SHARED";
+    default: return "";
+  }
+}
+
 namespace {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
@@ -118,10 +128,10 @@ std::string EncodeKvEventBatch(const KvEventBatch& batch, KvEventFormat format, 
   for (const KvEvent& e : batch.events) {
     switch (e.kind) {
       case KvEvent::Kind::kBlockStored:
-        PackStored(pk, e, format, medium);
+        PackStored(pk, e, format, KvTierMedium(e.tier, medium));
         break;
       case KvEvent::Kind::kBlockRemoved:
-        PackRemoved(pk, e, format, medium);
+        PackRemoved(pk, e, format, KvTierMedium(e.tier, medium));
         break;
       case KvEvent::Kind::kAllBlocksCleared:
         PackCleared(pk, format);
@@ -143,7 +153,7 @@ void KvEventTracker::Convert(std::vector<BlockEvent> blocks, std::vector<KvEvent
       auto it = blocks_.find(b.chunk);
       if (it == blocks_.end()) continue;
       if (!removing) {
-        out->push_back(KvEvent{KvEvent::Kind::kBlockRemoved, {}, std::nullopt, {}, 0, {}});
+        out->push_back(KvEvent{KvEvent::Kind::kBlockRemoved, kKvPoolTier, {}, std::nullopt, {}, 0, {}});
         removing = true;
       }
       out->back().block_hashes.push_back(it->second.hash);
@@ -183,7 +193,7 @@ void KvEventTracker::Convert(std::vector<BlockEvent> blocks, std::vector<KvEvent
 
 void KvEventTracker::Clear(std::vector<KvEvent>* out) {
   blocks_.clear();
-  out->push_back(KvEvent{KvEvent::Kind::kAllBlocksCleared, {}, std::nullopt, {}, 0, {}});
+  out->push_back(KvEvent{KvEvent::Kind::kAllBlocksCleared, kKvPoolTier, {}, std::nullopt, {}, 0, {}});
 }
 
 std::vector<KvBlockInfo> ListBlocks(const PrefixForest& forest, std::string_view hash_seed) {

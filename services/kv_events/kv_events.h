@@ -11,6 +11,13 @@
 // is freed (evicted); partial chunks are never reported. Identical full
 // siblings hash alike and are each stored and removed once, as in vLLM
 // (consumers count references). Hashes: block_hash.h.
+//
+// The KV tiers under the pool (services/core/kv_tiers.h) are reported too,
+// each as its own `medium`, as vLLM's offloading connector reports its CPU
+// tier: a block kept in a tier is a BlockStored of that medium (no parent,
+// no token ids: its hash is the one the pool published, the tiers being keyed
+// by it), and one the tier forgets a BlockRemoved. A router that counts a
+// block in any medium as a hit (Dynamo) so sees the tiers.
 #ifndef CHUNKATTN_SERVICES_KV_EVENTS_KV_EVENTS_H_
 #define CHUNKATTN_SERVICES_KV_EVENTS_KV_EVENTS_H_
 
@@ -27,9 +34,22 @@
 
 namespace chunkattn {
 
+// Where an event's blocks are (KvEvent::tier): 0 the pool; the tiers below
+// it are numbered as KvTier (proto/plan/step_plan.h): 1 host, 2 disk, 3 the
+// shared store.
+inline constexpr int kKvPoolTier = 0;
+inline constexpr int kKvMaxTier = 3;
+// The tier's name on the wire (vLLM's `medium`): the pool is `pool_medium`
+// (the publisher's, "GPU", also on CPU workers, as consumers name vLLM's
+// primary tier), host "CPU" and disk "STORAGE" (vLLM's MEDIUM_CPU and
+// MEDIUM_STORAGE), the shared store "SHARED" (ours: vLLM has no store shared
+// by replicas). "" for a number outside [0, kKvMaxTier].
+std::string_view KvTierMedium(int tier, std::string_view pool_medium);
+
 struct KvEvent {
   enum class Kind : uint8_t { kBlockStored, kBlockRemoved, kAllBlocksCleared };
   Kind kind = Kind::kBlockStored;
+  int tier = kKvPoolTier;  // stored, removed: a tier's BlockStored has no parent and no token ids
   std::vector<uint64_t> block_hashes;  // stored, removed
   // kBlockStored: a run of blocks of one path, parent first.
   std::optional<uint64_t> parent_block_hash;  // none: the run starts at block 0
@@ -51,7 +71,8 @@ struct KvEventBatch {
 enum class KvEventFormat { kMap, kArray };
 absl::StatusOr<KvEventFormat> ParseKvEventFormat(std::string_view name);
 
-// The msgpack payload of `batch`; `medium` is every event's storage tier.
+// The msgpack payload of `batch`; `medium` is the pool's storage tier (an
+// event of a tier below it carries that tier's: KvTierMedium).
 std::string EncodeKvEventBatch(const KvEventBatch& batch, KvEventFormat format, std::string_view medium);
 
 // Turns the forest's block events into KV events, keeping each stored block's

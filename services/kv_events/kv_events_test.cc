@@ -137,9 +137,17 @@ std::string ReadBytes(const std::filesystem::path& path) {
 KvEventBatch BatchFromJson(const nlohmann::json& j) {
   KvEventBatch batch;
   batch.ts = j.at("ts").get<double>();
+  const std::string pool_medium = j.at("medium").get<std::string>();
   for (const auto& e : j.at("events")) {
     KvEvent ev;
     const std::string type = e.at("type").get<std::string>();
+    // An event's own medium names a tier below the pool.
+    const std::string medium = e.value("medium", pool_medium);
+    ev.tier = -1;
+    for (int t = kKvPoolTier; t <= kKvMaxTier; ++t) {
+      if (KvTierMedium(t, pool_medium) == medium) ev.tier = t;
+    }
+    EXPECT_GE(ev.tier, 0) << "unknown medium " << medium;
     if (type == "BlockStored") {
       ev.kind = KvEvent::Kind::kBlockStored;
       ev.block_hashes = e.at("block_hashes").get<std::vector<uint64_t>>();

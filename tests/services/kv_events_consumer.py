@@ -54,6 +54,11 @@ EVENT_FIELDS = {
 
 # --- vLLM's sha256_cbor block-hash chain -------------------------------------
 
+# The media of chunkattn's KV tiers below the pool (host, disk, the shared
+# store); the pool's is GPU.
+TIER_MEDIA = ('CPU', 'STORAGE', 'SHARED')
+
+
 def none_hash(seed):
     """The root's parent digest: SHA-256 of the CBOR text string of the seed
     (vLLM: hash_fn(PYTHONHASHSEED))."""
@@ -261,6 +266,7 @@ class KvEventConsumer:
         self._last_seq = -1
         self._counts = {}       # namespace -> Counter(hash -> count)
         self._known = {}        # hash -> (namespace, full digest or None)
+        self._tiers = {}        # medium of a tier below the pool -> Counter(hash -> count)
         self._payload_sha = {}  # seq -> sha256 of the applied payload
         self._live_high = -1    # highest seq seen on the live stream
         self._stop = threading.Event()
@@ -313,6 +319,18 @@ class KvEventConsumer:
     def wait_for_seq(self, seq, timeout):
         with self._cond:
             return self._cond.wait_for(lambda: self._last_seq >= seq, timeout)
+
+    def tier_blocks(self):
+        """{medium: {namespace: Counter(hash -> count)}} of the tiers below
+        the pool (media other than the pool's GPU); a hash the pool never
+        reported (a block another replica computed) is in namespace None."""
+        with self._lock:
+            out = {}
+            for medium, counts in self._tiers.items():
+                for h, n in counts.items():
+                    ns = self._known[h][0] if h in self._known else None
+                    out.setdefault(medium, {}).setdefault(ns, collections.Counter())[h] = n
+            return out
 
     def blocks(self):
         with self._lock:
@@ -541,6 +559,7 @@ class KvEventConsumer:
                         self._stats['cleared'] += 1
                         self._counts.clear()
                         self._known.clear()
+                        self._tiers.clear()
                 except Exception as e:
                     self.errors.append('seq %d: %s event broke the consumer: %r' % (seq, tag, e))
             self._stats['batches'] += 1
@@ -563,7 +582,30 @@ class KvEventConsumer:
             self.errors.append('seq %d: %s block_hashes is %r, not an array' % (seq, what, values))
         return out
 
+    def _apply_tier(self, seq, f, stored):
+        """A tier's event, as vLLM's offloading connector sends one: hashes
+        only (no parent, no token ids), counted per medium."""
+        what = 'BlockStored' if stored else 'BlockRemoved'
+        hashes = self._hashes(seq, f.get('block_hashes'), what)
+        if stored and (f.get('parent_block_hash') is not None or f.get('token_ids') != []):
+            self.errors.append('seq %d: %s in %s has a parent or token ids' % (seq, what, f.get('medium')))
+        counts = self._tiers.setdefault(f.get('medium'), collections.Counter())
+        for h in hashes:
+            if stored:
+                counts[h] += 1
+                self._stats['tier_stored'] += 1
+                continue
+            if counts[h] <= 0:
+                self.errors.append('seq %d: BlockRemoved: hash %d is not in %s' % (seq, h, f.get('medium')))
+                continue
+            counts[h] -= 1
+            if counts[h] == 0:
+                del counts[h]
+            self._stats['tier_removed'] += 1
+
     def _apply_stored(self, seq, f):
+        if f.get('medium') in TIER_MEDIA:
+            return self._apply_tier(seq, f, True)
         err = lambda msg: self.errors.append('seq %d: BlockStored: %s' % (seq, msg))
         hashes = self._hashes(seq, f.get('block_hashes'), 'BlockStored')
         tokens = f.get('token_ids')
@@ -630,6 +672,8 @@ class KvEventConsumer:
             self._stats['stored'] += 1
 
     def _apply_removed(self, seq, f):
+        if f.get('medium') in TIER_MEDIA:
+            return self._apply_tier(seq, f, False)
         for h in self._hashes(seq, f.get('block_hashes'), 'BlockRemoved'):
             namespace = self._known.get(h, ('', None))[0]
             counts = self._counts.get(namespace)

@@ -387,9 +387,9 @@ class EncodingTest(unittest.TestCase):
 def to_event(e):
     if e['type'] == kv.STORED:
         return kv.stored_event(e['block_hashes'], e['parent_block_hash'], e['token_ids'],
-                               e['block_size'], e['cache_salt'])
+                               e['block_size'], e['cache_salt'], e.get('medium', 'GPU'))
     if e['type'] == kv.REMOVED:
-        return kv.removed_event(e['block_hashes'])
+        return kv.removed_event(e['block_hashes'], e.get('medium', 'GPU'))
     return kv.cleared_event()
 
 
@@ -421,7 +421,7 @@ class FixturesTest(unittest.TestCase):
                         if key in want:
                             self.assertEqual(fields[key], want[key], key)
                     if tag != kv.CLEARED:
-                        self.assertEqual(fields['medium'], spec['medium'])
+                        self.assertEqual(fields['medium'], want.get('medium', spec['medium']))
                     salt = want.get('cache_salt', '')
                     if tag == kv.STORED and salt and want['parent_block_hash'] is None:
                         self.assertEqual(fields['extra_keys'][0], [salt])
