@@ -63,6 +63,10 @@ ABSL_FLAG(int, max_batch_size, 256, "most sequences in one iteration");
 ABSL_FLAG(double, tenant_max_batch_share, 0.5,
           "with bearer tokens, the most of --max_batch_size one tenant's requests may hold, in (0, 1]: the rest "
           "stays free for the other tenants' next requests (1 = no bound)");
+ABSL_FLAG(int64_t, max_retained_chunks_per_tenant, -1,
+          "KV retention: the most chunks of the pool one tenant's requests may hold above the default priority "
+          "(beyond it a request runs and the rest of its prefix stays at the default); -1 = a quarter of the "
+          "pool, 0 = no request may raise a chunk");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input tokens in one iteration (prefill is chunked to fit)");
 ABSL_FLAG(int64_t, max_kv_chunks, 0, "caps the KV pool, chunks; 0 = the smallest worker capacity");
 ABSL_FLAG(int64_t, max_waiting_requests, 4096,
@@ -244,6 +248,13 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
   if (!(s.tenant_max_batch_share > 0 && s.tenant_max_batch_share <= 1)) {
     return Invalid("--tenant_max_batch_share must be in (0, 1]");
   }
+  const int64_t retained = absl::GetFlag(FLAGS_max_retained_chunks_per_tenant);
+  if (retained < -1 || retained > kMaxChunks) {
+    return Invalid(absl::StrFormat("--max_retained_chunks_per_tenant must be -1 (a quarter of the pool) or in "
+                                   "[0, %d], got %d",
+                                   kMaxChunks, retained));
+  }
+  s.max_retained_chunks_per_tenant = static_cast<int32_t>(retained);
   const double aging = absl::GetFlag(FLAGS_priority_aging_s);
   if (!(aging >= 0 && aging <= absl::ToDoubleSeconds(AdmissionPolicy::kMaxAging))) {
     return Invalid(absl::StrFormat("--priority_aging_s must be in [0, %g], got %g",

@@ -55,6 +55,22 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
   m_logical_tokens_ = &m.GetGauge("chunkattn_kv_logical_tokens", "Sum of the running sequences' lengths.");
   m_physical_tokens_ = &m.GetGauge("chunkattn_kv_physical_tokens", "Tokens stored in used KV chunks.");
   m_evicted_ = &m.GetCounter("chunkattn_kv_evicted_chunks_total", "Cached KV chunks evicted (LRU).");
+  for (int b = 0; b < kNumRetentionBands; ++b) {
+    const std::string band = RetentionBandName(static_cast<RetentionBand>(b));
+    m_band_chunks_[b] = &m.GetGauge("chunkattn_kv_retention_chunks",
+                                    "KV chunks (in use or cached) by retention priority band: below, at or above "
+                                    "the default priority 35.",
+                                    {{"band", band}});
+    m_band_evictions_[b] = &m.GetCounter("chunkattn_kv_retention_evictions_total",
+                                         "Cached KV chunks evicted from the pool, by their retention band.",
+                                         {{"band", band}});
+    m_band_tier_drops_[b] = &m.GetCounter("chunkattn_kv_tier_retention_drops_total",
+                                          "KV blocks a full tier forgot or refused, by their retention band.",
+                                          {{"band", band}});
+  }
+  m_retention_capped_ = &m.GetCounter("chunkattn_kv_retention_capped_chunks_total",
+                                      "KV chunks a request asked to raise that its tenant's "
+                                      "--max_retained_chunks_per_tenant left at the default priority.");
   for (auto [tm, tier] : {std::pair<TierMetrics*, const char*>{&m_host_tier_, "host"}, {&m_disk_tier_, "disk"}}) {
     tm->blocks = &m.GetGauge("chunkattn_kv_tier_blocks", "KV blocks kept in a tier below the pool.", {{"tier", tier}});
     tm->slots = &m.GetGauge("chunkattn_kv_tier_slots", "KV blocks a tier below the pool holds (0: off).",
@@ -536,6 +552,8 @@ void Engine::EndSession() {
   scheduler_.reset();
   evictions_seen_ = 0;
   tiers_seen_ = KvTierStats();
+  band_evictions_seen_ = {};
+  retention_capped_seen_ = 0;
   preemptions_seen_ = 0;
   pool_->Disconnect();
   SetReady(false);
@@ -578,6 +596,12 @@ void Engine::UpdateGauges() {
   count(m_host_tier_.loads, ts.host_loads_total, &tiers_seen_.host_loads_total);
   count(m_disk_tier_.loads, ts.disk_loads_total, &tiers_seen_.disk_loads_total);
   count(m_tier_stores_, ts.stores_total, &tiers_seen_.stores_total);
+  for (int b = 0; b < kNumRetentionBands; ++b) {
+    m_band_chunks_[b]->Set(cs.band_chunks[b]);
+    count(m_band_evictions_[b], cs.band_evictions_total[b], &band_evictions_seen_[b]);
+    count(m_band_tier_drops_[b], ts.drops_by_band_total[b], &tiers_seen_.drops_by_band_total[b]);
+  }
+  count(m_retention_capped_, ss.retention_capped_chunks, &retention_capped_seen_);
   count(m_tier_demotions_, ts.demotions_total, &tiers_seen_.demotions_total);
   count(m_tier_drops_, ts.drops_total, &tiers_seen_.drops_total);
   count(m_tier_failed_, ts.failed_moves_total, &tiers_seen_.failed_moves_total);
@@ -637,14 +661,23 @@ void Engine::UpdateTenantGauges(const CacheStats& cs) {
         &metrics_->GetGauge("chunkattn_tenant_running_sequences",
                             "Live samples of the running requests, per tenant.", {{"tenant", tenant}}),
         &metrics_->GetGauge("chunkattn_tenant_kv_chunks",
-                            "KV chunks (in use or cached) in the tenant's cache namespaces.", {{"tenant", tenant}})};
+                            "KV chunks (in use or cached) in the tenant's cache namespaces.", {{"tenant", tenant}}),
+        &metrics_->GetGauge("chunkattn_tenant_kv_retained_chunks",
+                            "KV chunks (in use or cached) of the tenant above the default retention priority "
+                            "(bounded by --max_retained_chunks_per_tenant).",
+                            {{"tenant", tenant}})};
   }
   // A tenant's namespaces are "tenant" and "tenant/..." (TokenAuth::
   // CacheNamespace; tenant names hold no '/'); without tokens the one
   // tenant "" owns every namespace.
-  std::map<std::string, int64_t, std::less<>> ns_chunks;
+  std::map<std::string, int64_t, std::less<>> ns_chunks, ns_raised;
   for (const auto& [ns, chunks] : scheduler_->forest().ChunksPerNamespace()) {
     ns_chunks[ns.substr(0, ns.find('/'))] += chunks;
+  }
+  int64_t all_raised = 0;
+  for (const auto& [ns, chunks] : scheduler_->forest().RaisedPerNamespace()) {
+    ns_raised[ns.substr(0, ns.find('/'))] += chunks;
+    all_raised += chunks;
   }
   for (const auto& [tenant, gauges] : tenant_gauges_) {
     auto it = loads.find(tenant);
@@ -659,6 +692,9 @@ void Engine::UpdateTenantGauges(const CacheStats& cs) {
       chunks = c->second;
     }
     gauges[3]->Set(static_cast<double>(chunks));
+    int64_t raised = tenant.empty() ? all_raised : 0;
+    if (auto r = ns_raised.find(tenant); !tenant.empty() && r != ns_raised.end()) raised = r->second;
+    gauges[4]->Set(static_cast<double>(raised));
   }
 }
 

@@ -220,9 +220,13 @@ class Engine {
   std::unique_ptr<OutputProcessor> output_;  // thread-safe; its own thread
   int64_t evictions_seen_ = 0;
   KvTierStats tiers_seen_;  // the session's tier totals already counted
+  // Retention (services/core/retention.h): the session's totals already counted.
+  std::array<int64_t, kNumRetentionBands> band_evictions_seen_{};
+  int64_t retention_capped_seen_ = 0;
   int64_t preemptions_seen_ = 0;
-  // Per tenant seen: its running, waiting, sequence and KV chunk gauges (kept at 0 once idle).
-  std::map<std::string, std::array<metrics::Gauge*, 4>> tenant_gauges_;
+  // Per tenant seen: its running, waiting, sequence, KV chunk and retained
+  // KV chunk gauges (kept at 0 once idle).
+  std::map<std::string, std::array<metrics::Gauge*, 5>> tenant_gauges_;
   // When they were last set, and for which running and waiting totals: they
   // walk every tenant and cache namespace, so a step refreshes them only when
   // a request started or ended, or kTenantGaugePeriod passed (UpdateGauges).
@@ -245,6 +249,12 @@ class Engine {
   metrics::Gauge* m_logical_tokens_;
   metrics::Gauge* m_physical_tokens_;
   metrics::Counter* m_evicted_;
+  // Retention: pool chunks per band, pool evictions and tier drops by band,
+  // chunks a tenant's bound left unraised.
+  std::array<metrics::Gauge*, kNumRetentionBands> m_band_chunks_{};
+  std::array<metrics::Counter*, kNumRetentionBands> m_band_evictions_{};
+  std::array<metrics::Counter*, kNumRetentionBands> m_band_tier_drops_{};
+  metrics::Counter* m_retention_capped_ = nullptr;
   // The KV tiers below the pool, by tier (host, disk).
   struct TierMetrics {
     metrics::Gauge* blocks;

@@ -296,6 +296,38 @@ absl::StatusOr<EngineRequest> ProcessInput(const ClientRequest& request, const M
   } else if (request.complete_within_max_tokens) {
     return Invalid(RequestField::kConstraint, "is required by complete_within_max_tokens");
   }
+  if (request.retention.has_value()) {
+    absl::StatusOr<RetentionSpec> retention = CheckRetention(*request.retention, spec.prompt.size());
+    if (!retention.ok()) return retention.status();
+    spec.retention = *retention;
+  }
+  return out;
+}
+
+absl::StatusOr<RetentionSpec> CheckRetention(const ClientRequest::Retention& r, size_t prompt_tokens) {
+  RetentionSpec out;
+  if (!r.priority.has_value()) return Invalid(RequestField::kRetentionPriority, "is required with retention");
+  if (*r.priority < kMinRetentionPriority || *r.priority > kMaxRetentionPriority) {
+    return Invalid(RequestField::kRetentionPriority, absl::StrFormat("must be in [%d, %d], got %d",
+                                                                     kMinRetentionPriority, kMaxRetentionPriority,
+                                                                     *r.priority));
+  }
+  out.priority = static_cast<int32_t>(*r.priority);
+  if (r.duration_ms.has_value()) {
+    const int64_t max_ms = absl::ToInt64Milliseconds(kMaxRetentionDuration);
+    if (*r.duration_ms < 1 || *r.duration_ms > max_ms) {
+      return Invalid(RequestField::kRetentionDurationMs,
+                     absl::StrFormat("must be in [1, %d] (30 days), got %d", max_ms, *r.duration_ms));
+    }
+    out.duration = absl::Milliseconds(*r.duration_ms);
+  }
+  if (r.token_end.has_value()) {
+    if (*r.token_end < 1 || static_cast<uint64_t>(*r.token_end) > prompt_tokens) {
+      return Invalid(RequestField::kRetentionTokenEnd,
+                     absl::StrFormat("must be in [1, %d] (the prompt's tokens), got %d", prompt_tokens, *r.token_end));
+    }
+    out.prefix_tokens = static_cast<int32_t>(*r.token_end);
+  }
   return out;
 }
 

@@ -71,6 +71,11 @@ struct PromptTokens {
 absl::StatusOr<PromptTokens> TokenizeChatPrompt(const ChatPrompt& chat, const PromptText& text,
                                                 const ModelConfig& config);
 
+// A request's retention as the scheduler takes it; refusals name the
+// kRetention* fields (a priority off the 0-100 scale, a duration not in
+// (0, 30 days], a token_end past the prompt's `prompt_tokens`).
+absl::StatusOr<RetentionSpec> CheckRetention(const ClientRequest::Retention& retention, size_t prompt_tokens);
+
 // The checked, tokenized form of `request`, its cache namespace scoped to
 // its owner, its constraint compiled (last: the costly check).
 absl::StatusOr<EngineRequest> ProcessInput(const ClientRequest& request, const ModelConfig& config,

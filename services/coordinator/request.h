@@ -104,6 +104,16 @@ struct ClientRequest {
   // the shortest completion, the sample writes it, so that its output is
   // complete (parseable) rather than cut off at the budget.
   bool complete_within_max_tokens = false;
+  // KV retention (services/core/retention.h), TensorRT-LLM's
+  // TokenRangeRetentionConfig for a range that starts at token 0: the
+  // prompt's first token_end tokens get `priority` for duration_ms. Unset:
+  // none. Checked by the input processor.
+  struct Retention {
+    std::optional<int64_t> priority;     // required: [0, 100]
+    std::optional<int64_t> duration_ms;  // unset: until evicted; else (0, 30 days]
+    std::optional<int64_t> token_end;    // unset: the whole prompt; else [1, prompt tokens]
+  };
+  std::optional<Retention> retention;
 };
 
 // The fields a refusal names. Each front maps every one to its own name (a
@@ -133,6 +143,9 @@ enum class RequestField {
   kPriority,
   kTopLogprobs,
   kConstraint,  // the structured-output constraint (whichever wire field carried it)
+  kRetentionPriority,
+  kRetentionDurationMs,
+  kRetentionTokenEnd,
 };
 
 // A field, and for an indexed one the element (-1: the field as a whole).

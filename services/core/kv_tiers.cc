@@ -7,7 +7,9 @@
 namespace chunkattn {
 
 KvTierMap::KvTierMap(KvTierMapOptions options)
-    : shared_(options.shared), shared_known_max_(std::max<int64_t>(options.shared_known_max, 1)) {
+    : shared_(options.shared),
+      shared_known_max_(std::max<int64_t>(options.shared_known_max, 1)),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()) {
   for (auto [tier, id, capacity] : {std::tuple<Tier*, KvTier, int64_t>{&host_, KvTier::kHost, options.host_slots},
                                     {&disk_, KvTier::kDisk, options.disk_slots}}) {
     tier->id = id;
@@ -15,7 +17,7 @@ KvTierMap::KvTierMap(KvTierMapOptions options)
     tier->key.assign(tier->capacity, 0);
     tier->held.assign(tier->capacity, false);
     tier->pins.assign(tier->capacity, 0);
-    tier->pos.resize(tier->capacity);
+    tier->lru = std::make_unique<LruEviction>(tier->capacity, clock_);
     // Popped from the back: slot 0 first.
     for (int64_t s = tier->capacity - 1; s >= 0; --s) tier->free.push_back(s);
   }
@@ -46,12 +48,32 @@ void KvTierMap::NoteShared(absl::Span<const uint64_t> keys) {
   }
 }
 
-void KvTierMap::Touch(Tier& tier, int64_t slot) { tier.lru.splice(tier.lru.end(), tier.lru, tier.pos[slot]); }
+void KvTierMap::Touch(Tier& tier, int64_t slot) {
+  tier.lru->Uncached(slot);
+  tier.lru->Cached(slot);
+}
 
-void KvTierMap::Hold(Tier& tier, int64_t slot, uint64_t key) {
+void KvTierMap::Expire() {
+  const absl::Time now = clock_->Now();
+  for (Tier* t : {&host_, &disk_}) t->lru->Expire(now, [](int64_t, int32_t, int32_t) {});
+}
+
+int32_t KvTierMap::Priority(uint64_t key) const {
+  auto it = where_.find(key);
+  if (it == where_.end()) return kDefaultRetentionPriority;
+  return TierOf(it->second.tier).lru->grants(it->second.slot).PriorityAt(clock_->Now());
+}
+
+void KvTierMap::Drop(int32_t priority) {
+  ++stats_.drops_total;
+  ++stats_.drops_by_band_total[static_cast<int>(BandOf(priority))];
+}
+
+void KvTierMap::Hold(Tier& tier, int64_t slot, uint64_t key, const RetentionGrants* grants) {
   tier.held[slot] = true;
   tier.key[slot] = key;
-  tier.pos[slot] = tier.lru.insert(tier.lru.end(), slot);
+  if (grants != nullptr && !grants->empty()) tier.lru->Merge(slot, *grants, clock_->Now());
+  tier.lru->Cached(slot);
   where_[key] = {tier.id, slot};
   ++(tier.id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks);
 }
@@ -62,45 +84,53 @@ void KvTierMap::Forget(uint64_t key) {
   Tier& tier = TierOf(it->second.tier);
   const int64_t slot = it->second.slot;
   where_.erase(it);
-  tier.lru.erase(tier.pos[slot]);
+  tier.lru->Uncached(slot);
+  tier.lru->ClearGrants(slot);
   tier.held[slot] = false;
   tier.free.push_back(slot);
   --(tier.id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks);
 }
 
-int64_t KvTierMap::Allocate(Tier& tier, std::vector<KvMove>* moves) {
+int64_t KvTierMap::Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* moves) {
   if (!tier.free.empty()) {
     const int64_t slot = tier.free.back();
     tier.free.pop_back();
     return slot;
   }
-  auto victim = std::find_if(tier.lru.begin(), tier.lru.end(), [&](int64_t s) { return tier.pins[s] == 0; });
-  if (victim == tier.lru.end()) return -1;
-  const int64_t slot = *victim;
+  // The first unpinned slot in eviction order, if it is of no higher priority than the newcomer.
+  int64_t slot = tier.lru->Victim();
+  while (slot != LruEviction::kNone && tier.pins[slot] != 0) slot = tier.lru->Next(slot);
+  if (slot == LruEviction::kNone || tier.lru->Priority(slot) > priority) return -1;
   const uint64_t key = tier.key[slot];
+  const int32_t victim_priority = tier.lru->Priority(slot);
   if (tier.id == KvTier::kHost && disk_.capacity > 0) {
     // Demoted before the caller's store overwrites the slot (moves run in order).
-    const int64_t to = Allocate(disk_, moves);
+    const int64_t to = Allocate(disk_, victim_priority, moves);
     if (to >= 0) {
-      tier.lru.erase(tier.pos[slot]);
+      const RetentionGrants grants = tier.lru->grants(slot);
+      tier.lru->Uncached(slot);
+      tier.lru->ClearGrants(slot);
       tier.held[slot] = false;
       --stats_.host_blocks;
       where_.erase(key);
       moves->push_back(KvMove::Demote(slot, to, key));
-      Hold(disk_, to, key);
+      Hold(disk_, to, key, &grants);
       ++stats_.demotions_total;
       return slot;
     }
   }
   Forget(key);
-  ++stats_.drops_total;
+  Drop(victim_priority);
   tier.free.pop_back();  // the slot Forget just freed
   return slot;
 }
 
-void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
+void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves, const RetentionGrants* grants) {
+  Expire();
   if (auto it = where_.find(key); it != where_.end()) {
-    Touch(TierOf(it->second.tier), it->second.slot);
+    Tier& tier = TierOf(it->second.tier);
+    if (grants != nullptr && !grants->empty()) tier.lru->Merge(it->second.slot, *grants, clock_->Now());
+    Touch(tier, it->second.slot);
     return;
   }
   if (shared_ && !shared_known_.contains(key)) {
@@ -108,13 +138,17 @@ void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
     RememberShared(key);
     ++stats_.shared_stores_total;
   }
-  Tier& tier = host_.capacity > 0 ? host_ : disk_;
-  if (tier.capacity == 0) return;
-  const int64_t slot = Allocate(tier, moves);
-  if (slot < 0) return;
-  moves->push_back(KvMove::Store(tier.id, slot, chunk, key));
-  Hold(tier, slot, key);
-  ++stats_.stores_total;
+  const int32_t priority = grants != nullptr ? grants->PriorityAt(clock_->Now()) : kDefaultRetentionPriority;
+  // The host tier, else the disk tier (none, or the host's slots all pinned or of higher priority).
+  for (Tier* tier : {&host_, &disk_}) {
+    if (tier->capacity == 0) continue;
+    const int64_t slot = Allocate(*tier, priority, moves);
+    if (slot < 0) continue;
+    moves->push_back(KvMove::Store(tier->id, slot, chunk, key));
+    Hold(*tier, slot, key, grants);
+    ++stats_.stores_total;
+    return;
+  }
 }
 
 void KvTierMap::Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
@@ -163,10 +197,10 @@ absl::Status KvTierMap::CheckInvariants() const {
         return absl::InternalError(absl::StrFormat("%s slot %d holds a block the map places elsewhere", name, s));
       }
     }
-    if (held != static_cast<int64_t>(t->lru.size()) ||
+    if (held != t->lru->size() ||
         held + static_cast<int64_t>(t->free.size()) != t->capacity) {
       return absl::InternalError(absl::StrFormat("%s tier: %d held, %d in its LRU, %d free of %d", name, held,
-                                                 t->lru.size(), t->free.size(), t->capacity));
+                                                 t->lru->size(), t->free.size(), t->capacity));
     }
     for (int64_t s : t->free) {
       if (t->held[s]) return absl::InternalError(absl::StrFormat("%s slot %d both free and held", name, s));

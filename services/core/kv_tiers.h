@@ -21,9 +21,12 @@
 // still there); with no host or disk tier it goes to the shared tier only.
 //
 // A block evicted from the pool enters the host tier (write-back), or the
-// disk tier when there is no host tier. A full host tier demotes its least
-// recently used block to disk (dropped without a disk tier); a full disk
-// tier drops its least recently used. A slot that a load of the step in
+// disk tier when there is no host tier. A full host tier demotes its victim
+// to disk (dropped without a disk tier); a full disk tier drops its victim.
+// Retention (retention.h) holds here as in the pool: a block keeps its
+// grants down the tiers, a tier's victim is its lowest priority block, the
+// least recently used within a priority, and a block never displaces one
+// of higher priority: it goes to the disk tier instead, or is dropped. A slot that a load of the step in
 // flight reads is pinned until Complete, so no later move of that step
 // overwrites it. A failed move (a full disk, a corrupt or missing slot)
 // forgets its block: the next prompt recomputes it.
@@ -34,7 +37,7 @@
 
 #include <cstdint>
 #include <deque>
-#include <list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,7 +47,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "base/clock.h"
 #include "proto/plan/step_plan.h"
+#include "services/core/lru_eviction.h"
+#include "services/core/retention.h"
 #include "services/kv_events/block_hash.h"
 
 namespace chunkattn {
@@ -54,6 +60,7 @@ struct KvTierMapOptions {
   int64_t disk_slots = 0;  // blocks the disk tier holds; 0: none
   bool shared = false;     // the workers have a shared tier (Redis)
   int64_t shared_known_max = int64_t{1} << 20;  // keys believed in the shared tier, at most (16 B each)
+  const Clock* clock = nullptr;  // borrowed: when retention grants end (null: the wall clock)
 };
 
 struct KvTierStats {
@@ -62,6 +69,7 @@ struct KvTierStats {
   int64_t stores_total = 0;     // blocks written down from the pool
   int64_t demotions_total = 0;  // host -> disk
   int64_t drops_total = 0;      // blocks a full tier forgot
+  int64_t drops_by_band_total[kNumRetentionBands] = {};  // of those, by retention band
   int64_t host_loads_total = 0;  // blocks loaded back into the pool, by tier
   int64_t disk_loads_total = 0;
   int64_t failed_moves_total = 0;  // host or disk moves a worker reported failed (the block is forgotten)
@@ -95,10 +103,14 @@ class KvTierMap {
   void NoteShared(absl::Span<const uint64_t> keys);
 
   // Block `key` in pool chunk `chunk` is about to leave the pool: keeps it in
-  // the highest tier with room, appending the moves (a demotion or a drop to
-  // make room, then the store). A block already kept is only refreshed.
-  // Nothing happens when every slot is pinned.
-  void Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves);
+  // the highest tier with room for its priority (`grants`, its retention;
+  // null: none), appending the moves (a demotion or a drop to make room,
+  // then the store). A block already kept is only refreshed (and given
+  // `grants`). Nothing happens when every slot is pinned or of higher priority.
+  void Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves, const RetentionGrants* grants = nullptr);
+  // The retention priority now of a block the host or disk tier holds (the
+  // default otherwise).
+  int32_t Priority(uint64_t key) const;
 
   // Loads block `key` (REQUIRES: Find(key)) into pool chunk `chunk`:
   // appends the move, refreshes the block and pins its slot (a shared
@@ -125,17 +137,19 @@ class KvTierMap {
     std::vector<bool> held;             // per slot
     std::vector<int32_t> pins;          // per slot: loads of the step in flight
     std::vector<int64_t> free;          // free slots, popped from the back
-    std::list<int64_t> lru;             // held slots, least recently used first
-    std::vector<std::list<int64_t>::iterator> pos;  // per held slot, its place in lru
+    std::unique_ptr<LruEviction> lru;   // held slots in eviction order, with their grants
   };
 
   Tier& TierOf(KvTier t) { return t == KvTier::kHost ? host_ : disk_; }
   const Tier& TierOf(KvTier t) const { return t == KvTier::kHost ? host_ : disk_; }
   void Touch(Tier& tier, int64_t slot);
-  // A free slot of `tier` for a new block, making room as the header says;
-  // -1 when every held slot is pinned.
-  int64_t Allocate(Tier& tier, std::vector<KvMove>* moves);
-  void Hold(Tier& tier, int64_t slot, uint64_t key);
+  // A free slot of `tier` for a new block of retention `priority`, making
+  // room as the header says; -1 when every held slot is pinned or of a
+  // higher priority.
+  int64_t Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* moves);
+  void Hold(Tier& tier, int64_t slot, uint64_t key, const RetentionGrants* grants);
+  void Drop(int32_t priority);  // counts a block forgotten for room
+  void Expire();
   void Forget(uint64_t key);  // frees its slot
   void RememberShared(uint64_t key);
 
@@ -146,6 +160,7 @@ class KvTierMap {
   absl::flat_hash_set<uint64_t> shared_known_;
   std::deque<uint64_t> shared_order_;  // the oldest belief first, forgotten first (may name forgotten keys)
   KvTierStats stats_;
+  const Clock* clock_;  // retention grants' ends
 };
 
 // The chained keys of a growing sequence's full blocks in namespace `ns`

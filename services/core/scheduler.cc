@@ -50,6 +50,7 @@ struct Scheduler::Request {
   bool running = false;
   int32_t cached_prompt_tokens = -1;  // of the first admission
   absl::Time probe_until = absl::InfinitePast();  // not admitted before, while its shared-tier probe runs
+  absl::Time retain_until = absl::InfiniteFuture();  // spec.retention's end
   struct Sample {
     std::vector<TokenId> generated;
     bool finished = false;
@@ -158,13 +159,17 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixFore
       admission_(options.priority_aging),
       preemption_(&admission_),
       forest_(std::move(forest)),
-      tiers_(options.tiers) {
+      tiers_([&] {
+        KvTierMapOptions t = options.tiers;
+        if (t.clock == nullptr) t.clock = options.clock;
+        return t;
+      }()) {
   if (tiers_.enabled()) forest_->set_on_evict_block([this](const EvictedBlock& b) { OnEvictBlock(b); });
 }
 
 void Scheduler::OnEvictBlock(const EvictedBlock& block) {
   const std::vector<uint64_t> keys = BlockKeys(block.path, options_.chunk_size, block.ns, options_.block_hash_seed);
-  if (!keys.empty()) tiers_.Keep(keys.back(), block.chunk, &pending_moves_);
+  if (!keys.empty()) tiers_.Keep(keys.back(), block.chunk, &pending_moves_, block.grants);
 }
 
 absl::Status Scheduler::WriteThrough(Seq* seq) {
@@ -246,14 +251,56 @@ absl::Status Scheduler::Add(RequestId id, RequestSpec spec) {
     never.SetPayload(kNeverFitsPayload, absl::Cord());
     return never;
   }
+  if (spec.retention.has_value()) {
+    const RetentionSpec& rs = *spec.retention;
+    if (rs.priority < kMinRetentionPriority || rs.priority > kMaxRetentionPriority) {
+      return absl::InvalidArgumentError(absl::StrFormat("retention priority must be in [%d, %d], got %d",
+                                                        kMinRetentionPriority, kMaxRetentionPriority, rs.priority));
+    }
+    if (rs.duration <= absl::ZeroDuration() ||
+        (rs.duration > kMaxRetentionDuration && rs.duration != absl::InfiniteDuration())) {
+      return absl::InvalidArgumentError(absl::StrCat("retention duration must be in (0, ",
+                                                     absl::FormatDuration(kMaxRetentionDuration), "], got ",
+                                                     absl::FormatDuration(rs.duration)));
+    }
+    if (rs.prefix_tokens < 0 || rs.prefix_tokens > len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "retention prefix_tokens must be in [0, %d] (the prompt), got %d", len, rs.prefix_tokens));
+    }
+  }
   auto r = std::make_unique<Request>();
   r->id = id;
   r->queued = {spec.priority, clock_->Now(), next_arrival_++};
+  if (spec.retention.has_value()) r->retain_until = r->queued.arrival + spec.retention->duration;
   r->key = admission_.Key(r->queued);
   r->samples.resize(spec.n);
   r->spec = std::move(spec);
   Enqueue(r.get());
   requests_.emplace(id, std::move(r));
+  return absl::OkStatus();
+}
+
+int32_t Scheduler::max_retained_chunks() const {
+  return options_.max_retained_chunks_per_tenant >= 0 ? options_.max_retained_chunks_per_tenant
+                                                      : options_.num_chunks / 4;
+}
+
+absl::Status Scheduler::Retain(const Request& r, SeqId seq) {
+  const RetentionSpec& rs = *r.spec.retention;
+  // The tenant's namespaces are "tenant" and "tenant/..." (TokenAuth::CacheNamespace);
+  // the tenant "" owns them all.
+  const std::string& tenant = r.spec.tenant;
+  int64_t raised = 0;
+  for (const auto& [ns, n] : forest_->RaisedPerNamespace()) {
+    if (tenant.empty() || ns == tenant || (ns.size() > tenant.size() && ns.compare(0, tenant.size(), tenant) == 0 &&
+                                           ns[tenant.size()] == '/')) {
+      raised += n;
+    }
+  }
+  const int32_t budget = static_cast<int32_t>(std::max<int64_t>(0, max_retained_chunks() - raised));
+  const int32_t prefix = rs.prefix_tokens > 0 ? rs.prefix_tokens : static_cast<int32_t>(r.spec.prompt.size());
+  ASSIGN_OR_RETURN(const RetainResult done, forest_->Retain(seq, prefix, {rs.priority, r.retain_until}, budget));
+  retention_capped_ += done.capped_chunks;
   return absl::OkStatus();
 }
 
@@ -399,6 +446,8 @@ absl::Status Scheduler::Admit(Request* r, std::vector<KvCopy>* copies) {
     seq->tokens = std::move(tokens);
     if (fresh && r->cached_prompt_tokens < 0) r->cached_prompt_tokens = seq->computed;
     seqs_[seq->id] = seq.get();
+    // Once per admission: every sequence holds the prompt's chunks.
+    if (r->spec.retention.has_value() && r->seqs.empty()) RETURN_IF_ERROR(Retain(*r, seq->id));
     if (tiers_.enabled() && !tiers_.empty()) RETURN_IF_ERROR(PlanLoads(seq.get(), ns));
     r->seqs.push_back(std::move(seq));
   }
@@ -945,6 +994,7 @@ SchedulerStats Scheduler::stats() const {
   s.unshared_chunks = unshared_now_;
   s.peak_used_chunks = peak_used_;
   s.peak_unshared_chunks = peak_unshared_;
+  s.retention_capped_chunks = retention_capped_;
   return s;
 }
 

@@ -45,6 +45,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,7 @@
 #include "services/core/prefix_forest.h"
 #include "services/core/kv_tiers.h"
 #include "services/core/policies.h"
+#include "services/core/retention.h"
 #include "services/core/token_constraint.h"
 
 namespace chunkattn {
@@ -99,6 +101,10 @@ struct RequestSpec {
   // Structured outputs: each sample draws only what this allows, and ends
   // (kStopToken) when it says so, min_tokens or not. Null: none.
   std::shared_ptr<TokenConstraint> constraint;
+  // Retention (retention.h): at admission the chunks of the prompt's first
+  // prefix_tokens get this priority until `duration` after Add, within the
+  // tenant's bound (SchedulerOptions::max_retained_chunks_per_tenant). Unset: none.
+  std::optional<RetentionSpec> retention;
 };
 
 // Marks Add's RESOURCE_EXHAUSTED for a request that can never fit the pool
@@ -137,6 +143,12 @@ struct SchedulerOptions {
   // it (write-back, the default): more tier traffic, and a block survives a
   // burst of evictions that outruns the stores.
   bool tier_write_through = false;
+  // Retention: the most chunks of the pool one tenant (RequestSpec::tenant;
+  // "" is one tenant too) may hold above the default priority, so pinning
+  // cannot starve the others; a grant past it is accepted, its excess not
+  // raised (SchedulerStats::retention_capped_chunks). -1: a quarter of the
+  // pool; 0: no chunk is raised.
+  int32_t max_retained_chunks_per_tenant = -1;
   // Borrowed; with more than one thread, a step's constrained samples get
   // their masks in parallel (each sample's matcher is its own; at ~40 us a
   // mask inside a free JSON string, 256 rows would take 10 ms on one
@@ -176,6 +188,7 @@ struct SchedulerStats {
   int64_t unshared_chunks = 0;       // chunks the live sequences would need without sharing
   int64_t peak_used_chunks = 0;
   int64_t peak_unshared_chunks = 0;  // at the step of peak_used_chunks
+  int64_t retention_capped_chunks = 0;  // chunks a grant left unraised for the tenant's bound (total)
 };
 
 // The decode context of the sequences of `full` with keep[s] (context
@@ -277,6 +290,9 @@ class Scheduler {
   std::string Namespace(const Request& r) const;
   // Inserts the request's sequences; all or nothing.
   absl::Status Admit(Request* r, std::vector<KvCopy>* copies);
+  // Gives the request's retention to the chunks of `seq`, within its tenant's bound.
+  absl::Status Retain(const Request& r, SeqId seq);
+  int32_t max_retained_chunks() const;
   // True when `r` should wait for a prompt being prefilled that it shares.
   bool ShouldDefer(const Request& r) const;
   void ReleaseSeqs(Request* r);   // every sequence leaves the forest
@@ -363,6 +379,7 @@ class Scheduler {
 
   bool admitting_ = true;
   int64_t preemptions_ = 0;
+  int64_t retention_capped_ = 0;
   int64_t peak_used_ = 0;
   int64_t peak_unshared_ = 0;
   int64_t unshared_now_ = 0;

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "base/clock.h"
 #include "gtest/gtest.h"
 
 namespace chunkattn {
@@ -54,11 +55,29 @@ struct Worker {
   }
 };
 
-void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fail_rate) {
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " host " << host_slots << " disk " << disk_slots);
+// With `retention`, each block leaves the pool with random grants (a clock
+// the walk moves ends them): a victim then has the lowest (priority now,
+// stamp) of its tier's unpinned blocks, a dropped block a priority no higher
+// than the newcomer's, and a newcomer refused a place a priority below every
+// unpinned block of every tier. The model keeps each block's grants raw.
+void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fail_rate, bool retention = false) {
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " host " << host_slots << " disk " << disk_slots
+                                  << (retention ? " retention" : ""));
   std::mt19937 rng(seed);
   constexpr int kChunks = 12;
-  KvTierMap map({host_slots, disk_slots});
+  ManualClock clock;
+  KvTierMapOptions options{host_slots, disk_slots};
+  options.clock = &clock;
+  KvTierMap map(options);
+  std::map<uint64_t, std::vector<RetentionGrant>> raw;  // per block in a tier
+  auto priority = [&](uint64_t key) {
+    int32_t p = -1;
+    for (const RetentionGrant& g : raw[key]) {
+      if (g.until > clock.Now()) p = std::max(p, g.priority);
+    }
+    return p < 0 ? kDefaultRetentionPriority : p;
+  };
+  int refused = 0, displaced_retained = 0;
   Worker worker(kChunks, host_slots, disk_slots);
   // When each block was last kept, refreshed, loaded or moved down: a full
   // tier's victim must have the oldest stamp of its tier's unpinned blocks.
@@ -73,6 +92,7 @@ void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fa
   };
   int loads = 0, demotions = 0;
   for (int step = 0; step < 400; ++step) {
+    if (retention) clock.Advance(absl::Milliseconds(rng() % 700));
     std::vector<KvMove> moves;
     std::vector<bool> busy_chunk(kChunks, false);  // evicted or loaded this step
     std::vector<uint64_t> pinned;                  // blocks loaded this step
@@ -98,25 +118,53 @@ void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fa
       busy_chunk[chunk] = true;
       const uint64_t key = 1 + rng() % 40;
       worker.pool[chunk] = key;
+      RetentionGrants grants;
+      std::vector<RetentionGrant> given;
+      for (int g = retention ? static_cast<int>(rng() % 3) : 0; g > 0; --g) {
+        RetentionGrant grant{static_cast<int32_t>(35 + rng() % 66), clock.Now() + absl::Milliseconds(1 + rng() % 20000)};
+        if (rng() % 4 == 0) grant.until = absl::InfiniteFuture();
+        grants.Add(grant);
+        given.push_back(grant);
+      }
       const auto before = tiers_now();
-      map.Keep(key, chunk, &moves);
+      if (before.count(key) == 0) raw.erase(key);
+      const int32_t key_priority = [&] {
+        auto& r = raw[key];
+        r.insert(r.end(), given.begin(), given.end());
+        return priority(key);
+      }();
+      map.Keep(key, chunk, &moves, &grants);
       const auto after = tiers_now();
       ++now;
+      auto is_pinned = [&](uint64_t k) { return std::find(pinned.begin(), pinned.end(), k) != pinned.end(); };
       for (const auto& [k, at] : before) {
         auto it = after.find(k);
         if (k == key || (it != after.end() && it->second.tier == at.tier)) continue;
-        // k left its tier to make room: the oldest unpinned block there.
+        // k left its tier to make room: the lowest (priority, stamp) of the unpinned blocks there.
         for (const auto& [other, other_at] : before) {
-          if (other == k || other == key || other_at.tier != at.tier) continue;
-          if (std::find(pinned.begin(), pinned.end(), other) != pinned.end()) continue;
-          EXPECT_LE(stamp[k], stamp[other]) << "step " << step << ": " << k << " left before " << other;
+          if (other == k || other == key || other_at.tier != at.tier || is_pinned(other)) continue;
+          EXPECT_LE(std::make_pair(priority(k), stamp[k]), std::make_pair(priority(other), stamp[other]))
+              << "step " << step << ": " << k << " left before " << other;
         }
         if (it != after.end()) {
           ++demotions;
           stamp[k] = now;
+        } else {
+          EXPECT_LE(priority(k), key_priority) << "step " << step << ": " << k << " dropped for a lower block";
+          displaced_retained += priority(k) > kDefaultRetentionPriority;
         }
       }
-      if (after.count(key) > 0) stamp[key] = now;
+      if (after.count(key) > 0) {
+        stamp[key] = now;
+      } else if (before.count(key) == 0) {
+        // Refused: every tier full of pinned or higher blocks.
+        ++refused;
+        for (const auto& [other, other_at] : before) {
+          if (!is_pinned(other)) {
+            EXPECT_GT(priority(other), key_priority) << "step " << step << ": refused " << key;
+          }
+        }
+      }
     }
     // The map's claims hold where the moves read.
     std::vector<bool> fail(moves.size());
@@ -137,6 +185,7 @@ void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fa
     for (uint64_t key = 1; key <= 40; ++key) {
       if (auto at = map.Find(key)) {
         EXPECT_EQ(worker.Tier(at->tier)[at->slot], key) << "step " << step << " key " << key;
+        EXPECT_EQ(map.Priority(key), priority(key)) << "step " << step << " key " << key;
       }
     }
     EXPECT_LE(map.stats().host_blocks, host_slots);
@@ -144,6 +193,9 @@ void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fa
   }
   EXPECT_GT(loads, 0);
   if (disk_slots > 0 && host_slots > 0) EXPECT_GT(demotions, 0);
+  if (retention) {
+    EXPECT_GT(refused + displaced_retained, 0);
+  }
 }
 
 TEST(KvTierMapTest, RandomWalksAgainstASimulatedWorker) {
@@ -152,6 +204,15 @@ TEST(KvTierMapTest, RandomWalksAgainstASimulatedWorker) {
     RandomWalk(seed, 5, 0, 0.0);   // host only: full means dropped
     RandomWalk(seed, 0, 7, 0.0);   // disk only
     RandomWalk(seed, 4, 6, 0.1);   // failing moves
+  }
+}
+
+TEST(KvTierMapTest, RandomWalksWithRetentionAgainstASimulatedWorker) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    RandomWalk(seed, 6, 10, 0.0, true);
+    RandomWalk(seed, 5, 0, 0.0, true);
+    RandomWalk(seed, 0, 7, 0.0, true);
+    RandomWalk(seed, 4, 6, 0.1, true);
   }
 }
 

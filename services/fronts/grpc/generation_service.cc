@@ -88,6 +88,12 @@ std::string V1FieldName(FieldRef at) {
       return "top_logprobs";
     case RequestField::kConstraint:
       return "constraint";
+    case RequestField::kRetentionPriority:
+      return "retention.priority";
+    case RequestField::kRetentionDurationMs:
+      return "retention.duration_ms";
+    case RequestField::kRetentionTokenEnd:
+      return "retention.token_end";
   }
   return "request";
 }
@@ -181,6 +187,13 @@ absl::StatusOr<ClientRequest> FromProto(const v1::GenerateRequest& request) {
         return Invalid("constraint is empty: set json_schema, json_object, regex, choice or grammar");
     }
     out.complete_within_max_tokens = c.complete_within_max_tokens();
+  }
+  if (request.has_retention()) {
+    const v1::KvRetention& k = request.retention();
+    ClientRequest::Retention& r = out.retention.emplace();
+    if (k.has_priority()) r.priority = k.priority();
+    if (k.has_duration_ms()) r.duration_ms = k.duration_ms();
+    if (k.has_token_end()) r.token_end = k.token_end();
   }
   return out;
 }

@@ -98,7 +98,34 @@ struct Common {
   std::optional<std::string> cache_salt;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
+  std::optional<ClientRequest::Retention> retention;
 };
+
+// Our extension "retention": {"priority", "duration_ms", "token_end"}
+// (TensorRT-LLM's TokenRangeRetentionConfig names). Types here, ranges in
+// the input processor (CheckRetention); an unknown key is refused, so a
+// misspelt one never passes for plain LRU.
+absl::Status ParseRetention(const json& v, std::optional<ClientRequest::Retention>* out) {
+  if (!v.is_object()) return InvalidParam("retention", "'retention' must be an object");
+  ClientRequest::Retention r;
+  const Fields f(v);
+  for (const auto& [key, field] : {std::pair<const char*, std::optional<int64_t>*>{"priority", &r.priority},
+                                   {"duration_ms", &r.duration_ms},
+                                   {"token_end", &r.token_end}}) {
+    if (!f.Int(key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), field).ok()) {
+      const std::string name = absl::StrCat("retention.", key);
+      return InvalidParam(name, absl::StrCat("'", name, "' must be an integer"));
+    }
+  }
+  for (const auto& [key, value] : v.items()) {
+    if (key != "priority" && key != "duration_ms" && key != "token_end") {
+      return InvalidParam("retention", absl::StrCat("'retention' has no field '", key,
+                                                    "': give priority, duration_ms and token_end"));
+    }
+  }
+  *out = r;
+  return absl::OkStatus();
+}
 
 absl::Status Unsupported(const char* key, absl::string_view why) {
   return InvalidParam(key, absl::StrCat("'", key, "' ", why));
@@ -343,6 +370,9 @@ absl::Status ParseCommon(const json& body, Common* c) {
   c->cache_salt = salt ? salt : ns;
   std::optional<std::string> user;
   RETURN_IF_ERROR(f.String("user", &user));  // accepted and not used
+  if (const json* retention = f.Get("retention"); retention != nullptr) {
+    RETURN_IF_ERROR(ParseRetention(*retention, &c->retention));
+  }
   return absl::OkStatus();
 }
 
@@ -377,6 +407,7 @@ absl::Status Apply(const Common& c, std::optional<int64_t> max_tokens, ApiReques
   request.return_logprobs = out->logprobs;
   request.top_logprobs = out->top_logprobs;
   request.complete_within_max_tokens = c.complete_within_max_tokens.value_or(false);
+  request.retention = c.retention;
   out->prompts.push_back(std::move(request));
   return absl::OkStatus();
 }
@@ -565,6 +596,15 @@ absl::Status NameOpenAiFields(const absl::Status& status, Endpoint endpoint, abs
       break;
     case RequestField::kConstraint:
       param = std::string(constraint_param.empty() ? "complete_within_max_tokens" : constraint_param);
+      break;
+    case RequestField::kRetentionPriority:
+      param = "retention.priority";
+      break;
+    case RequestField::kRetentionDurationMs:
+      param = "retention.duration_ms";
+      break;
+    case RequestField::kRetentionTokenEnd:
+      param = "retention.token_end";
       break;
   }
   const std::string name = param == "prompt" ? WithIndex(prompt, index) : WithIndex(param, index);

@@ -360,6 +360,10 @@ absl::Status NameVllmFields(const absl::Status& status) {
         return "sampling_params.logprobs";
       case RequestField::kConstraint:
         return "sampling_params.constraint";
+      case RequestField::kRetentionPriority:  // vLLM's API has no retention: never set here
+      case RequestField::kRetentionDurationMs:
+      case RequestField::kRetentionTokenEnd:
+        return "retention";
     }
     return "request";
   });

@@ -877,6 +877,97 @@ TEST(SchedulerTest, RejectsRequestsThatCanNeverFit) {
   EXPECT_TRUE(absl::IsInvalidArgument(h.scheduler().Add(5, spec)));
 }
 
+// Retention (issue 41): tenant a's system prompt, retained, survives a
+// flood of tenant b's prompts that evicts it without retention; a tenant
+// retaining every prompt holds at most its bound of raised chunks (a
+// quarter of the pool by default) and b's requests are all served; every
+// greedy output equals its run alone, retention or not.
+TEST(SchedulerTest, RetentionKeepsATenantsPrefixWithinItsBoundAndChangesNoOutput) {
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int> tok(0, 95);
+  auto prompt = [&](int tokens) {
+    std::vector<TokenId> p(tokens);
+    for (auto& t : p) t = tok(rng);
+    return p;
+  };
+  auto spec_of = [](std::vector<TokenId> p, const std::string& tenant, std::optional<RetentionSpec> retention) {
+    RequestSpec spec;
+    spec.prompt = std::move(p);
+    spec.sampling.temperature = 0;
+    spec.max_new_tokens = 3;
+    spec.ignore_eos = true;
+    spec.tenant = tenant;
+    spec.cache_namespace = tenant;
+    spec.retention = retention;
+    return spec;
+  };
+  const std::vector<TokenId> system = prompt(64);  // four chunks of 16
+  std::vector<std::vector<TokenId>> flood, pins;
+  for (int k = 0; k < 8; ++k) flood.push_back(prompt(64));
+  for (int k = 0; k < 3; ++k) pins.push_back(prompt(64));
+  RetentionSpec keep;
+  keep.priority = 80;
+  keep.duration = absl::Hours(1);
+  for (const bool retained : {false, true}) {
+    SCOPED_TRACE(retained ? "retained" : "plain LRU");
+    std::optional<RetentionSpec> r;
+    if (retained) r = keep;
+    std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+    std::vector<std::pair<RequestId, RequestSpec>> all;
+    auto add = [&](int step, RequestId id, RequestSpec spec) {
+      arrivals[step].emplace_back(id, spec);
+      all.emplace_back(id, std::move(spec));
+    };
+    add(0, 1, spec_of(system, "a", r));
+    for (int k = 0; k < 8; ++k) add(4 + 4 * k, 10 + k, spec_of(flood[k], "b", std::nullopt));
+    add(60, 2, spec_of(system, "a", std::nullopt));  // the same prompt again, nothing asked
+    // Then a pins three more prompts (12 chunks, over its bound of 6) while b goes on.
+    for (int k = 0; k < 3; ++k) add(64 + k, 20 + k, spec_of(pins[k], "a", r));
+    for (int k = 0; k < 4; ++k) add(64 + k, 30 + k, spec_of(flood[k], "b", std::nullopt));
+    Harness h(24, 2048, true);
+    int32_t most_raised = 0;
+    h.on_plan_ = [&](const StepPlan&) {
+      for (const auto& [ns, n] : h.scheduler().forest().RaisedPerNamespace()) {
+        EXPECT_EQ(ns, "a");
+        most_raised = std::max(most_raised, n);
+      }
+    };
+    auto out = h.Run(arrivals);
+    for (const auto& [id, spec] : all) {
+      Harness alone(256, 2048, false);
+      auto ref = alone.Run({{0, {{id, spec}}}});
+      const std::pair<RequestId, int> key(id, 0);
+      EXPECT_EQ(out[key], ref[key]) << "request " << id;
+      EXPECT_EQ(out[key].size(), 3u) << "request " << id;  // served to the end
+    }
+    if (retained) {
+      EXPECT_EQ(h.cached_[2], 63);  // every prompt chunk still cached (the last token recomputed)
+      EXPECT_EQ(most_raised, 6);    // 24 chunks / 4
+      EXPECT_GT(h.scheduler().stats().retention_capped_chunks, 0);
+      EXPECT_GT(h.scheduler().cache_stats().band_evictions_total[static_cast<int>(RetentionBand::kDefault)], 0);
+    } else {
+      EXPECT_LT(h.cached_[2], 16);  // evicted by the flood
+      EXPECT_EQ(most_raised, 0);
+    }
+    EXPECT_EQ(h.scheduler().cache_stats().used_chunks, 0);
+  }
+}
+
+TEST(SchedulerTest, RetentionOutsideItsRangesIsRefused) {
+  Harness h(64, 2048, true);
+  RequestSpec spec;
+  spec.prompt.assign(40, 3);
+  spec.max_new_tokens = 4;
+  for (RetentionSpec bad : {RetentionSpec{-1}, RetentionSpec{34}, RetentionSpec{101}, RetentionSpec{50, absl::ZeroDuration()},
+                            RetentionSpec{50, absl::Seconds(-5)}, RetentionSpec{50, absl::Hours(24 * 31)},
+                            RetentionSpec{50, absl::Hours(1), 41}, RetentionSpec{50, absl::Hours(1), -1}}) {
+    spec.retention = bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(h.scheduler().Add(1, spec))) << bad.priority;
+  }
+  spec.retention = RetentionSpec{50, absl::Hours(1), 40};
+  EXPECT_TRUE(h.scheduler().Add(1, spec).ok());
+}
+
 TEST(SchedulerTest, AbortMidStreamReleasesEverything) {
   Harness h(64, 2048, true);
   RequestSpec spec;
