@@ -26,10 +26,10 @@
 // Retention (retention.h) holds here as in the pool: a block keeps its
 // grants down the tiers, a tier's victim is its lowest priority block, the
 // least recently used within a priority, and a block never displaces one
-// of higher priority: it goes to the disk tier instead, or is dropped. A slot that a load of the step in
-// flight reads is pinned until Complete, so no later move of that step
-// overwrites it. A failed move (a full disk, a corrupt or missing slot)
-// forgets its block: the next prompt recomputes it.
+// of higher priority: it goes to the disk tier instead, or is dropped. A
+// slot that a load of the step in flight reads is pinned until Complete, so
+// no later move of that step overwrites it. A failed move (a full disk, a
+// corrupt or missing slot) forgets its block: the next prompt recomputes it.
 //
 // Not thread-safe: owned by the scheduler (the engine loop's thread).
 #ifndef CHUNKATTN_SERVICES_CORE_KV_TIERS_H_
