@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "base/hash.h"
 #include "base/status_macros.h"
 
 namespace chunkattn {
@@ -82,7 +81,7 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
   const int64_t slot_bytes = store->SlotBytes();
   const int64_t host_slots = options.host_bytes / slot_bytes;
   if (host_slots > 0) {
-    // calloc: zero headers (length 0: never written), and pages the kernel
+    // calloc: zero seals (blank: never written), and pages the kernel
     // maps only when a slot is first written.
     void* p = std::calloc(static_cast<size_t>(host_slots), static_cast<size_t>(slot_bytes));
     if (p == nullptr) {
@@ -107,7 +106,7 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
     }
     store->disk_ = Fd(fd);
     store->disk_path_ = path.data();
-    // Sparse: unwritten slots read as zeros (length 0: never written), and
+    // Sparse: unwritten slots read as zeros (a blank seal: never written), and
     // the budget is not taken from the disk until slots are written.
     if (::ftruncate(fd, disk_slots * slot_bytes) != 0) {
       const int error = errno;
@@ -131,21 +130,6 @@ absl::Status KvTierStore::CheckSlot(KvTier tier, int64_t slot) const {
   const int64_t n = slots(tier);
   if (slot < 0 || slot >= n) {
     return absl::OutOfRangeError(absl::StrFormat("slot %d of the %s KV tier's %d", slot, TierName(tier), n));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status KvTierStore::CheckHeader(const Header& h, KvTier tier, int64_t slot, uint64_t key) const {
-  if (h.length == 0 && h.key == 0 && h.checksum == 0) {
-    return absl::NotFoundError(absl::StrFormat("%s KV tier slot %d was never written", TierName(tier), slot));
-  }
-  if (h.key != key) {
-    return absl::NotFoundError(absl::StrFormat("%s KV tier slot %d holds key %016x, not %016x", TierName(tier), slot,
-                                               h.key, key));
-  }
-  if (h.length != static_cast<uint64_t>(chunk_bytes_)) {
-    return absl::DataLossError(absl::StrFormat("%s KV tier slot %d holds %d bytes, a chunk is %d", TierName(tier), slot,
-                                               h.length, chunk_bytes_));
   }
   return absl::OkStatus();
 }
@@ -183,51 +167,39 @@ absl::Status KvTierStore::WriteDisk(int64_t offset, const void* from, int64_t n)
 
 absl::Status KvTierStore::Store(KvTier tier, int64_t slot, uint64_t key, absl::Span<const uint8_t> bytes) {
   RETURN_IF_ERROR(CheckSlot(tier, slot));
-  if (static_cast<int64_t>(bytes.size()) != chunk_bytes_) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a KV chunk is %d bytes, the buffer to store %d", chunk_bytes_, bytes.size()));
-  }
-  Header h;
-  h.key = key;
-  h.checksum = HashBytes(bytes.data(), bytes.size(), key);
-  h.length = static_cast<uint64_t>(chunk_bytes_);
+  ASSIGN_OR_RETURN(const KvChunkSeal seal, SealKvChunk(key, bytes, chunk_bytes_));
   if (tier == KvTier::kHost) {
     uint8_t* s = HostSlot(slot);
-    std::memcpy(s, &h, sizeof(h));
+    std::memcpy(s, &seal, kHeaderBytes);
     std::memcpy(s + kHeaderBytes, bytes.data(), bytes.size());
     return absl::OkStatus();
   }
-  // The bytes first, then the header: a store cut short leaves a slot whose
+  // The bytes first, then the seal: a store cut short leaves a slot whose
   // checksum fails, never one that passes with a mix of two chunks.
   const int64_t offset = slot * SlotBytes();
   RETURN_IF_ERROR(WriteDisk(offset + kHeaderBytes, bytes.data(), chunk_bytes_));
-  return WriteDisk(offset, &h, kHeaderBytes);
+  return WriteDisk(offset, &seal, kHeaderBytes);
 }
 
 absl::Status KvTierStore::Load(KvTier tier, int64_t slot, uint64_t key, absl::Span<uint8_t> out) {
   RETURN_IF_ERROR(CheckSlot(tier, slot));
-  if (static_cast<int64_t>(out.size()) != chunk_bytes_) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a KV chunk is %d bytes, the buffer to load into %d", chunk_bytes_, out.size()));
-  }
-  Header h;
-  const uint8_t* bytes = out.data();
+  RETURN_IF_ERROR(CheckKvChunkBuffer(static_cast<int64_t>(out.size()), chunk_bytes_, "to load into"));
+  const std::string where = absl::StrFormat("%s KV tier slot %d", TierName(tier), slot);
+  KvChunkSeal seal;
+  absl::Span<const uint8_t> bytes = out;
   if (tier == KvTier::kHost) {
     const uint8_t* s = HostSlot(slot);
-    std::memcpy(&h, s, sizeof(h));
-    RETURN_IF_ERROR(CheckHeader(h, tier, slot, key));
-    bytes = s + kHeaderBytes;  // checked in place, copied once good
+    std::memcpy(&seal, s, kHeaderBytes);
+    RETURN_IF_ERROR(CheckKvChunkSeal(seal, key, chunk_bytes_, where));
+    bytes = absl::MakeConstSpan(s + kHeaderBytes, out.size());  // checked in place, copied once good
   } else {
     const int64_t offset = slot * SlotBytes();
-    RETURN_IF_ERROR(ReadDisk(offset, &h, kHeaderBytes));
-    RETURN_IF_ERROR(CheckHeader(h, tier, slot, key));
+    RETURN_IF_ERROR(ReadDisk(offset, &seal, kHeaderBytes));
+    RETURN_IF_ERROR(CheckKvChunkSeal(seal, key, chunk_bytes_, where));
     RETURN_IF_ERROR(ReadDisk(offset + kHeaderBytes, out.data(), chunk_bytes_));
   }
-  if (HashBytes(bytes, static_cast<size_t>(chunk_bytes_), key) != h.checksum) {
-    return absl::DataLossError(
-        absl::StrFormat("%s KV tier slot %d: its bytes do not match their checksum", TierName(tier), slot));
-  }
-  if (bytes != out.data()) std::memcpy(out.data(), bytes, static_cast<size_t>(chunk_bytes_));
+  RETURN_IF_ERROR(CheckKvChunkBytes(seal, bytes, where));
+  if (bytes.data() != out.data()) std::memcpy(out.data(), bytes.data(), bytes.size());
   return absl::OkStatus();
 }
 
@@ -235,14 +207,14 @@ absl::Status KvTierStore::Demote(int64_t host_slot, int64_t disk_slot) {
   RETURN_IF_ERROR(CheckSlot(KvTier::kHost, host_slot));
   RETURN_IF_ERROR(CheckSlot(KvTier::kDisk, disk_slot));
   const uint8_t* s = HostSlot(host_slot);
-  Header h;
-  std::memcpy(&h, s, sizeof(h));
-  if (h.length == 0 && h.key == 0 && h.checksum == 0) {
+  KvChunkSeal seal;
+  std::memcpy(&seal, s, kHeaderBytes);
+  if (seal.blank()) {
     return absl::NotFoundError(absl::StrFormat("host KV tier slot %d was never written", host_slot));
   }
   const int64_t offset = disk_slot * SlotBytes();
   RETURN_IF_ERROR(WriteDisk(offset + kHeaderBytes, s + kHeaderBytes, chunk_bytes_));
-  return WriteDisk(offset, &h, kHeaderBytes);
+  return WriteDisk(offset, &seal, kHeaderBytes);
 }
 
 }  // namespace chunkattn

@@ -1,15 +1,16 @@
 // A worker's KV tiers below its pool (issue 41): a host tier (an array of
 // slots in this process's RAM, --host_kv_cache_mib) and a disk tier (one
 // file of slots in --disk_kv_cache_dir, --disk_kv_cache_mib). A slot holds
-// one chunk of this rank's KV shard (Model::ReadChunk's bytes) behind a
-// header {key, checksum, length}: the coordinator's key (the block's chained
-// hash), HashBytes of the bytes seeded with the key, and the byte count.
+// one chunk of this rank's KV shard (Model::ReadChunk's bytes) behind its
+// seal (kv_chunk_seal.h: 32 bytes of magic, key, checksum and length), so a
+// slot is kHeaderBytes + chunk_bytes, in memory and in the file alike.
 //
 // The coordinator owns the map of which slot holds what (services/core);
 // this store only keeps the bytes and refuses to hand back anything but
-// what was stored under the key asked for: a Load checks key, length and
-// checksum, so a slot never written, overwritten, corrupted on disk or cut
-// short by a truncated file fails (NOT_FOUND or DATA_LOSS), and the
+// what was stored under the key asked for: a Load checks the seal's magic,
+// key, length and checksum, so a slot never written, overwritten, corrupted
+// on disk or cut short by a truncated file fails (NOT_FOUND or DATA_LOSS,
+// naming what did not match), and the
 // coordinator recomputes the chunk instead.
 //
 // Lifetime: one store per worker session (made at Join, so a new session
@@ -33,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/plan/step_plan.h"
+#include "workers/server/kv_chunk_seal.h"
 
 namespace chunkattn {
 
@@ -51,8 +53,8 @@ absl::StatusOr<KvTierOptions> KvTierOptionsFromFlags(int64_t host_kv_cache_mib, 
 
 class KvTierStore {
  public:
-  // Bytes of a slot's header, before its chunk: key, checksum, length (u64s).
-  static constexpr int64_t kHeaderBytes = 24;
+  // Bytes of a slot's header, before its chunk: the chunk's seal.
+  static constexpr int64_t kHeaderBytes = KvChunkSeal::kBytes;
 
   // The tiers of `options` for chunks of `chunk_bytes`: each holds
   // budget / (kHeaderBytes + chunk_bytes) slots (a budget smaller than a slot
@@ -75,8 +77,8 @@ class KvTierStore {
   absl::Status Store(KvTier tier, int64_t slot, uint64_t key, absl::Span<const uint8_t> bytes);
   // The bytes stored in `slot` of `tier` under `key` into `out` (chunk_bytes()
   // of them). NOT_FOUND for a slot never written or holding another key,
-  // DATA_LOSS when its length or checksum does not match (corrupt, or a
-  // truncated file); `out` is then unspecified. Codes of Store otherwise.
+  // DATA_LOSS when its magic, length or checksum does not match (corrupt, or
+  // a truncated file); `out` is then unspecified. Codes of Store otherwise.
   absl::Status Load(KvTier tier, int64_t slot, uint64_t key, absl::Span<uint8_t> out);
   // Host `host_slot` -> disk `disk_slot`, header and bytes as they are (the
   // checksum is checked by the Load that reads them back). NOT_FOUND for a
@@ -84,13 +86,6 @@ class KvTierStore {
   absl::Status Demote(int64_t host_slot, int64_t disk_slot);
 
  private:
-  struct Header {
-    uint64_t key = 0;
-    uint64_t checksum = 0;
-    uint64_t length = 0;
-  };
-  static_assert(sizeof(Header) == kHeaderBytes);
-
   // Owns a file descriptor: closed on destruction.
   class Fd {
    public:
@@ -123,13 +118,11 @@ class KvTierStore {
   // short transfers; DATA_LOSS when the file ends first (a read).
   absl::Status ReadDisk(int64_t offset, void* to, int64_t n);
   absl::Status WriteDisk(int64_t offset, const void* from, int64_t n);
-  // NOT_FOUND / DATA_LOSS unless `h` names `key` with one chunk's length.
-  absl::Status CheckHeader(const Header& h, KvTier tier, int64_t slot, uint64_t key) const;
 
   int64_t chunk_bytes_;
   int64_t host_slots_ = 0;
   int64_t disk_slots_ = 0;
-  std::unique_ptr<uint8_t, Free> host_;  // host_slots_ slots: header, then the chunk
+  std::unique_ptr<uint8_t, Free> host_;  // host_slots_ slots: seal, then the chunk
   std::string disk_path_;
   Fd disk_;  // disk_slots_ slots, laid out as the host's
 };

@@ -7,19 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/hash.h"
+#include "base/status_macros.h"
 
 namespace chunkattn {
 namespace {
-
-constexpr uint64_t kMagic = 0x31564b4154544e43ull;  // "CNTTAKV1" little-endian: a value of ours, version 1
-
-struct Header {
-  uint64_t magic = kMagic;
-  uint64_t key = 0;
-  uint64_t checksum = 0;
-  uint64_t length = 0;
-};
-static_assert(sizeof(Header) == SharedKvStore::kHeaderBytes);
 
 // Folds a sample of `n` bytes at `p` into `h`: up to 16 pieces of 256 bytes
 // at equal strides, and the size, so a changed matrix almost surely changes
@@ -85,18 +76,11 @@ SharedKvStore::~SharedKvStore() {
 std::string SharedKvStore::RedisKey(uint64_t key) const { return absl::StrFormat("%s%016x", key_prefix_, key); }
 
 absl::Status SharedKvStore::Store(uint64_t key, absl::Span<const uint8_t> bytes) {
-  if (static_cast<int64_t>(bytes.size()) != chunk_bytes_) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a KV chunk is %d bytes, the buffer to store %d", chunk_bytes_, bytes.size()));
-  }
-  Header h;
-  h.key = key;
-  h.checksum = HashBytes(bytes.data(), bytes.size(), key);
-  h.length = static_cast<uint64_t>(chunk_bytes_);
+  ASSIGN_OR_RETURN(const KvChunkSeal seal, SealKvChunk(key, bytes, chunk_bytes_));
   Pending p;
   p.key = RedisKey(key);
   p.value.resize(kHeaderBytes + bytes.size());
-  std::memcpy(p.value.data(), &h, kHeaderBytes);
+  std::memcpy(p.value.data(), &seal, kHeaderBytes);
   std::memcpy(p.value.data() + kHeaderBytes, bytes.data(), bytes.size());
   absl::MutexLock lock(&mu_);
   const int64_t size = static_cast<int64_t>(p.value.size());
@@ -140,10 +124,7 @@ SharedKvStore::Stats SharedKvStore::stats() const {
 }
 
 absl::Status SharedKvStore::Load(uint64_t key, absl::Span<uint8_t> out) {
-  if (static_cast<int64_t>(out.size()) != chunk_bytes_) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a KV chunk is %d bytes, the buffer to load into %d", chunk_bytes_, out.size()));
-  }
+  RETURN_IF_ERROR(CheckKvChunkBuffer(static_cast<int64_t>(out.size()), chunk_bytes_, "to load into"));
   const std::string redis_key = RedisKey(key);
   absl::StatusOr<std::optional<std::string>> got = reader_.Get(redis_key, kHeaderBytes + chunk_bytes_);
   if (!got.ok()) return got.status();
@@ -153,16 +134,17 @@ absl::Status SharedKvStore::Load(uint64_t key, absl::Span<uint8_t> out) {
     return absl::DataLossError(absl::StrFormat("shared KV tier: %s holds %d bytes, a chunk's value %d", redis_key,
                                                value.size(), kHeaderBytes + chunk_bytes_));
   }
-  Header h;
-  std::memcpy(&h, value.data(), kHeaderBytes);
-  if (h.magic != kMagic || h.key != key || h.length != static_cast<uint64_t>(chunk_bytes_)) {
-    return absl::DataLossError(absl::StrFormat("shared KV tier: %s holds another block's header", redis_key));
+  const std::string where = absl::StrCat("shared KV tier: ", redis_key);
+  KvChunkSeal seal;
+  std::memcpy(&seal, value.data(), kHeaderBytes);
+  if (absl::Status s = CheckKvChunkSeal(seal, key, chunk_bytes_, where); !s.ok()) {
+    // A value sits under its own key's name, so a blank seal or another key's
+    // is damage (or a foreign writer), not a miss as in a reused tier slot.
+    return absl::IsNotFound(s) ? absl::DataLossError(s.message()) : s;
   }
-  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(value.data()) + kHeaderBytes;
-  if (HashBytes(bytes, static_cast<size_t>(chunk_bytes_), key) != h.checksum) {
-    return absl::DataLossError(absl::StrFormat("shared KV tier: %s: its bytes do not match their checksum", redis_key));
-  }
-  std::memcpy(out.data(), bytes, static_cast<size_t>(chunk_bytes_));
+  const auto bytes = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(value.data()) + kHeaderBytes, out.size());
+  RETURN_IF_ERROR(CheckKvChunkBytes(seal, bytes, where));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
   return absl::OkStatus();
 }
 

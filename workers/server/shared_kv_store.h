@@ -12,11 +12,11 @@
 // implementation, and the tensor-parallel size and rank: each rank keeps its
 // own shard under its own key.
 //
-// Values: a header {magic, key, checksum, length} then the bytes
-// (Model::ReadChunk's). A Load checks all four against what it asked for,
-// so a value that is missing, cut short, overwritten by another writer or
-// corrupted fails (NOT_FOUND, DATA_LOSS) and the coordinator recomputes the
-// chunk: never a wrong token.
+// Values: the chunk's seal (kv_chunk_seal.h: magic, key, checksum, length;
+// the host and disk tiers' too) then the bytes (Model::ReadChunk's). A Load
+// checks all four against what it asked for, so a value that is missing,
+// cut short, overwritten by another writer or corrupted fails (NOT_FOUND,
+// DATA_LOSS) and the coordinator recomputes the chunk: never a wrong token.
 //
 // Stores are asynchronous: Store copies the bytes into a bounded queue that
 // a writer thread of its own sends (SET with a TTL; Redis evicts by its own
@@ -45,6 +45,7 @@
 #include "base/redis_client.h"
 #include "workers/model/model.h"
 #include "workers/model/weights.h"
+#include "workers/server/kv_chunk_seal.h"
 
 namespace chunkattn {
 
@@ -66,7 +67,7 @@ std::string SharedKvKeyPrefix(const ModelConfig& config, const ModelWeights& wei
 
 class SharedKvStore {
  public:
-  static constexpr int64_t kHeaderBytes = 32;  // magic, key, checksum, length (u64s)
+  static constexpr int64_t kHeaderBytes = KvChunkSeal::kBytes;  // a value's seal, before its chunk
 
   // Starts the writer; connects lazily (a Redis down at Join costs failed
   // moves, not the Join).
@@ -85,9 +86,10 @@ class SharedKvStore {
   // full (the block is not stored).
   absl::Status Store(uint64_t key, absl::Span<const uint8_t> bytes);
   // The bytes stored under `key` into `out` (chunk_bytes of them): NOT_FOUND
-  // when Redis has none, DATA_LOSS when the value's length, key or checksum
-  // does not match, the client's codes when Redis is slow, down or refuses
-  // (`out` is then unspecified).
+  // when Redis has none, DATA_LOSS naming what is wrong when the value's
+  // size or its seal's magic, key, length or checksum does not match, the
+  // client's codes when Redis is slow, down or refuses (`out` is then
+  // unspecified).
   absl::Status Load(uint64_t key, absl::Span<uint8_t> out);
   // Blocks until every store queued so far was sent (or dropped): for tests.
   void Flush();

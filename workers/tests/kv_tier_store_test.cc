@@ -186,7 +186,7 @@ TEST(KvTierStore, CorruptDiskBytesFailTheLoad) {
   std::vector<uint8_t> out(static_cast<size_t>(chunk));
   for (int i = 0; i < 60; ++i) {
     const int64_t slot = static_cast<int64_t>(rng() % 4);
-    // The header's 24 bytes in a third of the cases, else the chunk's.
+    // The seal's bytes in a third of the cases, else the chunk's.
     const int64_t at = rng() % 3 == 0 ? static_cast<int64_t>(rng() % KvTierStore::kHeaderBytes)
                                       : KvTierStore::kHeaderBytes + static_cast<int64_t>(rng() % chunk);
     const off_t offset = static_cast<off_t>(slot * slot_bytes + at);

@@ -14,16 +14,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "workers/model/context_builder.h"
 #include "workers/server/kv_tier_store.h"
 #include "workers/server/plan_executor.h"
-#include "workers/tests/tiny_model.h"
 #include "workers/tests/temp_dir.h"
+#include "workers/tests/tiny_model.h"
+#include "workers/tests/tiny_prompt_plans.h"
 
 namespace chunkattn {
 namespace {
-
-using testing::kTinyChunkSize;
 
 class PlanExecutorTiers : public ::testing::Test {
  protected:
@@ -42,35 +40,11 @@ class PlanExecutorTiers : public ::testing::Test {
     tiers_ = std::move(*tiers);
   }
 
-  // The prompt over path_, prefilled (step 1).
-  StepPlan Prefill(std::mt19937_64& rng) {
-    StepPlan plan;
-    plan.step = 1;
-    for (int i = 0; i < kPromptLen; ++i) plan.tokens.push_back(static_cast<int32_t>(rng() % 97));
-    plan.prefill.prefix_len = {0};
-    plan.prefill.q_begin = {0, kPromptLen};
-    plan.prefill.chunk_begin = {0, 3};
-    plan.prefill.chunk_ids = path_;
-    return plan;
-  }
-  // One decode token after the prompt, with its logits kept.
-  StepPlan Decode(uint64_t step, bool with_context) {
-    StepPlan plan;
-    plan.step = step;
-    plan.tokens = {11};
-    if (with_context) {
-      absl::StatusOr<ChunkContext> ctx = BuildChunkContext({path_}, {kPromptLen + 1}, kTinyChunkSize, 1);
-      EXPECT_TRUE(ctx.ok());
-      plan.has_context = true;
-      plan.context = *ctx;
-    }
-    plan.has_decode = true;
-    plan.seq_len = {kPromptLen + 1};
-    plan.logits_rows = {0};
-    return plan;
+  StepPlan Prefill(std::mt19937_64& rng) const { return testing::TinyPromptPrefill(rng, path_); }
+  StepPlan Decode(uint64_t step, bool with_context) const {
+    return testing::TinyPromptDecode(step, path_, with_context);
   }
 
-  static constexpr int kPromptLen = 2 * kTinyChunkSize + 5;
   const std::vector<int32_t> path_ = {12, 30, 5};
   const std::string dir_ = testing::MakeTempDir("plan-tier-test");
   std::unique_ptr<LlamaModel> model_;

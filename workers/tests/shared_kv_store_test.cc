@@ -15,14 +15,12 @@
 #include "absl/time/clock.h"
 #include "base/tests/redis_server.h"
 #include "gtest/gtest.h"
-#include "workers/model/context_builder.h"
 #include "workers/server/plan_executor.h"
 #include "workers/tests/tiny_model.h"
+#include "workers/tests/tiny_prompt_plans.h"
 
 namespace chunkattn {
 namespace {
-
-using testing::kTinyChunkSize;
 
 std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, size_t n) {
   std::vector<uint8_t> b(n);
@@ -150,22 +148,9 @@ class PlanExecutorShared : public SharedKvStoreTest {
     chunk_bytes_ = KvShapeOf(model_->config(), model_->layout(), model_->options()).BytesPerChunk();
     shared_ = Make(chunk_bytes_);
   }
-  StepPlan Decode(uint64_t step, bool with_context) {
-    StepPlan plan;
-    plan.step = step;
-    plan.tokens = {11};
-    if (with_context) {
-      absl::StatusOr<ChunkContext> ctx = BuildChunkContext({path_}, {kPromptLen + 1}, kTinyChunkSize, 1);
-      EXPECT_TRUE(ctx.ok());
-      plan.has_context = true;
-      plan.context = *ctx;
-    }
-    plan.has_decode = true;
-    plan.seq_len = {kPromptLen + 1};
-    plan.logits_rows = {0};
-    return plan;
+  StepPlan Decode(uint64_t step, bool with_context) const {
+    return testing::TinyPromptDecode(step, path_, with_context);
   }
-  static constexpr int kPromptLen = 2 * kTinyChunkSize + 5;
   const std::vector<int32_t> path_ = {12, 30, 5};
   std::unique_ptr<LlamaModel> model_;
   int64_t chunk_bytes_ = 0;
@@ -177,14 +162,7 @@ TEST_F(PlanExecutorShared, StoredChunksLoadBackAndDecodeAsBefore) {
   PlanExecutor executor(model_.get(), /*samples=*/true, nullptr, shared_.get());
   executor.set_keep_logits(true);
   StepResult result;
-  StepPlan prefill;
-  prefill.step = 1;
-  for (int i = 0; i < kPromptLen; ++i) prefill.tokens.push_back(static_cast<int32_t>(rng() % 97));
-  prefill.prefill.prefix_len = {0};
-  prefill.prefill.q_begin = {0, kPromptLen};
-  prefill.prefill.chunk_begin = {0, 3};
-  prefill.prefill.chunk_ids = path_;
-  ASSERT_TRUE(executor.Execute(prefill, &result).ok());
+  ASSERT_TRUE(executor.Execute(testing::TinyPromptPrefill(rng, path_), &result).ok());
   ASSERT_TRUE(executor.Execute(Decode(2, true), &result).ok());
   const std::vector<float> before = executor.logits();
 
