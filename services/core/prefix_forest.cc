@@ -237,15 +237,16 @@ absl::Status PrefixForest::EvictOne() {
   const NodeId parent = nodes_[id].parent;
   if (on_evict_block_ && nodes_[id].num_computed == chunk_size_) {
     // The path root first: every ancestor of a cached leaf is in the tree.
-    std::vector<NodeId> up;
-    for (NodeId n = id; !IsRoot(n); n = nodes_[n].parent) up.push_back(n);
+    evicted_chunks_.clear();
+    for (NodeId n = id; !IsRoot(n); n = nodes_[n].parent) evicted_chunks_.push_back(n);
+    std::reverse(evicted_chunks_.begin(), evicted_chunks_.end());
     evicted_path_.clear();
-    for (auto it = up.rbegin(); it != up.rend(); ++it) {
-      const absl::Span<const TokenId> t = NodeTokens(*it);
+    for (NodeId n : evicted_chunks_) {
+      const absl::Span<const TokenId> t = NodeTokens(n);
       evicted_path_.insert(evicted_path_.end(), t.begin(), t.end());
     }
     const NodeId root = nodes_[id].root;
-    on_evict_block_({id, root_names_[root - capacity()], evicted_path_, &lru_.grants(id)});
+    on_evict_block_({id, root_names_[root - capacity()], evicted_path_, evicted_chunks_, &lru_.grants(id)});
   }
   const RetentionBand band = BandOf(lru_.Priority(id));
   RETURN_IF_ERROR(FreeCachedLeaf(id));

@@ -74,12 +74,14 @@ using SeqId = int64_t;
 using TokenId = int32_t;
 
 // A block (a full chunk, every token computed) that LRU eviction is about to
-// free: its chunk and the tokens of its whole path from the root of its
-// namespace's tree, this block's last. Valid during the callback only.
+// free: its chunk and the tokens and chunks of its whole path from the root
+// of its namespace's tree, this block's last (its ancestors are all blocks,
+// and stay in the tree past the callback). Valid during the callback only.
 struct EvictedBlock {
   ChunkId chunk = 0;
   std::string_view ns;
   absl::Span<const TokenId> path;
+  absl::Span<const ChunkId> chunks;  // path.size() / chunk_size of them; chunks.back() == chunk
   const RetentionGrants* grants = nullptr;  // its retention, which the tier keeps (never null)
 };
 
@@ -353,6 +355,7 @@ class PrefixForest {
   std::vector<BlockEvent> block_events_;
   std::function<void(const EvictedBlock&)> on_evict_block_;
   std::vector<TokenId> evicted_path_;  // on_evict_block's scratch
+  std::vector<ChunkId> evicted_chunks_;
 };
 
 }  // namespace chunkattn

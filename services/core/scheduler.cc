@@ -168,8 +168,31 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixFore
 }
 
 void Scheduler::OnEvictBlock(const EvictedBlock& block) {
-  const std::vector<uint64_t> keys = BlockKeys(block.path, options_.chunk_size, block.ns, options_.block_hash_seed);
-  if (!keys.empty()) tiers_.Keep(keys.back(), block.chunk, &pending_moves_, block.grants);
+  if (block.chunks.empty()) return;
+  tiers_.Keep(EvictedKey(block), block.chunk, &pending_moves_, block.grants);
+}
+
+uint64_t Scheduler::EvictedKey(const EvictedBlock& block) {
+  if (has_evicted_digest_.empty()) {
+    evicted_digests_.resize(options_.num_chunks);
+    has_evicted_digest_.assign(options_.num_chunks, false);
+  }
+  const int c = options_.chunk_size;
+  const int32_t last = static_cast<int32_t>(block.chunks.size()) - 1;
+  // The deepest ancestor already digested, then one hash per block below it.
+  int32_t from = last - 1;
+  while (from >= 0 && !has_evicted_digest_[block.chunks[from]]) --from;
+  BlockDigest digest = from >= 0 ? evicted_digests_[block.chunks[from]] : NoneDigest(options_.block_hash_seed);
+  for (int32_t b = from + 1; b <= last; ++b) {
+    digest = ChainDigest(digest, block.path.subspan(static_cast<size_t>(b) * c, c),
+                         b == 0 ? block.ns : std::string_view());
+    if (b < last) {
+      evicted_digests_[block.chunks[b]] = digest;
+      has_evicted_digest_[block.chunks[b]] = true;
+    }
+  }
+  has_evicted_digest_[block.chunk] = false;  // its chunk is freed now
+  return PublishedHash(digest);
 }
 
 absl::Status Scheduler::WriteThrough(Seq* seq) {

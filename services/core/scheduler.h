@@ -280,6 +280,10 @@ class Scheduler {
   explicit Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixForest> forest);
   // A block the pool evicts goes down a tier (forest callback).
   void OnEvictBlock(const EvictedBlock& block);
+  // The tier key of the evicted block, from the chained digests of its
+  // ancestors kept in evicted_digests_ (one SHA-256 per block, not one per
+  // ancestor per eviction).
+  uint64_t EvictedKey(const EvictedBlock& block);
   // Loads the leading blocks of `seq` the tiers hold into its chunks, in
   // the plan being made; the sequence waits for them (Seq::loading).
   absl::Status PlanLoads(Seq* seq, std::string_view ns);
@@ -361,6 +365,12 @@ class Scheduler {
   // loads per sequence (blocks [first_block, first_block + count) from
   // moves [first_move, first_move + count)).
   KvTierMap tiers_;
+  // Per pool chunk: the chained digest (block_hash.h) of the block it holds,
+  // kept once an eviction below it computed it. A block leaves the pool only
+  // by eviction, its children first, so an entry is dropped when its chunk
+  // is evicted and is never stale.
+  std::vector<BlockDigest> evicted_digests_;
+  std::vector<bool> has_evicted_digest_;
   std::vector<KvMove> pending_moves_;
   std::vector<KvMove> step_moves_;
   struct StepLoad {
