@@ -170,6 +170,15 @@ Int8Weights RandomInt8(int64_t n, int64_t k, int64_t block, std::mt19937& rng) {
   return w;
 }
 
+// The kernels' view of `w`, quantized with `block` columns per scale.
+cpu::WeightView ViewOf(const Int8Weights& w, int64_t block) {
+  cpu::WeightView view;
+  view.data = w.q.data();
+  view.scales = w.scales.data();
+  view.block = block;
+  return view;
+}
+
 // The divisors of k that are multiples of 8 (int8 blocks LinearRows takes).
 std::vector<int64_t> Blocks(int64_t k) {
   std::vector<int64_t> out;
@@ -203,10 +212,7 @@ TEST(LinearRowsTest, Int8EqualsFloat64ReferenceOnRandomShapes) {
       std::vector<float> a(static_cast<size_t>(rows * k));
       for (float& x : a) x = normal(rng) * (rng() % 8 == 0 ? 50.0f : 1.0f);
       std::vector<float> c(static_cast<size_t>(rows * n), NAN);
-      cpu::WeightView view;
-      view.data = w.q.data();
-      view.scales = w.scales.data();
-      view.block = block;
+      const cpu::WeightView view = ViewOf(w, block);
       ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, c.data(), trial % 2 ? &pool : nullptr, isa).ok());
       const bool rounded = block % 32 == 0;
       integer_path += rounded;
@@ -230,10 +236,7 @@ TEST(LinearRowsTest, Int8ActivationRoundingIsSmallBesideTheWeights) {
   std::vector<float> a(static_cast<size_t>(rows * k));
   for (float& x : a) x = normal(rng);
   a[5] = 300.0f;
-  cpu::WeightView view;
-  view.data = w.q.data();
-  view.scales = w.scales.data();
-  view.block = 32;
+  const cpu::WeightView view = ViewOf(w, 32);
   for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
     if (!cpu::IsaSupported(isa)) continue;
     std::vector<float> c(static_cast<size_t>(rows * n));
@@ -262,10 +265,7 @@ TEST(LinearRowsTest, Int8NonFiniteActivationsGiveNaN) {
   std::mt19937 rng(29);
   const int64_t rows = 3, k = 64, n = 8;
   const Int8Weights w = RandomInt8(n, k, 32, rng);
-  cpu::WeightView view;
-  view.data = w.q.data();
-  view.scales = w.scales.data();
-  view.block = 32;
+  const cpu::WeightView view = ViewOf(w, 32);
   for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
     if (!cpu::IsaSupported(isa)) continue;
     for (float bad : {NAN, INFINITY, -INFINITY}) {
@@ -294,10 +294,7 @@ TEST(LinearRowsTest, Int8RowsResultDoesNotDependOnItsBatch) {
           {6, 1056, 96}}) {
       const int64_t n = 777;
       const Int8Weights w = RandomInt8(n, k, block, rng);
-      cpu::WeightView view;
-      view.data = w.q.data();
-      view.scales = w.scales.data();
-      view.block = block;
+      const cpu::WeightView view = ViewOf(w, block);
       std::vector<float> batch(static_cast<size_t>(rows * k));
       for (float& x : batch) x = normal(rng);
       std::vector<float> all(static_cast<size_t>(rows * n));
@@ -340,10 +337,7 @@ TEST(WeightRowsToFloatTest, ConvertsExactlyForEveryDtypeAndOddShapes) {
       }
       const int64_t block = divisors[rng() % divisors.size()];
       const Int8Weights w = RandomInt8(n, k, block, rng);
-      cpu::WeightView view;
-      view.data = w.q.data();
-      view.scales = w.scales.data();
-      view.block = block;
+      const cpu::WeightView view = ViewOf(w, block);
       std::vector<float> out(static_cast<size_t>((j1 - j0) * k), NAN);
       ASSERT_TRUE(cpu::WeightRowsToFloat(view, k, j0, j1, out.data(), threads, isa).ok());
       ASSERT_EQ(std::memcmp(out.data(), w.values.data() + j0 * k, out.size() * sizeof(float)), 0)
