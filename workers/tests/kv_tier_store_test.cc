@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "workers/tests/temp_dir.h"
+#include "base/tests/temp_dir.h"
 
 namespace chunkattn {
 namespace {

@@ -34,7 +34,7 @@
 #include "workers/model/context_builder.h"
 #include "workers/model/llama.h"
 #include "workers/model/safetensors.h"
-#include "workers/tests/temp_dir.h"
+#include "base/tests/temp_dir.h"
 
 namespace chunkattn::testing {
 

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "workers/server/kv_tier_store.h"
 #include "workers/server/plan_executor.h"
-#include "workers/tests/temp_dir.h"
+#include "base/tests/temp_dir.h"
 #include "workers/tests/tiny_model.h"
 #include "workers/tests/tiny_prompt_plans.h"
 

@@ -28,7 +28,7 @@
 #include "workers/server/plan_executor.h"
 #include "workers/server/shared_kv_store.h"
 #include "workers/tests/device_sampling_model.h"
-#include "workers/tests/temp_dir.h"
+#include "base/tests/temp_dir.h"
 #include "workers/tests/tiny_model.h"
 
 namespace chunkattn {

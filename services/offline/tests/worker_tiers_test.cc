@@ -20,7 +20,7 @@
 #include "services/coordinator/worker_pool.h"
 #include "workers/server/kv_tier_store.h"
 #include "workers/server/worker_service.h"
-#include "workers/tests/temp_dir.h"
+#include "base/tests/temp_dir.h"
 
 namespace chunkattn {
 namespace {

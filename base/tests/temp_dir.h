@@ -1,6 +1,6 @@
 // A test's own temporary folders, removed when its process exits.
-#ifndef CHUNKATTN_WORKERS_TESTS_TEMP_DIR_H_
-#define CHUNKATTN_WORKERS_TESTS_TEMP_DIR_H_
+#ifndef CHUNKATTN_BASE_TESTS_TEMP_DIR_H_
+#define CHUNKATTN_BASE_TESTS_TEMP_DIR_H_
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -48,4 +48,4 @@ inline std::string MakeTempDir(const std::string& prefix) {
 
 }  // namespace chunkattn::testing
 
-#endif  // CHUNKATTN_WORKERS_TESTS_TEMP_DIR_H_
+#endif  // CHUNKATTN_BASE_TESTS_TEMP_DIR_H_
