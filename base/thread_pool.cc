@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -69,12 +70,25 @@ void ThreadPool::RunItems(int thread) {
   }
 }
 
+int64_t ThreadPool::SpinMicros() {
+  static const int64_t micros = [] {
+    const char* env = std::getenv("CHUNKATTN_POOL_SPIN_US");
+    if (env == nullptr || *env == '\0') return kSpinMicros;
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    return *end == '\0' && v >= 0 && v <= 10000 ? static_cast<int64_t>(v) : kSpinMicros;
+  }();
+  return micros;
+}
+
 namespace {
 
-// Spins until done() or kSpinMicros pass; true if done() came true.
+// Spins until done() or SpinMicros() pass; true if done() came true.
 template <class Done>
 bool SpinUntil(const Done& done) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(ThreadPool::kSpinMicros);
+  const int64_t micros = ThreadPool::SpinMicros();
+  if (micros == 0) return done();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
   for (int i = 1;; ++i) {
     if (done()) return true;
 #if defined(__x86_64__) || defined(__i386__)

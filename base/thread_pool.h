@@ -47,8 +47,11 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // How long a thread spins for the next loop (or the caller for the last
-  // worker) before it blocks.
+  // worker) before it blocks: kSpinMicros, or CHUNKATTN_POOL_SPIN_US (0 to
+  // 10000; 0 never spins, for hosts with more busy threads than cores), read
+  // once per process.
   static constexpr int64_t kSpinMicros = 200;
+  static int64_t SpinMicros();
 
   // Calls fn(item, thread) for every item in [0, n) exactly once, with
   // `thread` in [0, num_threads()) naming the thread that runs it (for
