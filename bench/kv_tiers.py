@@ -18,14 +18,32 @@ through the pool. Greedy outputs must be equal in all three; it prints the
 prompt-token hit rate, TTFT p50/p90 and the tier counters per cluster, and
 the goals' ratios.
 
+Two more rows measure the issue's other goals:
+
+  shared      two replicas (a coordinator and a worker each) sharing one
+              redis-server on 127.0.0.1 (write-through): replica A runs every
+              conversation's first turn, then replica B, new, runs the same
+              requests: B loads A's blocks instead of recomputing them. Its
+              hit rate and TTFT p50 against B alone (no shared tier).
+  decode      a running batch (--decode_batch sequences decoding) while other
+              requests arrive whose prefixes the host tier holds (loads) or
+              the pool holds (no loads, the control): the batch's decode step
+              time (median inter-token gap of its streams while the arrivals
+              run), loads / control, the goal being <= 1.05. Medians over
+              --repeats.
+
   /usr/bin/python3 bench/kv_tiers.py --json bench/results/kv-tiers-cpu-2core.json
+  /usr/bin/python3 bench/kv_tiers.py --quick   # a small run that checks it works
 """
 import argparse
 import json
 import os
 import random
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from run_info import machine_info, write_result
@@ -78,6 +96,156 @@ def run(harness, pb, cluster, args, systems, users):
     return rows, outputs
 
 
+def stream(pb, cluster, req, stamps=None):
+    """Runs `req`: (ttft_s, tokens, usage); appends each response's arrival
+    time to `stamps`."""
+    start = time.monotonic()
+    ttft, tokens, usage = None, [], None
+    for r in cluster.stub.Generate(req, timeout=600):
+        now = time.monotonic()
+        if ttft is None:
+            ttft = now - start
+        if stamps is not None and r.token_ids:
+            stamps.append(now)
+        tokens.extend(r.token_ids)
+        if r.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+            usage = r.usage
+    return ttft, tokens, usage
+
+
+def start_redis(harness):
+    port = harness.free_port()
+    password = 'kv-tiers-bench-%d' % random.randrange(1 << 30)
+    p = harness.Process('redis', ['redis-server', '--port', str(port), '--bind', '127.0.0.1', '--requirepass',
+                                  password, '--save', '', '--appendonly', 'no', '--maxmemory', '1gb',
+                                  '--maxmemory-policy', 'allkeys-lru']).start()
+    for _ in range(200):
+        r = subprocess.run(['redis-cli', '-p', str(port), '-a', password, '--no-auth-warning', 'PING'],
+                           capture_output=True, text=True, timeout=5)
+        if r.stdout.strip() == 'PONG':
+            return p, 'redis://:%s@127.0.0.1:%d' % (password, port)
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError('redis-server did not answer (scripts/install-deps.sh installs it)')
+
+
+def run_shared(harness, pb, args, model, systems, users):
+    """Replica A computes every conversation's first turn; replica B (new)
+    then runs the same requests, with the shared tier and without it."""
+    redis, url = start_redis(harness)
+    reqs = []
+    for c in range(args.conversations):
+        prompt = list(systems[c % args.tenants]) + users[0][c]
+        reqs.append(harness.make_request(prompt_ids=prompt, namespace='tenant-%d' % (c % args.tenants),
+                                         temperature=0.0, max_new_tokens=args.new_tokens, ignore_eos=True))
+    url_file = os.path.join(os.path.dirname(model), 'kv-store-url')
+    with open(os.open(url_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'w') as f:
+        f.write(url + '\n')
+    common = ['--load_format', 'dummy', '--kv_tier_write_policy', 'write_through']
+    worker = ['--threads', str(args.threads), '--kv_cache_mib', str(args.pool_mib)]
+    out, outputs = {}, {}
+    try:
+        for name, shared in (('A', True), ('B', True), ('B-alone', False)):
+            cluster = harness.Cluster('kv-tiers-shared-' + name, model=model, worker_args=worker,
+                                      coordinator_args=common + (['--kv_store_url_file', url_file] if shared else []))
+            try:
+                cluster.start()
+                before = cluster.metrics()
+                rows, outputs[name] = [], []
+                for req in reqs:
+                    ttft, tokens, usage = stream(pb, cluster, req)
+                    rows.append((ttft, usage.prompt_tokens, usage.cached_prompt_tokens))
+                    outputs[name].append(tokens)
+                after = cluster.metrics()
+            finally:
+                cluster.stop()
+            out[name] = dict(
+                hit_rate=sum(r[2] for r in rows) / sum(r[1] for r in rows),
+                ttft_p50_ms=1000 * percentile([r[0] for r in rows], 50),
+                shared_loads=after.value('chunkattn_kv_tier_loads_total', tier='shared') -
+                before.value('chunkattn_kv_tier_loads_total', tier='shared'),
+                shared_stores=after.value('chunkattn_kv_tier_shared_stores_total') -
+                before.value('chunkattn_kv_tier_shared_stores_total'))
+            print('shared %-8s hit rate %5.1f%%, TTFT p50 %7.0f ms, shared loads %d, stores %d' % (
+                name, 100 * out[name]['hit_rate'], out[name]['ttft_p50_ms'], out[name]['shared_loads'],
+                out[name]['shared_stores']), flush=True)
+    finally:
+        redis.kill()
+    b, alone = out['B'], out['B-alone']
+    return dict(config='shared', requests=len(reqs), replica_a=out['A'], replica_b=b, replica_b_alone=alone,
+                hit_rate=b['hit_rate'], hit_rate_alone=alone['hit_rate'], ttft_p50_ms=b['ttft_p50_ms'],
+                ttft_p50_alone_ms=alone['ttft_p50_ms'], ttft_p50_speedup=alone['ttft_p50_ms'] / b['ttft_p50_ms'],
+                outputs_equal=outputs['A'] == outputs['B'] == outputs['B-alone'])
+
+
+def run_decode(harness, pb, args, model):
+    """The running batch's decode step time while other requests arrive whose
+    prefixes are loaded from the host tier, against the same arrivals with
+    their prefixes in the pool (no loads)."""
+    rng = random.Random(args.seed + 1)
+    chunk = 64
+    prefixes = [[rng.randrange(3, 32000) for _ in range(args.decode_prefix_chunks * chunk)]
+                for _ in range(args.decode_arrivals)]
+    # Enough filler prompts to pass the whole pool (a 156M chunk is 1 MiB)
+    # through, pushing the prefixes into the host tier, which holds them all.
+    fillers = [[rng.randrange(3, 32000) for _ in range(args.system_len)]
+               for _ in range(args.decode_pool_mib // max(1, args.system_len // chunk) + 4)]
+    cluster = harness.Cluster('kv-tiers-decode', model=model, coordinator_args=['--load_format', 'dummy'],
+                              worker_args=['--threads', str(args.threads), '--kv_cache_mib', str(args.decode_pool_mib),
+                                           '--host_kv_cache_mib', str(4 * args.decode_pool_mib)])
+    ratios, gaps = [], {'loads': [], 'pool': []}
+    loads_seen = 0.0
+    try:
+        cluster.start()
+        one = lambda prompt, ns, n=1: stream(pb, cluster, harness.make_request(  # noqa: E731
+            prompt_ids=prompt, namespace=ns, temperature=0.0, max_new_tokens=n, ignore_eos=True))
+        for rep in range(args.repeats):
+            for mode in ('loads', 'pool'):
+                ns = 'decode-%d-%s' % (rep, mode)
+                for p in prefixes:  # cached ...
+                    one(p, ns)
+                if mode == 'loads':  # ... then pushed out of the pool into the host tier
+                    for f in fillers:
+                        one(f, ns + '-filler')
+                before = cluster.metrics()
+                stamps = [[] for _ in range(args.decode_batch)]
+                batch = [threading.Thread(target=stream, args=(pb, cluster, harness.make_request(
+                    prompt_ids=[rng.randrange(3, 32000) for _ in range(32)], namespace=ns + '-batch',
+                    temperature=0.0, max_new_tokens=args.decode_tokens, ignore_eos=True), stamps[i]))
+                    for i in range(args.decode_batch)]
+                for t in batch:
+                    t.start()
+                while min(len(s) for s in stamps) < 8:  # the batch is decoding
+                    time.sleep(0.01)
+                t0 = time.monotonic()
+                arrivals = [threading.Thread(target=one, args=(p + [rng.randrange(3, 32000)], ns))
+                            for p in prefixes]
+                for t in arrivals:
+                    t.start()
+                for t in arrivals:
+                    t.join()
+                t1 = time.monotonic()
+                for t in batch:
+                    t.join()
+                after = cluster.metrics()
+                loads = after.value('chunkattn_kv_tier_loads_total', tier='host') - \
+                    before.value('chunkattn_kv_tier_loads_total', tier='host')
+                if mode == 'loads':
+                    loads_seen += loads
+                window = [b - a for s in stamps for a, b in zip(s, s[1:]) if t0 <= b <= t1]
+                gaps[mode].append(statistics.median(window) if window else float('nan'))
+                print('decode repeat %d %-5s: %d batch gaps while %d arrivals ran, median %.1f ms; host loads %d' % (
+                    rep, mode, len(window), len(prefixes), 1000 * gaps[mode][-1], loads), flush=True)
+            ratios.append(gaps['loads'][-1] / gaps['pool'][-1])
+    finally:
+        cluster.stop()
+    return dict(config='decode', decode_batch=args.decode_batch, arrivals=args.decode_arrivals,
+                arrival_prefix_chunks=args.decode_prefix_chunks, repeats=args.repeats,
+                step_ms_with_loads=1000 * statistics.median(gaps['loads']),
+                step_ms_without_loads=1000 * statistics.median(gaps['pool']),
+                step_ratio=statistics.median(ratios), step_ratios=ratios, host_loads=loads_seen)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--source', default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,9 +261,20 @@ def main():
     p.add_argument('--disk_mib', type=int, default=512)
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--seed', type=int, default=5)
-    p.add_argument('--configs', default='pool,tiers,unbounded')
+    p.add_argument('--configs', default='pool,tiers,unbounded,shared,decode')
+    p.add_argument('--decode_batch', type=int, default=8, help='decode: sequences decoding while loads happen')
+    p.add_argument('--decode_tokens', type=int, default=96, help='decode: tokens each batch sequence generates')
+    p.add_argument('--decode_arrivals', type=int, default=4, help='decode: requests arriving during the batch')
+    p.add_argument('--decode_prefix_chunks', type=int, default=8, help='decode: cached chunks of each arrival')
+    p.add_argument('--decode_pool_mib', type=int, default=96, help='decode: the pool (the batch and the prefixes)')
+    p.add_argument('--repeats', type=int, default=3)
+    p.add_argument('--quick', action='store_true', help='a small, fast run that checks the script works')
     p.add_argument('--json', default='')
     args = p.parse_args()
+    if args.quick:
+        args.conversations, args.turns, args.system_len, args.user_len = 4, 2, 128, 16
+        args.new_tokens, args.decode_batch, args.decode_tokens, args.decode_arrivals = 2, 2, 24, 2
+        args.decode_prefix_chunks, args.decode_pool_mib, args.repeats = 2, 32, 1
     args.build = os.path.abspath(args.build or os.path.join(args.source, 'build'))
     sys.path.insert(0, os.path.join(args.source, 'tests', 'services'))
     import harness  # noqa: E402 (from --source)
@@ -115,6 +294,12 @@ def main():
                             '--disk_kv_cache_dir', disk, '--disk_kv_cache_mib', str(args.disk_mib)],
                   'unbounded': ['--kv_cache_mib', '4096']}
         for name in args.configs.split(','):
+            if name == 'shared':
+                results[name] = run_shared(harness, pb, args, model, systems, users)
+                continue
+            if name == 'decode':
+                results[name] = run_decode(harness, pb, args, model)
+                continue
             cluster = harness.Cluster('kv-tiers-' + name, model=model, coordinator_args=['--load_format', 'dummy'],
                                       worker_args=['--threads', str(args.threads)] + worker[name])
             try:
@@ -147,8 +332,9 @@ def main():
                       name, 100 * res['hit_rate'], 100 * res['hit_rate_later_turns'], res['ttft_p50_ms'],
                       res['ttft_p90_ms'], res['host_loads'], res['disk_loads'], res['stores'], res['demotions'],
                       res['failed_moves'], res['evicted_chunks']), flush=True)
+    extra = {n: results.pop(n) for n in ('shared', 'decode') if n in results}
     names = list(results)
-    same = all(outputs[n] == outputs[names[0]] for n in names)
+    same = all(outputs[n] == outputs[names[0]] for n in names) and extra.get('shared', {}).get('outputs_equal', True)
     print('\ngreedy outputs equal in every config: %s' % same)
     print('\n| config | hit rate | hit rate, turns 2+ | TTFT p50 | TTFT p90 | tier loads |')
     print('|---|---|---|---|---|---|')
@@ -165,6 +351,22 @@ def main():
         for r in results.values():
             r['hit_rate_vs_unbounded'] = r['hit_rate'] / results['unbounded']['hit_rate']
             r['ttft_p50_speedup_vs_pool'] = results['pool']['ttft_p50_ms'] / r['ttft_p50_ms']
+    if 'shared' in extra:
+        r = extra['shared']
+        print('\n| two replicas, one Redis | hit rate | TTFT p50 |\n|---|---|---|')
+        print('| replica B, its first requests on A\'s prefixes | %.1f%% | %.0f ms |' % (100 * r['hit_rate'],
+                                                                                      r['ttft_p50_ms']))
+        print('| replica B without the shared tier | %.1f%% | %.0f ms |' % (100 * r['hit_rate_alone'],
+                                                                          r['ttft_p50_alone_ms']))
+        print('goal: B loads A\'s blocks: TTFT p50 %.2fx better; outputs equal: %s' % (r['ttft_p50_speedup'],
+                                                                                       r['outputs_equal']))
+    if 'decode' in extra:
+        r = extra['decode']
+        print('\ndecode step time of a batch of %d while %d requests arrive (%d host loads over %d repeats): '
+              '%.1f ms with loads, %.1f ms with the prefixes in the pool: ratio %.3f (goal <= 1.05)' % (
+                  r['decode_batch'], r['arrivals'], r['host_loads'], r['repeats'], r['step_ms_with_loads'],
+                  r['step_ms_without_loads'], r['step_ratio']))
+    results.update(extra)
     if args.json:
         for r in results.values():
             r.update(machine_info(args.source, ' '.join(['/usr/bin/python3'] + sys.argv)))

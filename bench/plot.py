@@ -481,7 +481,10 @@ def chart_peer(d, path):
 
 
 def chart_tiers(rows, path):
-    """Prompt-token hit rate and TTFT p50/p90 per cluster."""
+    """Prompt-token hit rate and TTFT p50/p90 per cluster; the two-replica
+    and decode rows, when there, in the title."""
+    extra = {r['config']: r for r in rows if r.get('config') in ('shared', 'decode')}
+    rows = [r for r in rows if r.get('config') not in extra]
     names = [r['config'] for r in rows]
     foot = footer(rows[:1])
     fig, (a0, a1) = figure(8, 3.4, foot, ncols=2)
@@ -501,9 +504,15 @@ def chart_tiers(rows, path):
         ax.set_xticklabels(names, fontsize=7)
         style(ax)
     r0 = rows[0]
-    fig.suptitle('KV tiers: %s conversations x %s turns, %s tenants, a %s MiB pool' % (
-        r0.get('conversations', '?'), r0.get('turns', '?'), r0.get('tenants', '?'), r0.get('pool_mib', '?')),
-        fontsize=9)
+    title = 'KV tiers: %s conversations x %s turns, %s tenants, a %s MiB pool' % (
+        r0.get('conversations', '?'), r0.get('turns', '?'), r0.get('tenants', '?'), r0.get('pool_mib', '?'))
+    if 'shared' in extra:
+        sh = extra['shared']
+        title += '\ntwo replicas, one Redis: B\'s first requests %.0f%% cached, TTFT p50 %.0f ms (%.0f ms alone)' % (
+            100 * sh['hit_rate'], sh['ttft_p50_ms'], sh['ttft_p50_alone_ms'])
+    if 'decode' in extra:
+        title += '\ndecode step with loads / without: %.3f' % extra['decode']['step_ratio']
+    fig.suptitle(title, fontsize=9)
     save(fig, foot, path)
 
 

@@ -22,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "base/flags.h"
@@ -414,6 +415,19 @@ int Stats(const std::vector<std::string>& args) {
   line("running_requests", st.running_requests());
   line("waiting_requests", st.waiting_requests());
   line("preemptions_total", st.preemptions_total());
+  for (const v1::KvTierStats& t : st.tiers()) {  // tier.host.blocks: 12 ...
+    const std::string p = absl::StrCat("tier.", t.tier(), ".");
+    std::printf("%smedium: %s\n", p.c_str(), t.medium().c_str());
+    line((p + "blocks").c_str(), t.blocks());
+    line((p + "capacity_blocks").c_str(), t.capacity_blocks());
+    line((p + "bytes").c_str(), t.bytes());
+    line((p + "hits_total").c_str(), t.hits_total());
+    line((p + "loads_total").c_str(), t.loads_total());
+    std::printf("%sload_seconds_total: %.6f\n", p.c_str(), t.load_seconds_total());
+    line((p + "stores_total").c_str(), t.stores_total());
+    line((p + "fallbacks_total").c_str(), t.fallbacks_total());
+    line((p + "drops_total").c_str(), t.drops_total());
+  }
   return 0;
 }
 

@@ -103,6 +103,28 @@ std::string RenderStatsPanel(const std::string& server, const v1::CacheStats& no
   absl::StrAppendFormat(&out, "requests  %s running, %s waiting; %s preemptions, %s chunks evicted since start\n",
                         Grouped(now.running_requests()), Grouped(now.waiting_requests()),
                         Grouped(now.preemptions_total()), Grouped(now.evicted_chunks_total()));
+  // The KV tiers below the pool, one line each; loads and their latency over
+  // the interval when the same tier was there one interval ago.
+  for (const v1::KvTierStats& t : now.tiers()) {
+    const v1::KvTierStats* was = nullptr;
+    if (rates && before != nullptr) {
+      for (const v1::KvTierStats& b : before->tiers()) {
+        if (b.tier() == t.tier() && b.loads_total() <= t.loads_total()) was = &b;
+      }
+    }
+    std::string loads = absl::StrCat(Grouped(t.loads_total()), " loads");
+    if (was != nullptr) {
+      absl::StrAppendFormat(&loads, " (%.1f/s)", (t.loads_total() - was->loads_total()) / interval_s);
+    }
+    if (t.load_seconds_total() > 0 && t.loads_total() > 0) {
+      absl::StrAppendFormat(&loads, ", %.2f ms/load", 1e3 * t.load_seconds_total() / t.loads_total());
+    }
+    const std::string capacity =
+        t.capacity_blocks() > 0 ? absl::StrCat(" of ", Grouped(t.capacity_blocks())) : std::string();
+    absl::StrAppendFormat(&out, "%-6s    %s blocks%s (%s MiB); %s hits, %s; %s stores, %s fallbacks, %s drops\n",
+                          t.tier(), Grouped(t.blocks()), capacity, Grouped(t.bytes() >> 20), Grouped(t.hits_total()),
+                          loads, Grouped(t.stores_total()), Grouped(t.fallbacks_total()), Grouped(t.drops_total()));
+  }
   return out;
 }
 

@@ -8,10 +8,14 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/fd_limit.h"
+#include "base/file.h"
 #include "base/redis_client.h"
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
@@ -93,6 +97,10 @@ ABSL_FLAG(std::string, kv_store_url, "",
           "this model reaches; handed to the workers at Join. Blocks kept in a tier are written there too, and "
           "a new request's blocks found there are loaded instead of recomputed. A secret (the password): never "
           "logged. Empty = off; rediss:// (TLS) is not supported");
+ABSL_FLAG(std::string, kv_store_url_file, "",
+          "--kv_store_url read from this file (one line), so the password is in no argv or environment: the file "
+          "must not be readable by others nor writable by its group (600; 440 for a Kubernetes Secret with "
+          "fsGroup). Not with --kv_store_url");
 ABSL_FLAG(int, mask_threads, 0,
           "threads computing a step's structured-output token masks (while the workers run the step); "
           "0 = a quarter of the CPUs this process may use, 1 to 8");
@@ -270,8 +278,22 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
     return Invalid("--kv_tier_write_policy must be write_back or write_through");
   }
   c.engine.scheduler.tier_write_through = write_policy == "write_through";
-  if (const std::string url = absl::GetFlag(FLAGS_kv_store_url); !url.empty()) {
-    if (absl::Status parsed = ParseRedisUrl(url).status(); !parsed.ok()) return parsed;  // never quotes the password
+  std::string url = absl::GetFlag(FLAGS_kv_store_url);
+  const std::string url_file = absl::GetFlag(FLAGS_kv_store_url_file);
+  if (!url_file.empty()) {
+    if (!url.empty()) return Invalid("--kv_store_url and --kv_store_url_file are exclusive");
+    ASSIGN_OR_RETURN(std::string text, ReadSecretFile("--kv_store_url_file", url_file));
+    url = std::string(absl::StripAsciiWhitespace(text));  // a Secret's value often ends with a newline
+    if (url.empty() || absl::StrContains(url, '\n')) {
+      return Invalid(absl::StrCat("--kv_store_url_file: ", url_file, " must hold one redis:// URL on one line"));
+    }
+  }
+  if (!url.empty()) {
+    if (absl::Status parsed = ParseRedisUrl(url).status(); !parsed.ok()) {  // never quotes the password
+      if (url_file.empty()) return parsed;
+      return Invalid(absl::StrCat("--kv_store_url_file: ", url_file, ": ",
+                                  absl::StripPrefix(parsed.message(), "--kv_store_url: ")));
+    }
     c.engine.kv_store_url = url;
     c.engine.workers.join.set_kv_store_url(url);
   }

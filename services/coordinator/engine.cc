@@ -141,7 +141,8 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
     m_kv_publish_seconds_ = &m.GetCounter("chunkattn_kv_events_publish_seconds_total",
                                           "Engine-loop time spent making KV-cache events (block hashes included).");
     m_kv_batches_ = &m.GetCounter("chunkattn_kv_event_batches_total", "KV-cache event batches published.");
-    const std::string blocks_help = "KV-cache blocks (full computed chunks) reported stored or removed.";
+    const std::string blocks_help =
+        "KV-cache blocks (full computed chunks) reported stored or removed, in the pool and the tiers below it.";
     m_kv_stored_ = &m.GetCounter("chunkattn_kv_event_blocks_total", blocks_help, {{"event", "stored"}});
     m_kv_removed_ = &m.GetCounter("chunkattn_kv_event_blocks_total", blocks_help, {{"event", "removed"}});
     m_kv_cleared_ = &m.GetCounter("chunkattn_kv_events_cleared_total", "AllBlocksCleared events published.");
@@ -272,6 +273,21 @@ void Engine::PublishKvEvents() {
   if (kv_tracker_ == nullptr || scheduler_ == nullptr) return;
   const absl::Time start = absl::Now();
   std::vector<KvEvent> events;
+  // The tiers' first: a block the pool evicted into a tier is then stored
+  // there before it is removed from the pool, so a router counting it in any
+  // medium never sees it gone.
+  for (const KvTierEvent& t : scheduler_->TakeTierEvents()) {
+    const KvEvent::Kind kind = t.stored ? KvEvent::Kind::kBlockStored : KvEvent::Kind::kBlockRemoved;
+    const int tier = static_cast<int>(t.tier);
+    if (events.empty() || events.back().kind != kind || events.back().tier != tier) {
+      KvEvent e;
+      e.kind = kind;
+      e.tier = tier;
+      if (t.stored) e.block_size = options_.scheduler.chunk_size;
+      events.push_back(std::move(e));
+    }
+    events.back().block_hashes.push_back(t.key);
+  }
   kv_tracker_->Convert(scheduler_->TakeBlockEvents(), &events);
   CountAndPublish(std::move(events), start);
 }
@@ -338,6 +354,7 @@ void Engine::Loop() {
         if (shared_probe_ != nullptr) shared_probe_->SetKeyPrefixes(pool_->kv_store_key_prefixes());
         so.block_hash_seed = options_.kv_events_hash_seed;
         so.record_block_events = options_.kv_events != nullptr;
+        so.tiers.record_events = options_.kv_events != nullptr;
         so.num_chunks = static_cast<int32_t>(std::min<int64_t>(pool_->num_chunks(), kMaxChunks));
         absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
         if (!scheduler.ok()) {
@@ -515,6 +532,7 @@ void Engine::Step() {
         return m.tier == KvTier::kShared && m.kind == KvMove::Kind::kLoad;
       })) {
     m_shared_load_seconds_->Observe(result->shared_load_seconds);
+    shared_load_seconds_ += result->shared_load_seconds;
   }
   std::vector<SampleEvent> events;
   absl::Status completed = scheduler_->Complete(*result, &events);
@@ -554,6 +572,7 @@ void Engine::EndSession() {
   tiers_seen_ = KvTierStats();
   band_evictions_seen_ = {};
   retention_capped_seen_ = 0;
+  shared_load_seconds_ = 0;
   preemptions_seen_ = 0;
   pool_->Disconnect();
   SetReady(false);
@@ -645,6 +664,42 @@ void Engine::UpdateGauges() {
   snapshot_.kv_dtype = pool_->kv_dtype();
   snapshot_.cache = cs;
   snapshot_.scheduler = ss;
+  snapshot_.tiers = TierSnapshots(ts, scheduler_->options().tiers);
+}
+
+std::vector<Engine::TierSnapshot> Engine::TierSnapshots(const KvTierStats& ts, const KvTierMapOptions& o) const {
+  std::vector<TierSnapshot> out;
+  if (o.host_slots > 0) {
+    TierSnapshot& t = out.emplace_back();
+    t.tier = KvTier::kHost;
+    t.blocks = ts.host_blocks;
+    t.capacity_blocks = o.host_slots;
+    t.hits_total = t.loads_total = ts.host_loads_total;
+    t.stores_total = ts.host_written_total;
+    t.fallbacks_total = ts.host_failed_moves_total;
+    t.drops_total = ts.host_drops_total;
+  }
+  if (o.disk_slots > 0) {
+    TierSnapshot& t = out.emplace_back();
+    t.tier = KvTier::kDisk;
+    t.blocks = ts.disk_blocks;
+    t.capacity_blocks = o.disk_slots;
+    t.hits_total = t.loads_total = ts.disk_loads_total;
+    t.stores_total = ts.disk_written_total;
+    t.fallbacks_total = ts.failed_moves_total - ts.host_failed_moves_total;
+    t.drops_total = ts.drops_total - ts.host_drops_total;
+  }
+  if (o.shared) {
+    TierSnapshot& t = out.emplace_back();
+    t.tier = KvTier::kShared;
+    t.blocks = ts.shared_known;
+    t.hits_total = ts.shared_hits_total;
+    t.loads_total = ts.shared_loads_total;
+    t.load_seconds_total = shared_load_seconds_;
+    t.stores_total = ts.shared_stores_total;
+    t.fallbacks_total = ts.shared_fallbacks_total + ts.shared_failed_stores_total;
+  }
+  return out;
 }
 
 void Engine::UpdateTenantGauges(const CacheStats& cs) {

@@ -145,6 +145,19 @@ class Engine {
   // Called (from the loop thread) whenever ready() changes.
   void SetReadyCallback(std::function<void(bool)> callback);
 
+  // One KV tier below the pool, since the workers joined (GetCacheStats):
+  // KvTierStats split by tier.
+  struct TierSnapshot {
+    KvTier tier = KvTier::kHost;
+    int64_t blocks = 0;
+    int64_t capacity_blocks = 0;  // 0: the shared tier (the store bounds it)
+    int64_t hits_total = 0;
+    int64_t loads_total = 0;
+    double load_seconds_total = 0;  // the shared tier's (the slowest rank's, per step)
+    int64_t stores_total = 0;
+    int64_t fallbacks_total = 0;
+    int64_t drops_total = 0;
+  };
   struct Snapshot {
     int64_t num_chunks = 0;
     int64_t chunk_bytes_total = 0;
@@ -156,6 +169,7 @@ class Engine {
     int64_t prompt_tokens_total = 0;
     int64_t cached_prompt_tokens_total = 0;
     int64_t generation_tokens_total = 0;
+    std::vector<TierSnapshot> tiers;  // the tiers the workers have: host, disk, shared
   };
   Snapshot snapshot() const;
 
@@ -189,6 +203,7 @@ class Engine {
   void SetReady(bool ready);
   void UpdateGauges();
   void UpdateTenantGauges(const CacheStats& cs);
+  std::vector<TierSnapshot> TierSnapshots(const KvTierStats& ts, const KvTierMapOptions& options) const;
 
   EngineOptions options_;
   const ModelConfig* config_;
@@ -223,6 +238,7 @@ class Engine {
   // Retention (services/core/retention.h): the session's totals already counted.
   std::array<int64_t, kNumRetentionBands> band_evictions_seen_{};
   int64_t retention_capped_seen_ = 0;
+  double shared_load_seconds_ = 0;  // the session's
   int64_t preemptions_seen_ = 0;
   // Per tenant seen: its running, waiting, sequence, KV chunk and retained
   // KV chunk gauges (kept at 0 once idle).

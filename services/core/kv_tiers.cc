@@ -9,6 +9,7 @@ namespace chunkattn {
 KvTierMap::KvTierMap(KvTierMapOptions options)
     : shared_(options.shared),
       shared_known_max_(std::max<int64_t>(options.shared_known_max, 1)),
+      record_events_(options.record_events),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()) {
   for (auto [tier, id, capacity] : {std::tuple<Tier*, KvTier, int64_t>{&host_, KvTier::kHost, options.host_slots},
                                     {&disk_, KvTier::kDisk, options.disk_slots}}) {
@@ -32,11 +33,17 @@ std::optional<KvTierMap::Location> KvTierMap::Find(uint64_t key) const {
 
 void KvTierMap::RememberShared(uint64_t key) {
   if (!shared_known_.insert(key).second) return;
+  Note(KvTier::kShared, true, key);
   shared_order_.push_back(key);
   while (static_cast<int64_t>(shared_order_.size()) > shared_known_max_) {
-    shared_known_.erase(shared_order_.front());
+    ForgetShared(shared_order_.front());
     shared_order_.pop_front();
   }
+  stats_.shared_known = static_cast<int64_t>(shared_known_.size());
+}
+
+void KvTierMap::ForgetShared(uint64_t key) {
+  if (shared_known_.erase(key) > 0) Note(KvTier::kShared, false, key);
   stats_.shared_known = static_cast<int64_t>(shared_known_.size());
 }
 
@@ -76,6 +83,8 @@ void KvTierMap::Hold(Tier& tier, int64_t slot, uint64_t key, const RetentionGran
   tier.lru->Cached(slot);
   where_[key] = {tier.id, slot};
   ++(tier.id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks);
+  ++(tier.id == KvTier::kHost ? stats_.host_written_total : stats_.disk_written_total);
+  Note(tier.id, true, key);
 }
 
 void KvTierMap::Forget(uint64_t key) {
@@ -89,6 +98,7 @@ void KvTierMap::Forget(uint64_t key) {
   tier.held[slot] = false;
   tier.free.push_back(slot);
   --(tier.id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks);
+  Note(tier.id, false, key);
 }
 
 int64_t KvTierMap::Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* moves) {
@@ -113,6 +123,7 @@ int64_t KvTierMap::Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* m
       tier.held[slot] = false;
       --stats_.host_blocks;
       where_.erase(key);
+      Note(KvTier::kHost, false, key);
       moves->push_back(KvMove::Demote(slot, to, key));
       Hold(disk_, to, key, &grants);
       ++stats_.demotions_total;
@@ -121,6 +132,7 @@ int64_t KvTierMap::Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* m
   }
   Forget(key);
   Drop(victim_priority);
+  if (tier.id == KvTier::kHost) ++stats_.host_drops_total;
   tier.free.pop_back();  // the slot Forget just freed
   return slot;
 }
@@ -174,11 +186,11 @@ void KvTierMap::Complete(absl::Span<const KvMove> moves, absl::Span<const int32_
     const KvMove& m = moves[i];
     if (m.tier == KvTier::kShared) {
       ++(m.kind == KvMove::Kind::kLoad ? stats_.shared_fallbacks_total : stats_.shared_failed_stores_total);
-      shared_known_.erase(m.key);  // its entry in shared_order_ goes when it comes up
-      stats_.shared_known = static_cast<int64_t>(shared_known_.size());
+      ForgetShared(m.key);  // its entry in shared_order_ goes when it comes up
       continue;
     }
     ++stats_.failed_moves_total;
+    if (m.tier == KvTier::kHost && m.kind != KvMove::Kind::kDemote) ++stats_.host_failed_moves_total;
     Forget(m.key);
   }
 }
@@ -220,6 +232,15 @@ absl::Status KvTierMap::CheckInvariants() const {
                                                shared_known_.size(), shared_order_.size(), shared_known_max_));
   }
   return absl::OkStatus();
+}
+
+std::string_view KvTierName(KvTier tier) {
+  switch (tier) {
+    case KvTier::kHost: return "host";
+    case KvTier::kDisk: return "disk";
+    case KvTier::kShared: return "shared";
+  }
+  return "?";
 }
 
 BlockKeyChain::BlockKeyChain(std::string_view ns, std::string_view seed) : ns_(ns), digest_(NoneDigest(seed)) {}

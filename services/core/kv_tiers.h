@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -60,7 +61,18 @@ struct KvTierMapOptions {
   int64_t disk_slots = 0;  // blocks the disk tier holds; 0: none
   bool shared = false;     // the workers have a shared tier (Redis)
   int64_t shared_known_max = int64_t{1} << 20;  // keys believed in the shared tier, at most (16 B each)
+  bool record_events = false;  // keep KvTierEvents for TakeEvents (the KV events)
   const Clock* clock = nullptr;  // borrowed: when retention grants end (null: the wall clock)
+};
+
+// A block entering or leaving a tier, as the map decides it (the plan's move
+// may still fail: its block then leaves again at Complete). The KV events
+// report it with the tier as its medium (kv_events.h). For the shared tier:
+// a key the map starts or stops believing in.
+struct KvTierEvent {
+  KvTier tier = KvTier::kHost;
+  bool stored = true;  // false: removed
+  uint64_t key = 0;
 };
 
 struct KvTierStats {
@@ -73,6 +85,10 @@ struct KvTierStats {
   int64_t host_loads_total = 0;  // blocks loaded back into the pool, by tier
   int64_t disk_loads_total = 0;
   int64_t failed_moves_total = 0;  // host or disk moves a worker reported failed (the block is forgotten)
+  int64_t host_failed_moves_total = 0;  // of which the host tier's (a demotion counts as the disk's)
+  int64_t host_drops_total = 0;         // of drops_total, the host tier's (no disk tier below it)
+  int64_t host_written_total = 0;       // blocks written into the host tier
+  int64_t disk_written_total = 0;       // into the disk tier: stores and demotions
   // The shared tier.
   int64_t shared_known = 0;               // keys believed in the store now
   int64_t shared_stores_total = 0;        // blocks written to it
@@ -124,6 +140,9 @@ class KvTierMap {
 
   const KvTierStats& stats() const { return stats_; }
 
+  // The events since the last call, in order (record_events).
+  std::vector<KvTierEvent> TakeEvents() { return std::exchange(events_, {}); }
+
   // Every slot in exactly one state (free, or holding the one block the map
   // says), the LRU lists and counters consistent. INTERNAL naming the
   // first inconsistency: for tests.
@@ -152,6 +171,10 @@ class KvTierMap {
   void Expire();
   void Forget(uint64_t key);  // frees its slot
   void RememberShared(uint64_t key);
+  void ForgetShared(uint64_t key);
+  void Note(KvTier tier, bool stored, uint64_t key) {
+    if (record_events_) events_.push_back({tier, stored, key});
+  }
 
   Tier host_, disk_;
   absl::flat_hash_map<uint64_t, Location> where_;
@@ -160,8 +183,13 @@ class KvTierMap {
   absl::flat_hash_set<uint64_t> shared_known_;
   std::deque<uint64_t> shared_order_;  // the oldest belief first, forgotten first (may name forgotten keys)
   KvTierStats stats_;
+  bool record_events_ = false;
+  std::vector<KvTierEvent> events_;
   const Clock* clock_;  // retention grants' ends
 };
+
+// "host", "disk" or "shared": the tier's name in metrics and GetCacheStats.
+std::string_view KvTierName(KvTier tier);
 
 // The chained keys of a growing sequence's full blocks in namespace `ns`
 // (block_hash.h's digests, published form), block 0 first, `chunk_size`

@@ -271,6 +271,8 @@ class Scheduler {
   const PrefixForest& forest() const { return *forest_; }
   // The forest's block events since the last call (record_block_events).
   std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }
+  // The KV tiers' events since the last call (tiers.record_events).
+  std::vector<KvTierEvent> TakeTierEvents() { return tiers_.TakeEvents(); }
   const SchedulerOptions& options() const { return options_; }
 
  private:

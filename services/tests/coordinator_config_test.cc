@@ -3,13 +3,19 @@
 // reach the engine, the workers' join and the HTTP guard.
 #include "services/coordinator/coordinator_config.h"
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "base/tests/temp_dir.h"
 
 ABSL_DECLARE_FLAG(std::string, workers);
 ABSL_DECLARE_FLAG(std::string, model);
@@ -26,11 +32,12 @@ ABSL_DECLARE_FLAG(std::string, served_model_name);
 ABSL_DECLARE_FLAG(int, mask_threads);
 ABSL_DECLARE_FLAG(std::string, kv_tier_write_policy);
 ABSL_DECLARE_FLAG(std::string, kv_store_url);
+ABSL_DECLARE_FLAG(std::string, kv_store_url_file);
 
 namespace chunkattn {
 namespace {
 
-class CoordinatorConfigTest : public testing::Test {
+class CoordinatorConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::SetFlag(&FLAGS_workers, "127.0.0.1:50061,127.0.0.1:50062");
@@ -125,6 +132,58 @@ TEST_F(CoordinatorConfigTest, KvStoreUrlGoesToTheWorkersJoin) {
   }();
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_TRUE(off->engine.workers.join.kv_store_url().empty());
+}
+
+// The URL from a file, so its password is in no argv: the file's mode is
+// checked as a secret's, its one line parsed as --kv_store_url's, and no
+// error quotes the password.
+TEST_F(CoordinatorConfigTest, KvStoreUrlFromASecretFile) {
+  const std::string dir = testing::MakeTempDir("kv-store-url");
+  ASSERT_FALSE(dir.empty());
+  auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    EXPECT_EQ(::chmod(path.c_str(), mode), 0);
+    return path;
+  };
+  for (mode_t mode : {0600, 0400, 0440, 0640}) {
+    absl::FlagSaver restore;
+    absl::SetFlag(&FLAGS_kv_store_url_file, write(absl::StrCat("good-", mode), "redis://:s3cret@redis.kv:6379/1\n", mode));
+    absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->engine.kv_store_url, "redis://:s3cret@redis.kv:6379/1");
+    EXPECT_EQ(c->engine.workers.join.kv_store_url(), "redis://:s3cret@redis.kv:6379/1");
+  }
+  struct Case {
+    std::string path;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {write("world", "redis://:s3cret@redis.kv:6379", 0644), "mode 0644"},
+      {write("others", "redis://:s3cret@redis.kv:6379", 0604), "mode 0604"},
+      {write("group-writes", "redis://:s3cret@redis.kv:6379", 0660), "mode 0660"},
+      {write("bad-port", "redis://:s3cret@redis.kv:port", 0600), "port"},
+      {write("two-lines", "redis://:s3cret@a:1\nredis://:s3cret@b:2", 0600), "one line"},
+      {write("empty", "\n", 0600), "one line"},
+      {dir + "/missing", "cannot open"},
+      {dir, "not a regular file"},
+  };
+  for (const Case& k : cases) {
+    absl::FlagSaver restore;
+    absl::SetFlag(&FLAGS_kv_store_url_file, k.path);
+    absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+    ASSERT_FALSE(c.ok()) << k.path;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+    EXPECT_TRUE(absl::StrContains(c.status().message(), "--kv_store_url_file")) << c.status();
+    EXPECT_TRUE(absl::StrContains(c.status().message(), k.says)) << c.status();
+    EXPECT_FALSE(absl::StrContains(c.status().message(), "s3cret")) << c.status();
+  }
+  absl::FlagSaver restore;  // one source of the URL
+  absl::SetFlag(&FLAGS_kv_store_url_file, write("also-good", "redis://:s3cret@redis.kv:6379", 0600));
+  absl::SetFlag(&FLAGS_kv_store_url, "redis://:s3cret@redis.kv:6379");
+  absl::StatusOr<CoordinatorConfig> both = CoordinatorConfigFromFlags();
+  ASSERT_FALSE(both.ok());
+  EXPECT_TRUE(absl::StrContains(both.status().message(), "exclusive")) << both.status();
 }
 
 TEST_F(CoordinatorConfigTest, TheHttpGuardIsCheckedWhetherOrNotTheApiIsOn) {

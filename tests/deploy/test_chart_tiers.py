@@ -34,16 +34,37 @@ class ChartTiersTest(unittest.TestCase):
         coordinator = parse_args(container(one(docs, 'Deployment'))['args'])
         self.assertEqual(coordinator['kv_tier_write_policy'], 'write_through')
 
-    def test_shared_tier_url_from_a_secret(self):
+    def test_shared_tier_url_from_a_secret_file(self):
         docs = render([])
         self.assertNotIn('kv_store_url', parse_args(container(one(docs, 'Deployment'))['args']))
+        self.assertNotIn('kv_store_url_file', parse_args(container(one(docs, 'Deployment'))['args']))
         docs = render([], '--set', 'cache.tiers.shared.urlSecretName=kv-redis')
-        c = container(one(docs, 'Deployment'))
-        self.assertEqual(parse_args(c['args'])['kv_store_url'], '$(CHUNKATTN_KV_STORE_URL)')
-        env = [e for e in c['env'] if e['name'] == 'CHUNKATTN_KV_STORE_URL'][0]
-        self.assertEqual(env['valueFrom']['secretKeyRef'], {'name': 'kv-redis', 'key': 'url'})
+        deployment = one(docs, 'Deployment')
+        c = container(deployment)
+        args = parse_args(c['args'])
+        # The URL (its password) is a file the coordinator reads: in no argv,
+        # no environment variable (/proc/PID/cmdline, /environ).
+        self.assertNotIn('kv_store_url', args)
+        self.assertEqual(args['kv_store_url_file'], '/etc/chunkattn/kv-store/url')
+        self.assertFalse([e for e in c.get('env', []) if 'KV_STORE' in e['name']])
+        mount = [m for m in c['volumeMounts'] if m['name'] == 'kv-store-url'][0]
+        self.assertEqual(mount['mountPath'] + '/url', args['kv_store_url_file'])
+        self.assertTrue(mount['readOnly'])
+        volume = [v for v in deployment['spec']['template']['spec']['volumes'] if v['name'] == 'kv-store-url'][0]
+        self.assertEqual(volume['secret']['secretName'], 'kv-redis')
+        self.assertEqual(volume['secret']['items'], [{'key': 'url', 'path': 'url'}])
+        # 0440: the coordinator refuses a secret's file others may read.
+        self.assertEqual(volume['secret']['defaultMode'], 0o440)
+        # The workers get the URL at Join, never the Secret.
+        sts = one(docs, 'StatefulSet')
+        self.assertNotIn('kv-store-url', str(sts))
         for d in docs:  # the URL itself is in no rendered object
             self.assertNotIn('redis://', str(d))
+        docs = render([], '--set', 'cache.tiers.shared.urlSecretName=kv-redis',
+                      '--set', 'cache.tiers.shared.urlSecretKey=redis-url')
+        volume = [v for v in one(docs, 'Deployment')['spec']['template']['spec']['volumes']
+                  if v['name'] == 'kv-store-url'][0]
+        self.assertEqual(volume['secret']['items'], [{'key': 'redis-url', 'path': 'url'}])
 
     def test_unknown_policy_is_refused(self):
         self.assertNotEqual(helm('template', RELEASE, '.', '--set', 'cache.tiers.writePolicy=write_around').returncode,

@@ -11,7 +11,9 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "base/grpc_status.h"
+#include "services/core/kv_tiers.h"
 #include "services/fronts/generate_stream.h"
+#include "services/kv_events/kv_events.h"
 
 namespace chunkattn {
 
@@ -416,6 +418,20 @@ grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerC
   out->set_preemptions_total(snap.scheduler.preemptions_total);
   out->set_kv_cache_usage(c.kv_usage());
   out->set_waiting_prompt_tokens(snap.scheduler.waiting_prompt_tokens);
+  for (const Engine::TierSnapshot& t : snap.tiers) {
+    v1::KvTierStats* o = out->add_tiers();
+    o->set_tier(std::string(KvTierName(t.tier)));
+    o->set_medium(std::string(KvTierMedium(static_cast<int>(t.tier), "GPU")));
+    o->set_blocks(t.blocks);
+    o->set_capacity_blocks(t.capacity_blocks);
+    o->set_bytes(static_cast<uint64_t>(t.blocks) * static_cast<uint64_t>(snap.chunk_bytes_total));
+    o->set_hits_total(t.hits_total);
+    o->set_loads_total(t.loads_total);
+    o->set_load_seconds_total(t.load_seconds_total);
+    o->set_stores_total(t.stores_total);
+    o->set_fallbacks_total(t.fallbacks_total);
+    o->set_drops_total(t.drops_total);
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -205,14 +205,22 @@ common_api::KvEventBatch ToProto(const KvEventBatch& batch) {
           common_api::KvBlock* b = stored->add_blocks();
           b->set_block_hash(AsInt64(e.block_hashes[i]));
           b->set_block_size(e.block_size);
-          const auto first = e.token_ids.begin() + static_cast<ptrdiff_t>(i * e.block_size);
-          b->mutable_token_ids()->Add(first, first + e.block_size);
+          // A tier's blocks carry no token ids (kv_events.h): the pool's
+          // event of the same hash had them.
+          if (e.token_ids.size() >= (i + 1) * e.block_size) {
+            const auto first = e.token_ids.begin() + static_cast<ptrdiff_t>(i * e.block_size);
+            b->mutable_token_ids()->Add(first, first + e.block_size);
+          }
+          // The tier below the pool as TensorRT-LLM's cache level (0 the
+          // primary, 1 the host, ...); unset for the pool, as before tiers.
+          if (e.tier != kKvPoolTier) b->set_cache_level(e.tier);
         }
         break;
       }
       case KvEvent::Kind::kBlockRemoved: {
         common_api::KvBlocksRemoved* removed = ev->mutable_removed();
         for (uint64_t h : e.block_hashes) removed->add_block_hashes(AsInt64(h));
+        if (e.tier != kKvPoolTier) removed->set_cache_level(e.tier);
         break;
       }
       case KvEvent::Kind::kAllBlocksCleared:

@@ -115,6 +115,29 @@ true
 {{- end }}
 {{- end -}}
 
+{{/* The shared KV tier's Redis URL (its password included) as a file of the coordinator's,
+     --kv_store_url_file: never in its argv or environment. 0440 (288): owner root, group the
+     pod's fsGroup, which the coordinator checks as a secret's mode. */}}
+{{- define "chunkattn.kvStoreUrlVolume" -}}
+{{- with .Values.cache.tiers.shared }}{{- if .urlSecretName -}}
+- name: kv-store-url
+  secret:
+    secretName: {{ .urlSecretName }}
+    defaultMode: 288
+    items:
+      - key: {{ .urlSecretKey }}
+        path: url
+{{- end }}{{- end }}
+{{- end -}}
+
+{{- define "chunkattn.kvStoreUrlMount" -}}
+{{- if .Values.cache.tiers.shared.urlSecretName -}}
+- name: kv-store-url
+  mountPath: /etc/chunkattn/kv-store
+  readOnly: true
+{{- end }}
+{{- end -}}
+
 {{/* The Secret with the worker port's CA and certificate: the user's, or the chart's own. */}}
 {{- define "chunkattn.workerTlsSecret" -}}
 {{- .Values.workerTls.existingSecret | default (printf "%s-worker-tls" (include "chunkattn.fullname" .)) -}}
@@ -213,13 +236,6 @@ true
     fieldRef:
       fieldPath: metadata.labels['leaderworkerset.sigs.k8s.io/group-index']
 {{- end }}
-{{- with .Values.cache.tiers.shared }}{{- if .urlSecretName }}
-- name: CHUNKATTN_KV_STORE_URL  # the shared KV tier's Redis URL, password included
-  valueFrom:
-    secretKeyRef:
-      name: {{ .urlSecretName }}
-      key: {{ .urlSecretKey }}
-{{- end }}{{- end }}
 {{- if .Values.kvEvents.enabled }}
 - name: POD_IP  # names the pod in the KV events' topic
   valueFrom:

@@ -43,7 +43,7 @@ spec:
         - --step_timeout_s={{ $c.stepTimeoutSeconds }}
         - --kv_tier_write_policy={{ .Values.cache.tiers.writePolicy }}
         {{- if .Values.cache.tiers.shared.urlSecretName }}
-        - --kv_store_url=$(CHUNKATTN_KV_STORE_URL)  # from the Secret, expanded by the kubelet
+        - --kv_store_url_file=/etc/chunkattn/kv-store/url  # the Secret, mounted: no password in argv
         {{- end }}
         - --drain_timeout_s={{ $c.drainTimeoutSeconds }}
         {{- if .Values.http.enabled }}
@@ -150,6 +150,9 @@ spec:
         {{- with include "chunkattn.workerTokenMount" . }}
         {{- . | nindent 8 }}
         {{- end }}
+        {{- with include "chunkattn.kvStoreUrlMount" . }}
+        {{- . | nindent 8 }}
+        {{- end }}
         {{- with include "chunkattn.workerTlsMount" . }}
         {{- . | nindent 8 }}
         {{- end }}
@@ -184,6 +187,9 @@ spec:
     {{- . | nindent 4 }}
     {{- end }}
     {{- with include "chunkattn.workerTokenVolume" . }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with include "chunkattn.kvStoreUrlVolume" . }}
     {{- . | nindent 4 }}
     {{- end }}
     {{- with include "chunkattn.workerTlsVolume" . }}
