@@ -34,34 +34,34 @@ inline absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 // write: a Kubernetes Secret mounted with defaultMode 0440 (owner root, group
 // the pod's fsGroup) passes, as does 0600; 0644 does not.
 inline absl::StatusOr<std::string> ReadSecretFile(const std::string& flag, const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InvalidArgumentError(flag + ": cannot open " + path);
-  struct stat st = {};
-  const bool stated = ::fstat(fd, &st) == 0;  // of the file opened: no race with a swap of the path
-  std::string text;
-  if (stated && S_ISREG(st.st_mode) && (st.st_mode & (S_IRWXO | S_IWGRP)) == 0) {
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof(buffer))) != 0;) {
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        ::close(fd);
-        return absl::InvalidArgumentError(flag + ": cannot read " + path);
-      }
-      text.append(buffer, static_cast<size_t>(n));
-      if (text.size() > (size_t{1} << 20)) {
-        ::close(fd);
-        return absl::InvalidArgumentError(flag + ": " + path + " is over 1 MiB");
-      }
+  struct Fd {  // closed on every return
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
     }
+  } file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) return absl::InvalidArgumentError(flag + ": cannot open " + path);
+  struct stat st = {};
+  // Of the file opened: no race with a swap of the path.
+  if (::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(flag + ": " + path + " is not a regular file");
   }
-  ::close(fd);
-  if (!stated || !S_ISREG(st.st_mode)) return absl::InvalidArgumentError(flag + ": " + path + " is not a regular file");
   if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return absl::InvalidArgumentError(flag + ": " + path + " has mode " + mode +
                                       ": a secret's file must not be readable by others nor writable by its "
                                       "group (chmod 600, or 440 for a group)");
+  }
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(file.fd, buffer, sizeof(buffer))) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InvalidArgumentError(flag + ": cannot read " + path);
+    }
+    text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > (size_t{1} << 20)) return absl::InvalidArgumentError(flag + ": " + path + " is over 1 MiB");
   }
   return text;
 }

@@ -453,7 +453,6 @@ def main():
         args.repeats = 1
     work = args.work or os.path.join(args.build, 'peer')
     os.makedirs(work, exist_ok=True)
-    command = ' '.join(['/usr/bin/python3'] + [os.path.relpath(sys.argv[0], SOURCE)] + sys.argv[1:])
     ours = Chunkattn(args.build, args.threads)
     peer = LlamaCpp(find_peer(args.peer), args.threads)
     agree = Agreement()

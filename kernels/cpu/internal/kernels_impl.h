@@ -512,7 +512,6 @@ struct Impl {
   // weight rows (8 accumulators and 4 widened pairs fit the 16 registers).
   template <int J>
   static void LinearRows16(const LinearArgs& a, int64_t j) {
-    if (a.rows == 1) return LinearTile16<1, J>(a, 0, j);
     int r = 0;
     for (; r + 4 <= a.rows; r += 4) LinearTile16<4, J>(a, r, j);
     for (; r + 2 <= a.rows; r += 2) LinearTile16<2, J>(a, r, j);
