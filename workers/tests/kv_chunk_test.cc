@@ -14,6 +14,7 @@
 #include "workers/model/context_builder.h"
 #include "workers/tests/device_sampling_model.h"
 #include "workers/tests/tiny_model.h"
+#include "workers/tests/random_bytes.h"
 
 namespace chunkattn {
 // Named, not anonymous: unity builds put this file beside model_test.cc.
@@ -24,12 +25,6 @@ using testing::kTinyChunkSize;
 
 int64_t ChunkBytes(const LlamaModel& model) {
   return KvShapeOf(model.config(), model.layout(), model.options()).BytesPerChunk();
-}
-
-std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, int64_t n) {
-  std::vector<uint8_t> v(static_cast<size_t>(n));
-  for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
-  return v;
 }
 
 TEST(ModelChunkBytes, RandomBytesRoundTripInRandomOrder) {

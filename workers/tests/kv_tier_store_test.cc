@@ -19,15 +19,10 @@
 
 #include "gtest/gtest.h"
 #include "base/tests/temp_dir.h"
+#include "workers/tests/random_bytes.h"
 
 namespace chunkattn {
 namespace {
-
-std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, int64_t n) {
-  std::vector<uint8_t> v(static_cast<size_t>(n));
-  for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
 
 KvTierOptions Options(int64_t host_slots, const std::string& dir, int64_t disk_slots, int64_t chunk_bytes) {
   const int64_t slot = KvTierStore::kHeaderBytes + chunk_bytes;

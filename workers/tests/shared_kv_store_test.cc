@@ -18,15 +18,10 @@
 #include "workers/server/plan_executor.h"
 #include "workers/tests/tiny_model.h"
 #include "workers/tests/tiny_prompt_plans.h"
+#include "workers/tests/random_bytes.h"
 
 namespace chunkattn {
 namespace {
-
-std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, size_t n) {
-  std::vector<uint8_t> b(n);
-  for (auto& x : b) x = static_cast<uint8_t>(rng());
-  return b;
-}
 
 class SharedKvStoreTest : public ::testing::Test {
  protected:
