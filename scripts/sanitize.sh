@@ -70,5 +70,6 @@ if [ "$mode" = tsan ]; then
   # Makes our absl::Mutex calls visible to TSan (base/tsan_absl.cc).
   export LD_PRELOAD="$PWD/$dir/lib/libchunkattn_tsan_absl.so"
 fi
+scripts/seed-ctest-costs.sh "$dir" "$mode"
 cd "$dir"
 ctest --output-on-failure --parallel "$(nproc)" --timeout 900 -L "$labels" "$@"

@@ -81,6 +81,7 @@ log=$(mktemp "${TMPDIR:-/tmp}/chunkattn-ctest-XXXXXX")
 # the 2-core CI run used 1.5 of its cores here. The load-driving tests still
 # run one at a time (RESOURCE_LOCK load, tests/services/CMakeLists.txt).
 run_main_tests() {
+  scripts/seed-ctest-costs.sh "$BUILD_DIR" main
   (cd "$BUILD_DIR" && ctest --output-on-failure --parallel "$((2 * $(nproc)))" --timeout 900) 2>&1 | tee "$log"
   return "${PIPESTATUS[0]}"
 }

@@ -30,7 +30,6 @@
 #include "base/address.h"
 #include "base/flags.h"
 #include "base/grpc_server.h"
-#include "base/heap.h"
 #include "base/signals.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -161,9 +160,6 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "chunkattn cache coordinator: --workers HOST:PORT,... --model DIR [--listen HOST:PORT] [--metrics_port N]");
   absl::ParseCommandLine(argc, argv);
-  // Before any thread: the coordinator's RSS should follow its load, not
-  // which of its threads allocated (base/heap.h).
-  LimitHeapArenas(2);
   if (CurveKeygenRequested()) {
     absl::StatusOr<CurveKeyPair> pair = GenerateCurveKeyPair();
     if (!pair.ok()) return Fail(std::string(pair.status().message()));

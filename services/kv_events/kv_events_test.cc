@@ -47,7 +47,7 @@ class KvEventWalkTest : public ::testing::TestWithParam<WalkCase> {};
 TEST_P(KvEventWalkTest, RouterIndexEqualsForestBlocks) {
   WalkCase c = GetParam();
   c.params.record_block_events = true;
-  c.steps = SanitizerSlice(c.steps, 4);  // each step rebuilds the index: slow under a sanitizer
+  c.steps = SanitizerSlice(c.steps, 8);  // each step rebuilds the index: slow under a sanitizer
   std::mt19937 rng(c.seed);
   testing::RandomWalk walk(c.params, [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); });
   KvEventTracker tracker(c.params.chunk_size, "0");
