@@ -9,7 +9,7 @@
 #   scripts/sanitize.sh asan   ASan + UBSan: every GoogleTest binary (label
 #                              "unit"), then each libFuzzer harness in tests/fuzz/
 #                              for CHUNKATTN_FUZZ_SECONDS (a CMake setting,
-#                              default 6) from its seed corpus (label
+#                              default 3) from its seed corpus (label
 #                              "fuzz"). bench/fuzz.sh fuzzes longer.
 #   scripts/sanitize.sh tsan   TSan: the GoogleTest binaries with threads
 #                              (label "unit_tsan": the CPU thread pool and
