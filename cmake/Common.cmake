@@ -163,7 +163,7 @@ option(CHUNKATTN_SANITIZED_UNIT_TESTS "Plain builds also build and run the unit 
 # gtest_discover_tests cannot pass a list as a property value. The top-level
 # targets unit_tests and tsan_tests build each group (CMakeLists.txt).
 function(chunkattn_test name)
-  cmake_parse_arguments(ARG "TSAN;HEAVY;CUDA" "SHARDS" "SOURCES;LIBS;PROPERTIES" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN;HEAVY;CUDA" "" "SOURCES;LIBS;PROPERTIES" ${ARGN})
   if(NOT BUILD_TESTING)
     return()
   endif()
@@ -179,9 +179,6 @@ function(chunkattn_test name)
   if(ARG_CUDA)
     list(APPEND flags CUDA)
   endif()
-  if(ARG_SHARDS)
-    list(APPEND flags SHARDS ${ARG_SHARDS})
-  endif()
   chunkattn_register_unit_test(${name} ${flags} PROPERTIES ${ARG_PROPERTIES})
 endfunction()
 
@@ -192,11 +189,6 @@ endfunction()
 # start, about 0.4 s each under ASan (the 141 TESTs of the cache and CPU kernel
 # tests took 216 core-seconds as 141 processes, 161 as two), and the unit
 # tests are ~540 TESTs. Per-TEST TIMEOUTs do not fit a whole binary: 900 s.
-# SHARDS N splits such a binary into N ctest tests, NAME/0 .. NAME/N-1, each
-# running every Nth TEST (GoogleTest's GTEST_TOTAL_SHARDS): for the few
-# binaries of a minute under a sanitizer, which one core would otherwise run
-# alone at the end of the phase (CI's TSan phase was its CPU kernel test's
-# 59 s, the other core idle after 30).
 # CUDA marks a test built only where CUDA is, which the sanitizer builds never
 # are: with CHUNKATTN_SANITIZED_UNIT_TESTS off, the only kind a plain build
 # keeps. A CUDA binary is one ctest test too, in every build: its process
@@ -204,7 +196,7 @@ endfunction()
 # binary without them), and CI's main folder ran its 111 TESTs, nearly all
 # skipping without a GPU, as 111 processes.
 function(chunkattn_register_unit_test name)
-  cmake_parse_arguments(ARG "TSAN;HEAVY;CUDA" "SHARDS" "PROPERTIES" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN;HEAVY;CUDA" "" "PROPERTIES" ${ARGN})
   if(NOT CHUNKATTN_SANITIZE AND NOT CHUNKATTN_SANITIZED_UNIT_TESTS AND NOT ARG_CUDA)
     set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL TRUE)
     return()
@@ -221,17 +213,7 @@ function(chunkattn_register_unit_test name)
     set(label unit_tsan)
   endif()
   if(CHUNKATTN_SANITIZE OR ARG_CUDA)
-    set(tests ${name})
-    if(ARG_SHARDS GREATER 1)
-      set(tests "")
-      math(EXPR last_shard "${ARG_SHARDS} - 1")
-      foreach(shard RANGE 0 ${last_shard})
-        add_test(NAME ${name}/${shard} COMMAND ${name})
-        list(APPEND tests ${name}/${shard})
-      endforeach()
-    else()
-      add_test(NAME ${name} COMMAND ${name})
-    endif()
+    add_test(NAME ${name} COMMAND ${name})
     set(props LABELS ${label} TIMEOUT 900)
     list(LENGTH ARG_PROPERTIES n)
     if(n GREATER 0)
@@ -245,13 +227,7 @@ function(chunkattn_register_unit_test name)
         endif()
       endforeach()
     endif()
-    set_tests_properties(${tests} PROPERTIES ${props})
-    if(ARG_SHARDS GREATER 1)
-      foreach(shard RANGE 0 ${last_shard})  # after the properties: they may set ENVIRONMENT
-        set_property(TEST ${name}/${shard} APPEND PROPERTY ENVIRONMENT
-                     GTEST_TOTAL_SHARDS=${ARG_SHARDS} GTEST_SHARD_INDEX=${shard})
-      endforeach()
-    endif()
+    set_tests_properties(${name} PROPERTIES ${props})
   else()
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600 LABELS ${label} ${ARG_PROPERTIES})
   endif()
