@@ -417,8 +417,9 @@ void Engine::Loop() {
       Step();
       stepped_since_trim_ = true;
     } else {
+      const absl::Time now = absl::Now();
       // Idle, no step would notice a worker lost or shutting down: probe.
-      if (const absl::Time now = absl::Now(); now >= next_probe_) {
+      if (now >= next_probe_) {
         next_probe_ = now + kIdleProbeInterval;
         if (absl::Status alive = pool_->Probe(); !alive.ok()) {
           Log(alive.ToString());
@@ -427,7 +428,7 @@ void Engine::Loop() {
         }
       }
       // After a burst the heap's freed pages stay resident: back to the kernel.
-      if (const absl::Time now = absl::Now(); stepped_since_trim_ && now >= next_heap_trim_) {
+      if (stepped_since_trim_ && now >= next_heap_trim_) {
         next_heap_trim_ = now + kHeapTrimInterval;
         stepped_since_trim_ = false;
         ReleaseFreeHeap();
