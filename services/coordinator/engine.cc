@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "base/heap.h"
 
 namespace chunkattn {
 
@@ -21,8 +20,6 @@ void Log(const std::string& message) {
 
 // Between two liveness probes of the workers while nothing runs.
 constexpr absl::Duration kIdleProbeInterval = absl::Seconds(1);
-// At most this often the idle loop hands freed heap pages back (ReleaseFreeHeap).
-constexpr absl::Duration kHeapTrimInterval = absl::Seconds(5);
 // The per-tenant gauges walk every tenant and cache namespace: not every step.
 constexpr absl::Duration kTenantGaugePeriod = absl::Milliseconds(250);
 
@@ -415,23 +412,15 @@ void Engine::Loop() {
     }
     if (scheduler_->HasWork()) {
       Step();
-      stepped_since_trim_ = true;
     } else {
-      const absl::Time now = absl::Now();
       // Idle, no step would notice a worker lost or shutting down: probe.
-      if (now >= next_probe_) {
+      if (const absl::Time now = absl::Now(); now >= next_probe_) {
         next_probe_ = now + kIdleProbeInterval;
         if (absl::Status alive = pool_->Probe(); !alive.ok()) {
           Log(alive.ToString());
           FailAll(alive);
           continue;
         }
-      }
-      // After a burst the heap's freed pages stay resident: back to the kernel.
-      if (stepped_since_trim_ && now >= next_heap_trim_) {
-        next_heap_trim_ = now + kHeapTrimInterval;
-        stepped_since_trim_ = false;
-        ReleaseFreeHeap();
       }
       absl::MutexLock lock(&inbox_mu_);
       idle_ = true;

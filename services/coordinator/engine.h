@@ -251,9 +251,6 @@ class Engine {
   // Queued requests kept for the next worker session (see ReleaseWorkers).
   std::vector<std::pair<int64_t, RequestSpec>> held_;
   absl::Time next_probe_ = absl::InfinitePast();
-  // The idle loop trims the heap once after work, at most every kHeapTrimInterval.
-  bool stepped_since_trim_ = false;
-  absl::Time next_heap_trim_ = absl::InfinitePast();
   std::unique_ptr<KvEventTracker> kv_tracker_;  // with options_.kv_events
 
   // Metric series (owned by the registry).
