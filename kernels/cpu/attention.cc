@@ -404,6 +404,11 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
     return absl::InvalidArgumentError(absl::StrFormat(
         "LinearRows: int8 block %d must be a positive multiple of 8 that divides k %d", w.block, k));
   }
+  if (w.interleaved && !(q8 && Int8Interleaves(k, w.block))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "LinearRows: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
+        kInt8InterleavedSpan, k, w.block));
+  }
   if (rows == 0 || n == 0) return absl::OkStatus();
   const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);
   const auto linear = q8 ? kern->linear_q8 : kern->linear;
@@ -425,9 +430,11 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
     thread_local std::vector<float> aq_scales;
     aq.resize(static_cast<size_t>(rows * k));
     aq_scales.resize(static_cast<size_t>(rows * (k / 32)));
-    for (int64_t r = 0; r < rows; ++r) kern->quantize16(a + r * k, k, aq.data() + r * k, aq_scales.data() + r * (k / 32));
+    const auto quantize = w.interleaved ? kern->quantize16_interleaved : kern->quantize16;
+    for (int64_t r = 0; r < rows; ++r) quantize(a + r * k, k, aq.data() + r * k, aq_scales.data() + r * (k / 32));
     args.aq = aq.data();
     args.aq_scales = aq_scales.data();
+    args.interleaved = w.interleaved;
   }
   // Blocks of 64 columns (a multiple of the kernel's 4); under 8 of them
   // (512 columns) run on this thread, cheaper than waking the pool.
@@ -454,6 +461,11 @@ absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64
     return absl::InvalidArgumentError(absl::StrFormat(
         "WeightRowsToFloat: rows [%d, %d), k %d, int8 block %d (must divide k)", j0, j1, k, w.block));
   }
+  if (w.interleaved && !(q8 && Int8Interleaves(k, w.block))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "WeightRowsToFloat: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
+        kInt8InterleavedSpan, k, w.block));
+  }
   if (j1 == j0) return absl::OkStatus();
   const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);
   const auto convert = q8 ? kern->weight_rows_q8 : kern->weight_rows;
@@ -461,6 +473,7 @@ absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64
   args.w = w.data;
   args.scales = w.scales;
   args.block = w.block;
+  args.interleaved = w.interleaved;
   args.k = k;
   args.out = out;
   // Pieces of about 64K values: a pool wake-up costs about what converting

@@ -28,6 +28,7 @@
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/api/decode_plan.h"
+#include "kernels/cpu/int8_layout.h"
 #include "base/thread_pool.h"
 
 namespace chunkattn::cpu {
@@ -119,7 +120,11 @@ struct WeightView {
   DType dtype = DType::kFloat32;
   const float* scales = nullptr;  // (n, k / block): int8 weights
   int64_t block = 0;              // int8: columns per scale, divides k
+  // int8: each row's q in Int8InterleavedColumn order (int8_layout.h;
+  // Int8Interleaves(k, block) must hold); scales stay in column order.
+  bool interleaved = false;
 };
+
 
 // LinearRows on any WeightView; int8 needs a block that is a multiple of 8.
 absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightView& w, int64_t n, float* c,

@@ -179,6 +179,24 @@ cpu::WeightView ViewOf(const Int8Weights& w, int64_t block) {
   return view;
 }
 
+// `w`'s q with each row in the decode kernel's interleaved order, and its view.
+struct InterleavedInt8 {
+  std::vector<int8_t> q;
+  cpu::WeightView view;
+};
+InterleavedInt8 Interleave(const Int8Weights& w, int64_t k) {
+  InterleavedInt8 out;
+  out.q.resize(w.q.size());
+  for (size_t row = 0; row < w.q.size(); row += k) {
+    for (int64_t c = 0; c < k; ++c) out.q[row + cpu::Int8InterleavedColumn(c)] = w.q[row + c];
+  }
+  out.view.data = out.q.data();
+  out.view.scales = w.scales.data();
+  out.view.block = 32;
+  out.view.interleaved = true;
+  return out;
+}
+
 // The divisors of k that are multiples of 8 (int8 blocks LinearRows takes).
 std::vector<int64_t> Blocks(int64_t k) {
   std::vector<int64_t> out;
@@ -309,6 +327,132 @@ TEST(LinearRowsTest, Int8RowsResultDoesNotDependOnItsBatch) {
   }
 }
 
+// The interleaved layout: within each 256 columns a permutation, column
+// pairs kept adjacent, block m's pairs 16 values apart from lane m on.
+TEST(Int8LayoutTest, InterleavedColumnIsAPermutationOfEachSpan) {
+  EXPECT_TRUE(cpu::Int8Interleaves(512, 32));
+  EXPECT_FALSE(cpu::Int8Interleaves(288, 32));
+  EXPECT_FALSE(cpu::Int8Interleaves(512, 64));
+  for (int64_t span = 0; span < 3; ++span) {
+    std::vector<int> seen(256, 0);
+    for (int64_t c = span * 256; c < span * 256 + 256; ++c) {
+      const int64_t at = cpu::Int8InterleavedColumn(c);
+      ASSERT_GE(at, span * 256);
+      ASSERT_LT(at, span * 256 + 256);
+      ++seen[at - span * 256];
+      if (c % 2 == 1) {
+        EXPECT_EQ(at, cpu::Int8InterleavedColumn(c - 1) + 1);
+      }
+      EXPECT_EQ((at % 16) / 2, (c % 256) / 32);  // the lane of c's block
+    }
+    for (int n : seen) ASSERT_EQ(n, 1);
+  }
+}
+
+// Interleaved rows (the model's int8 layout for k a multiple of 256) against
+// the float64 reference, the integer path's rounding allowed, on random
+// shapes, threaded or not, with activations of mixed magnitudes.
+TEST(LinearRowsTest, Int8InterleavedEqualsFloat64Reference) {
+  std::mt19937 rng(31);
+  ThreadPool pool(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (int trial = 0; trial < 16; ++trial) {
+      const int64_t rows = 1 + rng() % 9, k = 256 * (1 + rng() % 6), n = 1 + rng() % 1100;
+      const Int8Weights w = RandomInt8(n, k, 32, rng);
+      const InterleavedInt8 iw = Interleave(w, k);
+      std::vector<float> a(static_cast<size_t>(rows * k));
+      for (float& x : a) x = normal(rng) * (rng() % 8 == 0 ? 50.0f : 1.0f);
+      std::vector<float> c(static_cast<size_t>(rows * n), NAN);
+      ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, iw.view, n, c.data(), trial % 2 ? &pool : nullptr, isa).ok());
+      ExpectEqualsFloat64(a, w.values, rows, k, n, c,
+                          absl::StrFormat("%s interleaved int8 rows %d k %d n %d", cpu::IsaName(isa), rows, k, n),
+                          true);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// Both ISAs sum the same exact integers and scale them in the same order.
+TEST(LinearRowsTest, Int8InterleavedIsaAgree) {
+  if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(37);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 3, k = 768, n = 130;
+  const Int8Weights w = RandomInt8(n, k, 32, rng);
+  const InterleavedInt8 iw = Interleave(w, k);
+  std::vector<float> a(static_cast<size_t>(rows * k));
+  for (float& x : a) x = normal(rng);
+  std::vector<float> portable(static_cast<size_t>(rows * n)), avx2(portable.size());
+  ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, iw.view, n, portable.data(), nullptr, cpu::Isa::kPortable).ok());
+  ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, iw.view, n, avx2.data(), nullptr, cpu::Isa::kAvx2).ok());
+  for (size_t i = 0; i < avx2.size(); ++i) EXPECT_NEAR(avx2[i], portable[i], 1e-5f * (1 + std::fabs(portable[i])));
+}
+
+TEST(LinearRowsTest, Int8InterleavedRowsResultDoesNotDependOnItsBatch) {
+  std::mt19937 rng(41);
+  ThreadPool pool(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{7, 512}, {4, 1024}, {2, 256}}) {
+      const int64_t n = 777;  // odd: the 1-wide column tail
+      const Int8Weights w = RandomInt8(n, k, 32, rng);
+      const InterleavedInt8 iw = Interleave(w, k);
+      std::vector<float> batch(static_cast<size_t>(rows * k));
+      for (float& x : batch) x = normal(rng);
+      std::vector<float> all(static_cast<size_t>(rows * n));
+      ASSERT_TRUE(cpu::LinearRows(batch.data(), rows, k, iw.view, n, all.data(), &pool, isa).ok());
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> one(static_cast<size_t>(n));
+        ASSERT_TRUE(cpu::LinearRows(batch.data() + r * k, 1, k, iw.view, n, one.data(), nullptr, isa).ok());
+        ASSERT_EQ(std::memcmp(one.data(), all.data() + r * n, sizeof(float) * n), 0)
+            << cpu::IsaName(isa) << " k " << k << " row " << r << " of " << rows;
+      }
+    }
+  }
+}
+
+TEST(LinearRowsTest, Int8InterleavedNonFiniteActivationsGiveNaN) {
+  std::mt19937 rng(43);
+  const int64_t rows = 3, k = 256, n = 8;
+  const Int8Weights w = RandomInt8(n, k, 32, rng);
+  const InterleavedInt8 iw = Interleave(w, k);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      std::vector<float> a(static_cast<size_t>(rows * k), 0.25f);
+      a[k + 200] = bad;  // row 1, block 6
+      std::vector<float> c(static_cast<size_t>(rows * n));
+      ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, iw.view, n, c.data(), nullptr, isa).ok());
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_TRUE(std::isnan(c[n + j])) << cpu::IsaName(isa) << " " << bad << " column " << j;
+        EXPECT_TRUE(std::isfinite(c[j]) && std::isfinite(c[2 * n + j])) << cpu::IsaName(isa) << " column " << j;
+      }
+    }
+  }
+}
+
+// The prefill path reads interleaved rows back in column order, exactly.
+TEST(WeightRowsToFloatTest, Int8InterleavedConvertsExactly) {
+  std::mt19937 rng(47);
+  ThreadPool pool(2);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (int trial = 0; trial < 6; ++trial) {
+      const int64_t k = 256 * (1 + rng() % 4), n = 1 + rng() % 300;
+      const int64_t j0 = rng() % n, j1 = j0 + rng() % (n - j0 + 1);
+      const Int8Weights w = RandomInt8(n, k, 32, rng);
+      const InterleavedInt8 iw = Interleave(w, k);
+      std::vector<float> out(static_cast<size_t>((j1 - j0) * k), NAN);
+      ASSERT_TRUE(cpu::WeightRowsToFloat(iw.view, k, j0, j1, out.data(), trial % 2 ? &pool : nullptr, isa).ok());
+      ASSERT_EQ(std::memcmp(out.data(), w.values.data() + j0 * k, out.size() * sizeof(float)), 0)
+          << cpu::IsaName(isa) << " k " << k << " rows [" << j0 << ", " << j1 << ")";
+    }
+  }
+}
+
 // The prefill path's conversion: exactly the values the decode kernel reads,
 // for any k (tails under 8 included) and any int8 block dividing k.
 TEST(WeightRowsToFloatTest, ConvertsExactlyForEveryDtypeAndOddShapes) {
@@ -368,6 +512,24 @@ TEST(LinearRowsTest, RefusesBadShapes) {
   }
   view.block = 5;
   EXPECT_EQ(cpu::WeightRowsToFloat(view, 16, 0, 1, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // Interleaved: int8, block 32, k a multiple of 256 (here 16, then block 8 at 256, then fp32).
+  std::vector<int8_t> q256(2 * 256);
+  std::vector<float> a256(256), s256(2 * 32);
+  view.data = q256.data();
+  view.scales = s256.data();
+  view.interleaved = true;
+  view.block = 32;
+  EXPECT_EQ(cpu::LinearRows(a256.data(), 1, 32, view, 2, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::WeightRowsToFloat(view, 32, 0, 1, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  view.block = 8;
+  EXPECT_EQ(cpu::LinearRows(a256.data(), 1, 256, view, 2, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  view.block = 32;
+  EXPECT_TRUE(cpu::LinearRows(a256.data(), 1, 256, view, 2, c.data(), nullptr).ok());
+  cpu::WeightView fp32;
+  fp32.data = a256.data();
+  fp32.interleaved = true;
+  EXPECT_EQ(cpu::LinearRows(a256.data(), 1, 256, fp32, 1, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::WeightRowsToFloat(fp32, 256, 0, 1, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cpu::WeightRowsToFloat(view, 16, 1, 0, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -62,6 +62,7 @@ cpu::WeightView ViewOf(const WeightMatrix& w) {
       v.data = w.q.data();
       v.scales = w.scales.data();
       v.block = w.block;
+      v.interleaved = w.interleaved;
       break;
   }
   return v;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/hash.h"
 #include "base/status_macros.h"
+#include "kernels/cpu/int8_layout.h"
 #include "nlohmann/json.hpp"
 #include "workers/model/safetensors.h"
 
@@ -295,6 +296,7 @@ WeightMatrix WeightMatrix::Zeros(WeightDType dtype, int64_t rows, int64_t cols) 
     case WeightDType::kBFloat16: m.half.assign(n, 0); break;
     case WeightDType::kInt8:
       m.block = cols > 0 && cols % kInt8Block == 0 ? kInt8Block : std::max<int64_t>(cols, 1);
+      m.interleaved = cpu::Int8Interleaves(cols, m.block);
       m.q.assign(n, 0);
       m.scales.assign(static_cast<size_t>(rows * (cols / m.block)), 0.0f);
       break;
@@ -319,7 +321,8 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
       return;
     case WeightDType::kInt8:
       for (int64_t i = 0; i < count; ++i) {
-        out[i] = static_cast<float>(q[begin + i]) * scales[(begin + i) / block];
+        const int64_t at = interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
+        out[i] = static_cast<float>(q[begin + at]) * scales[(begin + i) / block];
       }
       return;
   }
@@ -354,7 +357,8 @@ void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
           scales[(begin + b0) / block] = scale;
           for (int64_t i = b0; i < b0 + block; ++i) {
             const float v = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
-            q[begin + i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+            const int64_t at = interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
+            q[begin + at] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
           }
         }
         return;

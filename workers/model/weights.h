@@ -74,6 +74,11 @@ struct WeightMatrix {
   // kInt8: columns per scale: kInt8Block when it divides cols, else cols (one
   // scale per row).
   int64_t block = 0;
+  // kInt8: each row's q(r, c) stored at r * cols + cpu::Int8InterleavedColumn(c),
+  // the decode kernel's layout (kernels/cpu/int8_layout.h), when
+  // cpu::Int8Interleaves(cols, block); else at r * cols + c. RowsToFloat and
+  // SetRows take and give column order either way.
+  bool interleaved = false;
 
   // An empty matrix of `rows` x `cols` in `dtype` (not kAuto), zero-filled.
   static WeightMatrix Zeros(WeightDType dtype, int64_t rows, int64_t cols);

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/int8_layout.h"
 #include "workers/model/context_builder.h"
 #include "workers/tests/model_test_util.h"
 
@@ -209,9 +210,12 @@ TEST(WeightDTypeTest, Int8ShardsAreSlicesOfTheWhole) {
   const WeightMatrix& s = rank1->layers[1].down;
   ASSERT_EQ(s.cols, 128);
   ASSERT_EQ(s.block, kInt8Block);
+  // The whole (256 columns) is stored interleaved, the shard (128) in column order.
+  ASSERT_TRUE(w.interleaved);
+  ASSERT_FALSE(s.interleaved);
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t c = 0; c < s.cols; ++c) {
-      ASSERT_EQ(s.q[r * 128 + c], w.q[r * 256 + 128 + c]);
+      ASSERT_EQ(s.q[r * 128 + c], w.q[r * 256 + cpu::Int8InterleavedColumn(128 + c)]);
     }
     for (int64_t b = 0; b < 128 / kInt8Block; ++b) {
       ASSERT_EQ(s.scales[r * 4 + b], w.scales[r * 8 + 4 + b]);

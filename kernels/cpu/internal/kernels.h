@@ -130,6 +130,9 @@ struct LinearArgs {
   // weights' own. Null: the weights are widened and scaled instead.
   const int16_t* aq = nullptr;  // row r at aq + r * k
   const float* aq_scales = nullptr;  // row r at aq_scales + r * (k / 32)
+  // w and aq in Int8InterleavedColumn order (attention.h), k a multiple of
+  // 256 and block 32: each group's dot is one lane of an integer vector.
+  bool interleaved = false;
 };
 
 // Rows [j0, j1) of a weight matrix (n, k) in the table's dtype as fp32, for
@@ -140,6 +143,7 @@ struct WeightRowsArgs {
   const void* w = nullptr;
   const float* scales = nullptr;
   int64_t block = 0;
+  bool interleaved = false;  // int8 rows in Int8InterleavedColumn order
   int64_t k = 0;
   int64_t j0 = 0, j1 = 0;
   float* out = nullptr;  // (j1 - j0, k)
@@ -153,6 +157,8 @@ struct IsaKernels {
   // q (k) and scales (k / 32) of one activation row x (k), k a multiple of
   // 32, for LinearArgs::aq; the same in every dtype's table.
   void (*quantize16)(const float* x, int64_t k, int16_t* q, float* scales) = nullptr;
+  // The same with q in Int8InterleavedColumn order (k a multiple of 256).
+  void (*quantize16_interleaved)(const float* x, int64_t k, int16_t* q, float* scales) = nullptr;
   void (*block)(const BlockArgs&) = nullptr;
   void (*seq)(const SeqArgs&) = nullptr;
   void (*naive_scores)(const NaiveArgs&) = nullptr;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/cpu/int8_layout.h"
 #include "kernels/cpu/internal/kernels.h"
 #include "kernels/cpu/internal/storage.h"
 
@@ -507,6 +508,50 @@ struct Impl {
       for (int j = 0; j < J; ++j) a.c[(r0 + r) * a.c_stride + j0 + j] = S::HSum(acc[r][j]);
   }
 
+  // LinearTile16 on interleaved rows (LinearArgs::interleaved): per 256
+  // columns, each (r, j) sums its 8 blocks' integer dots in the 8 lanes of one
+  // int32 vector, then takes them in with one FMA by the blocks' combined
+  // scales:
+  //   acc(r, j) = fma(float(d(r, j)), sa(r, span) * sw(j, span), acc(r, j))
+  // over the spans in order, so every c(r, j) is the same chain whatever R, J
+  // and the batch are. A lane's sum of 32 products converts to fp32 with a
+  // relative rounding under 2^-24 once past 2^24, far under the weights' 2^-8.
+  template <int R, int J>
+  static void LinearTile16I(const LinearArgs& a, int r0, int64_t j0) {
+    const auto* w = static_cast<const int8_t*>(a.w) + j0 * a.k;
+    const int64_t ng = a.k / 32, spans = a.k / kInt8InterleavedSpan;
+    V acc[R][J];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) acc[r][j] = S::Zero();
+    for (int64_t sp = 0; sp < spans; ++sp) {
+      const int64_t c0 = sp * kInt8InterleavedSpan;
+      // The rows two tiles on, as this tile streams its own (see LinearTile16),
+      // and their scales.
+      for (int l = 0; l < J * 256; l += 64) __builtin_prefetch(w + 2 * J * a.k + sp * J * 256 + l);
+      for (int j = 0; j < J; ++j) __builtin_prefetch(a.scales + (j0 + 2 * J + j) * ng + sp * 8);
+      typename S::I32 d[R][J];
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < J; ++j) d[r][j] = S::ZeroI();
+      for (int64_t v = 0; v < 16; ++v) {
+        typename S::W8 wv[J];
+        for (int j = 0; j < J; ++j) wv[j] = S::LoadW8(w + j * a.k + c0 + v * 16);
+        for (int r = 0; r < R; ++r) {
+          const int16_t* x = a.aq + (r0 + r) * a.k + c0 + v * 16;
+          for (int j = 0; j < J; ++j) d[r][j] = S::MaddAcc(d[r][j], wv[j], x);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const V sa = S::Load(a.aq_scales + (r0 + r) * ng + sp * 8);
+        for (int j = 0; j < J; ++j) {
+          const V sw = S::Load(a.scales + (j0 + j) * ng + sp * 8);
+          acc[r][j] = S::Fma(S::ToFloat(d[r][j]), S::Mul(sa, sw), acc[r][j]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) a.c[(r0 + r) * a.c_stride + j0 + j] = S::HSum(acc[r][j]);
+  }
+
   // One row: 4 weight rows at a time (4 FMA chains). More rows: 4 rows by 2
   // weight rows, so a widened group serves 4 rows and an activation group 2
   // weight rows (8 accumulators and 4 widened pairs fit the 16 registers).
@@ -518,7 +563,28 @@ struct Impl {
     if (r < a.rows) LinearTile16<1, J>(a, r, j);
   }
 
+  // Interleaved: one row against 4 weight rows; more, rows in pairs against 2
+  // (8 int32 sums, 8 accumulators: 16 registers with the 2 weight vectors).
+  static void Linear16I(const LinearArgs& a) {
+    int64_t j = a.j0;
+    if (a.rows == 1) {
+      for (; j + 4 <= a.j1; j += 4) LinearTile16I<1, 4>(a, 0, j);
+    } else {
+      for (; j + 2 <= a.j1; j += 2) {
+        int r = 0;
+        for (; r + 2 <= a.rows; r += 2) LinearTile16I<2, 2>(a, r, j);
+        if (r < a.rows) LinearTile16I<1, 2>(a, r, j);
+      }
+    }
+    for (; j < a.j1; ++j) {
+      int r = 0;
+      for (; r + 2 <= a.rows; r += 2) LinearTile16I<2, 1>(a, r, j);
+      if (r < a.rows) LinearTile16I<1, 1>(a, r, j);
+    }
+  }
+
   static void Linear16(const LinearArgs& a) {
+    if (a.interleaved) return Linear16I(a);
     int64_t j = a.j0;
     if (a.rows == 1) {
       for (; j + 4 <= a.j1; j += 4) LinearTile16<1, 4>(a, 0, j);
@@ -531,6 +597,16 @@ struct Impl {
   // See IsaKernels::quantize16.
   static void Quantize16(const float* x, int64_t k, int16_t* q, float* scales) {
     for (int64_t g = 0; g < k / 32; ++g) scales[g] = S::Quantize16(x + g * 32, q + g * 32);
+  }
+  // The same, q in Int8InterleavedColumn order: a group's column pairs go 16
+  // values apart.
+  static void Quantize16Interleaved(const float* x, int64_t k, int16_t* q, float* scales) {
+    for (int64_t g = 0; g < k / 32; ++g) {
+      int16_t t[32];
+      scales[g] = S::Quantize16(x + g * 32, t);
+      int16_t* dst = q + Int8InterleavedColumn(g * 32);
+      for (int p = 0; p < 16; ++p) std::memcpy(dst + p * 16, t + 2 * p, 2 * sizeof(int16_t));
+    }
   }
 
   template <class D>
@@ -559,6 +635,19 @@ struct Impl {
       float* dst = a.out + (j - a.j0) * a.k;
       if constexpr (std::is_same_v<D, I8>) {
         const float* sc = a.scales + j * (a.k / a.block);
+        if (a.interleaved) {
+          // Each span back to column order (its column pairs), then scaled as below.
+          for (int64_t c0 = 0; c0 < a.k; c0 += kInt8InterleavedSpan) {
+            int8_t t[kInt8InterleavedSpan];
+            for (int m = 0; m < 8; ++m)
+              for (int p = 0; p < 16; ++p) std::memcpy(t + m * 32 + 2 * p, src + c0 + p * 16 + 2 * m, 2);
+            for (int m = 0; m < 8; ++m) {
+              const V sv = S::Set1(sc[c0 / 32 + m]);
+              for (int i = 0; i < 32; i += L) S::Store(dst + c0 + m * 32 + i, S::Mul(S::LoadI8(t + m * 32 + i), sv));
+            }
+          }
+          continue;
+        }
         for (int64_t b0 = 0; b0 < a.k; b0 += a.block) {
           const float s = sc[b0 / a.block];
           const V sv = S::Set1(s);
@@ -580,6 +669,7 @@ struct Impl {
     t.linear = &Linear<D>;
     t.linear_q8 = &Linear<I8>;
     t.quantize16 = &Quantize16;
+    t.quantize16_interleaved = &Quantize16Interleaved;
     t.weight_rows = &WeightRows<D>;
     t.weight_rows_q8 = &WeightRows<I8>;
     t.block = &Block<D>;

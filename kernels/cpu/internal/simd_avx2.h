@@ -60,6 +60,21 @@ struct Avx2 {
     const __m256i hi = _mm256_madd_epi16(w.hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
     return _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
   }
+  // Interleaved int8 rows (int8_layout.h): 16 weights widened to int16, and
+  // their dot with 16 int16 activations added to 8 int32 lanes, lane m taking
+  // columns 2m and 2m + 1 (so block m of the interleaved span). Exact while a
+  // lane sums at most 2^31 / (127 * 32768) = 516 products.
+  using I32 = __m256i;
+  using W8 = __m256i;
+  static I32 ZeroI() { return _mm256_setzero_si256(); }
+  static W8 LoadW8(const int8_t* p) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I32 MaddAcc(I32 acc, W8 w, const int16_t* x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))));
+  }
+  static V ToFloat(I32 v) { return _mm256_cvtepi32_ps(v); }
+
   // q[0..32) = round(x / scale) with scale = max |x| / 32767, returned (0 for
   // a zero group; NaN, q all 0, when x holds a NaN or an infinity, so the
   // row's outputs are NaN). Rounds to nearest even, as Portable's nearbyint.

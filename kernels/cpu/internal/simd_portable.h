@@ -86,6 +86,28 @@ struct Portable {
     }
     return r;
   }
+  // See Avx2::I32: the same lanes, exact integers, so both give the same sums.
+  struct I32 {
+    int32_t x[8];
+  };
+  struct W8 {
+    int16_t w[16];
+  };
+  static I32 ZeroI() { return I32{}; }
+  static W8 LoadW8(const int8_t* p) {
+    W8 r;
+    for (int i = 0; i < 16; ++i) r.w[i] = p[i];
+    return r;
+  }
+  static I32 MaddAcc(I32 acc, const W8& w, const int16_t* x) {
+    for (int m = 0; m < 8; ++m) acc.x[m] += int32_t{w.w[2 * m]} * x[2 * m] + int32_t{w.w[2 * m + 1]} * x[2 * m + 1];
+    return acc;
+  }
+  static V ToFloat(const I32& v) {
+    V r;
+    for (int m = 0; m < 8; ++m) r.x[m] = static_cast<float>(v.x[m]);
+    return r;
+  }
   static float Quantize16(const float* x, int16_t* q) {
     float m = 0;
     for (int i = 0; i < 32; ++i) {
