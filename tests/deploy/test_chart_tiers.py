@@ -1,12 +1,22 @@
 """The chart's KV tiers (cache.tiers): off by default; on, every worker gets
 its host and disk tiers (the disk one in an emptyDir sized to it) and the
-coordinator its write policy; a policy the binaries do not know is refused."""
+coordinator its write policy; a policy the binaries do not know is refused.
+The chart's own Redis (redis.enabled, subchart charts/redis): its objects,
+its Secret's password, config and URL, and that config run by a real
+redis-server behind a real coordinator reading the rendered URL file."""
+import base64
 import os
+import random
+import re
+import stat
+import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_chart import RELEASE, container, helm, one, parse_args, render  # noqa: E402
+from test_chart import (NAMESPACE, RELEASE, by_kind, container, helm, labels_match, one,  # noqa: E402
+                        parse_args, render)
 import harness  # noqa: E402  (test_chart put tests/services on the path)
 
 
@@ -65,6 +75,109 @@ class ChartTiersTest(unittest.TestCase):
         volume = [v for v in one(docs, 'Deployment')['spec']['template']['spec']['volumes']
                   if v['name'] == 'kv-store-url'][0]
         self.assertEqual(volume['secret']['items'], [{'key': 'redis-url', 'path': 'url'}])
+
+    def chart_redis(self, *sets):
+        docs = render([], '--set', 'redis.enabled=true', *sets)
+        secret = [d for d in by_kind(docs, 'Secret') if d['metadata']['name'] == RELEASE + '-kv-redis']
+        self.assertEqual(len(secret), 1)
+        data = {k: base64.b64decode(v).decode() for k, v in secret[0]['data'].items()}
+        return docs, data
+
+    def test_no_redis_by_default(self):
+        docs = render([])
+        self.assertFalse([d for d in docs if 'redis' in d['metadata']['name']])
+
+    def test_chart_redis_objects(self):
+        docs, data = self.chart_redis('--set', 'redis.maxMemoryMiB=512')
+        password = data['password']
+        self.assertRegex(password, r'^[A-Za-z0-9]{40}$')
+        self.assertEqual(data['url'], 'redis://:%s@%s-redis.%s.svc.cluster.local:6379/0' % (password, RELEASE, NAMESPACE))
+        conf = data['redis.conf'].splitlines()
+        for line in ('requirepass ' + password, 'maxmemory 512mb', 'maxmemory-policy allkeys-lru', 'save ""',
+                     'appendonly no', 'port 6379'):
+            self.assertIn(line, conf)
+        # A fresh render draws a new password (an upgrade keeps the installed one: lookup).
+        self.assertNotEqual(self.chart_redis()[1]['password'], password)
+        # The coordinator reads the URL from the Secret as a file.
+        deployment = [d for d in by_kind(docs, 'Deployment')
+                      if d['metadata']['labels'].get('app.kubernetes.io/component') == 'coordinator'][0]
+        args = parse_args(container(deployment)['args'])
+        self.assertEqual(args['kv_store_url_file'], '/etc/chunkattn/kv-store/url')
+        volume = [v for v in deployment['spec']['template']['spec']['volumes'] if v['name'] == 'kv-store-url'][0]
+        self.assertEqual(volume['secret'], {'secretName': RELEASE + '-kv-redis', 'defaultMode': 0o440,
+                                            'items': [{'key': 'url', 'path': 'url'}]})
+        # Redis: its config from the Secret, the password in no argv, no environment, no other object.
+        redis = [d for d in by_kind(docs, 'Deployment') if d['metadata']['name'] == RELEASE + '-redis'][0]
+        c = container(redis)
+        self.assertEqual(c['command'], ['redis-server', '/etc/redis/redis.conf'])
+        self.assertNotIn('env', c)
+        self.assertEqual(c['resources']['limits']['memory'], '896Mi')  # 1.25 x 512 + 256
+        self.assertTrue(c['securityContext']['readOnlyRootFilesystem'])
+        self.assertTrue(redis['spec']['template']['spec']['securityContext']['runAsNonRoot'])
+        config = [v for v in redis['spec']['template']['spec']['volumes'] if v['name'] == 'config'][0]
+        self.assertEqual(config['secret']['secretName'], RELEASE + '-kv-redis')
+        self.assertEqual(config['secret']['defaultMode'], 0o440)
+        for d in docs:
+            if d['kind'] != 'Secret':
+                self.assertNotIn(password, str(d))
+        # The Service reaches the Redis pod; the NetworkPolicy admits this release's
+        # coordinator and workers and nothing else.
+        pod_labels = redis['spec']['template']['metadata']['labels']
+        service = [d for d in by_kind(docs, 'Service') if d['metadata']['name'] == RELEASE + '-redis'][0]
+        self.assertTrue(labels_match(service['spec']['selector'], pod_labels))
+        policy = [d for d in by_kind(docs, 'NetworkPolicy') if d['metadata']['name'] == RELEASE + '-redis'][0]
+        self.assertTrue(labels_match(policy['spec']['podSelector']['matchLabels'], pod_labels))
+        (rule,) = policy['spec']['ingress']
+        (peer,) = rule['from']
+        sts = one(docs, 'StatefulSet')
+        admitted = lambda labels: (labels_match(peer['podSelector']['matchLabels'], labels) and all(
+            labels.get(e['key']) in e['values'] for e in peer['podSelector']['matchExpressions']))
+        self.assertTrue(admitted(deployment['spec']['template']['metadata']['labels']))
+        self.assertTrue(admitted(sts['spec']['template']['metadata']['labels']))
+        self.assertFalse(admitted(pod_labels))
+        self.assertFalse(admitted(dict(deployment['spec']['template']['metadata']['labels'],
+                                       **{'app.kubernetes.io/instance': 'other'})))
+
+    def test_chart_redis_and_a_url_of_ones_own_are_refused_together(self):
+        r = helm('template', RELEASE, '.', '--set', 'redis.enabled=true', '--set',
+                 'cache.tiers.shared.urlSecretName=mine')
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('not both', r.stderr)
+
+    def test_chart_redis_config_serves_a_coordinator(self):
+        """The rendered redis.conf run by Debian's redis-server (on 127.0.0.1),
+        and the rendered URL, its host pointed there, as a coordinator's
+        --kv_store_url_file: a request's blocks reach Redis (write_through),
+        and a client without the password is refused."""
+        _, data = self.chart_redis()
+        tmp = harness.temp_dir('chunkattn-chart-redis-', self.addCleanup)
+        conf = os.path.join(tmp, 'redis.conf')
+        with open(conf, 'w') as f:
+            f.write(data['redis.conf'])
+        port = harness.free_port()
+        redis = harness.Process('chart-redis', ['redis-server', conf, '--port', str(port), '--bind', '127.0.0.1',
+                                                '--dir', tmp]).start()
+        self.addCleanup(redis.stop)
+
+        def cli(*args, password=data['password']):
+            auth = ['-a', password, '--no-auth-warning'] if password else []
+            return subprocess.run(['redis-cli', '-p', str(port)] + auth + list(args), capture_output=True,
+                                  text=True, timeout=5).stdout.strip()
+        harness.wait_for(lambda: cli('PING') == 'PONG', 10, what='the chart redis.conf serving')
+        self.assertIn('NOAUTH', cli('PING', password=None))
+        self.assertEqual(cli('CONFIG', 'GET', 'maxmemory-policy').splitlines()[-1], 'allkeys-lru')
+        url = re.sub(r'@[^/]+/', '@127.0.0.1:%d/' % port, data['url'])
+        url_file = os.path.join(tmp, 'url')
+        with open(url_file, 'w') as f:
+            f.write(url)
+        os.chmod(url_file, stat.S_IRUSR)
+        cluster = harness.Cluster('chart-redis', tp=1, coordinator_args=[
+            '--kv_store_url_file', url_file, '--kv_tier_write_policy', 'write_through']).start()
+        self.addCleanup(cluster.stop)
+        rng = random.Random(3)
+        cluster.generate(harness.make_request(prompt_ids=harness.random_ids(rng, 200), max_new_tokens=2,
+                                              ignore_eos=True))
+        harness.wait_for(lambda: int(cli('DBSIZE') or 0) > 0, 30, what='blocks written to the chart Redis')
 
     def test_unknown_policy_is_refused(self):
         self.assertNotEqual(helm('template', RELEASE, '.', '--set', 'cache.tiers.writePolicy=write_around').returncode,

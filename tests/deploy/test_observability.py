@@ -115,17 +115,20 @@ class RulesTest(unittest.TestCase):
 
 
 class LiveScrapeTest(harness.ServiceTestCase):
-    """Every metric a dashboard panel or alert names is in a real scrape."""
+    """Every metric a dashboard panel or alert names is in a real scrape (with
+    bearer tokens, so the per-tenant series are exported too)."""
 
     @harness.setup_class_or_dump
     def setUpClass(cls):
-        cls.cluster = cls.start_cluster('scrape', tp=1)
+        tokens = harness.token_file('scrape-1 acme\n', 'chunkattn-scrape-', cls.addClassCleanup)
+        cls.cluster = cls.start_cluster('scrape', tp=1, coordinator_args=['--auth_token_file', tokens])
 
     def test_every_expression_names_an_exported_metric(self):
         rng = random.Random(7)
         for _ in range(2):
-            self.cluster.generate(harness.make_request(prompt_ids=harness.random_ids(rng, 40),
-                                                       max_new_tokens=3, ignore_eos=True))
+            req = harness.make_request(prompt_ids=harness.random_ids(rng, 40), max_new_tokens=3, ignore_eos=True)
+            harness.collect(self.cluster.stub.Generate(req, metadata=[('authorization', 'Bearer scrape-1')],
+                                                       timeout=120))
         exported = self.cluster.metrics().names()
         expressions = [(title, e) for title, exprs in dashboard_exprs().items() for e in exprs]
         expressions += list(alert_exprs().items())
@@ -148,7 +151,10 @@ class LiveScrapeTest(harness.ServiceTestCase):
                      'chunkattn_preemptions_total', 'chunkattn_generation_tokens_total',
                      'chunkattn_time_to_first_token_seconds_bucket',
                      'chunkattn_inter_token_latency_seconds_bucket',
-                     'chunkattn_step_duration_seconds_bucket'):
+                     'chunkattn_step_duration_seconds_bucket',
+                     # KV retention: the bands, the per-tenant bound and what it capped.
+                     'chunkattn_kv_retention_chunks', 'chunkattn_tenant_kv_retained_chunks',
+                     'chunkattn_kv_retention_capped_chunks_total'):
             self.assertIn(name, used)
         # The hit rate is a rate over a window, not a ratio of the lifetime counters.
         for e in hit_rate_exprs():

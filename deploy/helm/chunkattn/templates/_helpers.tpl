@@ -119,19 +119,35 @@ true
      --kv_store_url_file: never in its argv or environment. 0440 (288): owner root, group the
      pod's fsGroup, which the coordinator checks as a secret's mode. */}}
 {{- define "chunkattn.kvStoreUrlVolume" -}}
-{{- with .Values.cache.tiers.shared }}{{- if .urlSecretName -}}
+{{- with include "chunkattn.kvStoreUrlSecret" . -}}
 - name: kv-store-url
   secret:
-    secretName: {{ .urlSecretName }}
+    secretName: {{ . }}
     defaultMode: 288
     items:
-      - key: {{ .urlSecretKey }}
+      - key: {{ if include "chunkattn.chartRedis" $ }}url{{ else }}{{ $.Values.cache.tiers.shared.urlSecretKey }}{{ end }}
         path: url
-{{- end }}{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* "true" when the chart runs its own Redis for the shared tier (redis.enabled, no
+     urlSecretName of the user's). */}}
+{{- define "chunkattn.chartRedis" -}}
+{{- if and .Values.redis.enabled (not .Values.cache.tiers.shared.urlSecretName) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the shared tier's URL: the user's, the chart's Redis's (its name is
+     charts/redis's redis.secretName), or "" for no shared tier. */}}
+{{- define "chunkattn.kvStoreUrlSecret" -}}
+{{- if .Values.cache.tiers.shared.urlSecretName -}}
+{{- .Values.cache.tiers.shared.urlSecretName -}}
+{{- else if .Values.redis.enabled -}}
+{{- printf "%s-kv-redis" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "chunkattn.kvStoreUrlMount" -}}
-{{- if .Values.cache.tiers.shared.urlSecretName -}}
+{{- if include "chunkattn.kvStoreUrlSecret" . -}}
 - name: kv-store-url
   mountPath: /etc/chunkattn/kv-store
   readOnly: true

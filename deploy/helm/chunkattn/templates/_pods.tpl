@@ -35,6 +35,7 @@ spec:
         - --kv_dtype={{ .Values.cache.kvDtype }}
         - --prefix_sharing={{ .Values.cache.prefixSharing }}
         - --max_kv_chunks={{ .Values.cache.maxKvChunks }}
+        - --max_retained_chunks_per_tenant={{ .Values.cache.maxRetainedChunksPerTenant }}
         - --decode_impl={{ .Values.scheduler.decodeImpl }}
         - --max_batch_size={{ .Values.scheduler.maxBatchSize }}
         - --max_tokens_per_step={{ .Values.scheduler.maxTokensPerStep }}
@@ -42,7 +43,7 @@ spec:
         - --collective_timeout_s={{ $c.collectiveTimeoutSeconds }}
         - --step_timeout_s={{ $c.stepTimeoutSeconds }}
         - --kv_tier_write_policy={{ .Values.cache.tiers.writePolicy }}
-        {{- if .Values.cache.tiers.shared.urlSecretName }}
+        {{- if include "chunkattn.kvStoreUrlSecret" . }}
         - --kv_store_url_file=/etc/chunkattn/kv-store/url  # the Secret, mounted: no password in argv
         {{- end }}
         - --drain_timeout_s={{ $c.drainTimeoutSeconds }}
