@@ -8,8 +8,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -39,7 +46,96 @@ constexpr int kMaxDepth = 4;        // nested arrays: none of our commands nests
 
 absl::Status BadUrl(std::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("--kv_store_url: ", A(why),
-                                                 " (want redis://[[user]:password@]host:port[/db])"));
+                                                 " (want redis[s]://[[user]:password@]host:port[/db])"));
+}
+
+// OpenSSL's last errors, for a message (they name no key material).
+std::string SslErrors() {
+  std::string out;
+  for (unsigned long e = ERR_get_error(); e != 0; e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
+  }
+  return out.empty() ? "no detail" : out;
+}
+
+struct BioDeleter {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Deleter {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyDeleter {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct CtxDeleter {
+  void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
+};
+using CtxPtr = std::unique_ptr<SSL_CTX, CtxDeleter>;
+
+std::unique_ptr<BIO, BioDeleter> PemBio(const std::string& pem) {
+  return std::unique_ptr<BIO, BioDeleter>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// The certificates of a PEM text; INVALID_ARGUMENT naming `what` when it has none or a bad one.
+absl::StatusOr<std::vector<std::unique_ptr<X509, X509Deleter>>> ReadCertificates(const std::string& pem,
+                                                                                  std::string_view what) {
+  std::vector<std::unique_ptr<X509, X509Deleter>> out;
+  auto bio = PemBio(pem);
+  while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) out.emplace_back(x);
+  const unsigned long last = ERR_peek_last_error();
+  // The loop ends on "no start line" after the last certificate; anything else is a bad one.
+  if (last != 0 && !(ERR_GET_LIB(last) == ERR_LIB_PEM && ERR_GET_REASON(last) == PEM_R_NO_START_LINE)) {
+    return absl::InvalidArgumentError(absl::StrCat(A(what), ": not PEM certificates (", SslErrors(), ")"));
+  }
+  ERR_clear_error();
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(A(what), ": no PEM certificate"));
+  return out;
+}
+
+// A client context for `tls`: TLS 1.2 or later, the peer verified.
+absl::StatusOr<CtxPtr> MakeTlsContext(const RedisTlsOptions& tls) {
+  ERR_clear_error();
+  CtxPtr ctx(SSL_CTX_new(TLS_client_method()));
+  if (ctx == nullptr) return absl::InternalError(absl::StrCat("redis TLS: ", SslErrors()));
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (tls.ca_pem.empty()) {
+    if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
+      return absl::FailedPreconditionError(absl::StrCat("redis TLS: the system's CAs: ", SslErrors()));
+    }
+  } else {
+    auto cas = ReadCertificates(tls.ca_pem, "redis TLS CA");
+    if (!cas.ok()) return cas.status();
+    X509_STORE* store = SSL_CTX_get_cert_store(ctx.get());
+    for (const auto& ca : *cas) X509_STORE_add_cert(store, ca.get());
+  }
+  if (tls.cert_pem.empty() != tls.key_pem.empty()) {
+    return absl::InvalidArgumentError("redis TLS: a client certificate and its key go together");
+  }
+  if (!tls.cert_pem.empty()) {
+    auto chain = ReadCertificates(tls.cert_pem, "redis TLS client certificate");
+    if (!chain.ok()) return chain.status();
+    if (SSL_CTX_use_certificate(ctx.get(), (*chain)[0].get()) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("redis TLS client certificate: ", SslErrors()));
+    }
+    for (size_t i = 1; i < chain->size(); ++i) {
+      SSL_CTX_add_extra_chain_cert(ctx.get(), (*chain)[i].release());  // the context owns it now
+    }
+    auto bio = PemBio(tls.key_pem);
+    std::unique_ptr<EVP_PKEY, KeyDeleter> key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+    if (key == nullptr) {
+      ERR_clear_error();  // its words could describe the key's bytes: say only that it failed
+      return absl::InvalidArgumentError("redis TLS client key: not an unencrypted PEM private key");
+    }
+    if (SSL_CTX_use_PrivateKey(ctx.get(), key.get()) != 1 || SSL_CTX_check_private_key(ctx.get()) != 1) {
+      ERR_clear_error();
+      return absl::InvalidArgumentError("redis TLS client key: does not match the client certificate");
+    }
+  }
+  return ctx;
 }
 
 // %XX escapes of a URL's userinfo; false for a malformed one.
@@ -71,8 +167,16 @@ void AppendCommand(const std::vector<std::string_view>& args, std::string* out) 
 
 }  // namespace
 
+absl::Status CheckRedisTlsOptions(const RedisTlsOptions& tls) { return MakeTlsContext(tls).status(); }
+
+struct RedisClient::Tls {
+  CtxPtr ctx;
+  absl::Status ctx_error;  // why there is no ctx
+  SSL* ssl = nullptr;      // the connection's; null between connections
+};
+
 std::string RedisUrl::Redacted() const {
-  std::string out = "redis://";
+  std::string out = tls ? "rediss://" : "redis://";
   if (!user.empty() || !password.empty()) absl::StrAppend(&out, user, password.empty() ? "" : ":***", "@");
   absl::StrAppend(&out, host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":", port);
   if (db != 0) absl::StrAppend(&out, "/", db);
@@ -91,15 +195,11 @@ std::string RedactRedisUrl(std::string_view url) {
 
 absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
   if (url.size() > 4096) return BadUrl("longer than 4096 bytes");
-  if (absl::StartsWithIgnoreCase(A(url), "rediss://")) {
-    return absl::UnimplementedError(
-        "--kv_store_url: rediss:// (TLS) is not supported; reach Redis over a trusted network or a TLS tunnel "
-        "(SECURITY.md)");
-  }
-  constexpr std::string_view kScheme = "redis://";
-  if (!absl::StartsWithIgnoreCase(A(url), A(kScheme))) return BadUrl("not a redis:// URL");
-  std::string_view rest = url.substr(kScheme.size());
   RedisUrl out;
+  out.tls = absl::StartsWithIgnoreCase(A(url), "rediss://");
+  const std::string_view scheme = out.tls ? "rediss://" : "redis://";
+  if (!absl::StartsWithIgnoreCase(A(url), A(scheme))) return BadUrl("not a redis:// or rediss:// URL");
+  std::string_view rest = url.substr(scheme.size());
   if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
     const std::string_view userinfo = rest.substr(0, at);
     rest = rest.substr(at + 1);
@@ -146,11 +246,63 @@ absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url) {
   return out;
 }
 
-RedisClient::RedisClient(RedisUrl url, RedisOptions options) : url_(std::move(url)), options_(options) {}
+RedisClient::RedisClient(RedisUrl url, RedisOptions options) : url_(std::move(url)), options_(std::move(options)) {
+  if (!url_.tls) return;
+  tls_ = std::make_unique<Tls>();
+  absl::StatusOr<CtxPtr> ctx = MakeTlsContext(options_.tls);
+  if (ctx.ok()) {
+    tls_->ctx = std::move(*ctx);
+  } else {
+    tls_->ctx_error = ctx.status();
+  }
+}
+
+bool RedisClient::encrypted() const { return tls_ != nullptr && tls_->ssl != nullptr; }
+
+bool RedisClient::WaitFor(short events, absl::Time deadline) {
+  const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  pollfd p{fd_, events, 0};
+  return ms > 0 && ::poll(&p, 1, static_cast<int>(ms)) > 0;
+}
+
+absl::Status RedisClient::Handshake(absl::Time deadline) {
+  if (tls_->ctx == nullptr) return tls_->ctx_error;
+  ERR_clear_error();
+  tls_->ssl = SSL_new(tls_->ctx.get());
+  if (tls_->ssl == nullptr || SSL_set_fd(tls_->ssl, fd_) != 1) {
+    return absl::InternalError(absl::StrCat("redis ", url_.Redacted(), ": TLS: ", SslErrors()));
+  }
+  // The certificate must name the URL's host: its IP address, or its DNS name (sent as SNI too).
+  X509_VERIFY_PARAM* param = SSL_get0_param(tls_->ssl);
+  if (X509_VERIFY_PARAM_set1_ip_asc(param, url_.host.c_str()) != 1) {
+    ERR_clear_error();
+    SSL_set_tlsext_host_name(tls_->ssl, url_.host.c_str());
+    SSL_set1_host(tls_->ssl, url_.host.c_str());
+  }
+  while (true) {
+    const int rc = SSL_connect(tls_->ssl);
+    if (rc == 1) return absl::OkStatus();
+    const int error = SSL_get_error(tls_->ssl, rc);
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+      if (!WaitFor(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+        return absl::DeadlineExceededError(absl::StrCat("redis ", url_.Redacted(), ": TLS handshake timed out"));
+      }
+      continue;
+    }
+    const long verify = SSL_get_verify_result(tls_->ssl);
+    const std::string why = verify != X509_V_OK ? X509_verify_cert_error_string(verify) : SslErrors();
+    ERR_clear_error();
+    return absl::UnavailableError(absl::StrCat("redis ", url_.Redacted(), ": TLS handshake: ", why));
+  }
+}
 
 RedisClient::~RedisClient() { Close(); }
 
 void RedisClient::Close() {
+  if (tls_ != nullptr && tls_->ssl != nullptr) {
+    SSL_free(tls_->ssl);  // no close_notify: the connection is dropped, not drained
+    tls_->ssl = nullptr;
+  }
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   buffer_.clear();
@@ -163,6 +315,7 @@ absl::Status RedisClient::Fail(absl::Status status) {
 }
 
 absl::Status RedisClient::Connect() {
+  if (tls_ != nullptr && tls_->ctx == nullptr) return tls_->ctx_error;  // options that never work: no dial
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -206,6 +359,9 @@ absl::Status RedisClient::Connect() {
   }
   ::freeaddrinfo(found);
   if (fd_ < 0) return last;
+  if (tls_ != nullptr) {
+    if (absl::Status s = Handshake(deadline); !s.ok()) return Fail(s);
+  }
   std::vector<std::vector<std::string_view>> hello;
   if (!url_.password.empty()) {
     if (url_.user.empty()) {
@@ -232,6 +388,20 @@ absl::Status RedisClient::Connect() {
 }
 
 absl::Status RedisClient::WriteAll(std::string_view bytes, absl::Time deadline) {
+  while (!bytes.empty() && encrypted()) {
+    const int n = SSL_write(tls_->ssl, bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), 1 << 30)));
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    const int error = SSL_get_error(tls_->ssl, n);
+    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
+      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS send: %s", url_.Redacted(), SslErrors())));
+    }
+    if (!WaitFor(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+      return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: send timed out", url_.Redacted())));
+    }
+  }
   while (!bytes.empty()) {
     const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -253,6 +423,23 @@ absl::Status RedisClient::WriteAll(std::string_view bytes, absl::Time deadline) 
 
 absl::Status RedisClient::Fill(size_t n, absl::Time deadline) {
   char chunk[64 << 10];
+  while (buffer_.size() - read_pos_ < n && encrypted()) {
+    const int got = SSL_read(tls_->ssl, chunk, sizeof(chunk));
+    if (got > 0) {
+      buffer_.append(chunk, static_cast<size_t>(got));
+      continue;
+    }
+    const int error = SSL_get_error(tls_->ssl, got);
+    if (error == SSL_ERROR_ZERO_RETURN || (error == SSL_ERROR_SYSCALL && got == 0)) {
+      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: connection closed", url_.Redacted())));
+    }
+    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
+      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS recv: %s", url_.Redacted(), SslErrors())));
+    }
+    if (!WaitFor(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+      return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: no reply in time", url_.Redacted())));
+    }
+  }
   while (buffer_.size() - read_pos_ < n) {
     const ssize_t got = ::recv(fd_, chunk, sizeof(chunk), 0);
     if (got > 0) {

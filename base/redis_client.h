@@ -6,9 +6,10 @@
 // per-command deadline on its blocking API (a timeout per socket call, so a
 // server that trickles bytes holds the caller for ever); the few commands we
 // send fit in a few hundred lines that bound every wait with poll(). TLS
-// (rediss://) is not done: a rediss:// URL is refused, and SECURITY.md says
-// how to reach Redis over a trusted network or a TLS tunnel instead. OpenSSL
-// over the same socket would be the place to add it.
+// (rediss://) is OpenSSL over the same non-blocking socket, the handshake
+// under the connect deadline: the server's certificate is verified against
+// RedisTlsOptions' CAs and the URL's host, and a client certificate is sent
+// when given (Redis asks for one unless its tls-auth-clients is off).
 //
 // Every reply is checked before it is used: its type, a bulk string's length
 // against the caller's bound, an array's size; a protocol error or an
@@ -22,6 +23,7 @@
 #define CHUNKATTN_BASE_REDIS_CLIENT_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,8 +36,9 @@
 
 namespace chunkattn {
 
-// redis://[[user]:password@]host:port[/db]
+// redis://[[user]:password@]host:port[/db], or rediss:// for TLS
 struct RedisUrl {
+  bool tls = false;  // rediss://
   std::string host;
   int port = 6379;
   std::string user;      // empty: AUTH with the password alone (Redis's default user)
@@ -47,9 +50,22 @@ struct RedisUrl {
 };
 
 // INVALID_ARGUMENT (never quoting the password) unless `url` is
-// redis://[[user]:password@]host[:port][/db] with a port in [1, 65535] and a
-// db in [0, 65535]; UNIMPLEMENTED for rediss:// (no TLS: see above).
+// redis[s]://[[user]:password@]host[:port][/db] with a port in [1, 65535] and
+// a db in [0, 65535].
 absl::StatusOr<RedisUrl> ParseRedisUrl(std::string_view url);
+
+// rediss://: what the client trusts and presents, as PEM text (so the
+// coordinator can hand its files' contents to workers that lack the files).
+struct RedisTlsOptions {
+  std::string ca_pem;    // CA certificates the server's must chain to; empty: the system's
+  std::string cert_pem;  // the client's certificate (and chain), for Redis's tls-auth-clients
+  std::string key_pem;   // its private key: a secret, never logged
+};
+
+// INVALID_ARGUMENT (naming the field, never quoting a key) unless the PEM
+// texts parse: CAs as certificates, a certificate and a key given together
+// and matching.
+absl::Status CheckRedisTlsOptions(const RedisTlsOptions& tls);
 
 // `url` with any password replaced by "***", for a URL that may not parse.
 std::string RedactRedisUrl(std::string_view url);
@@ -59,6 +75,7 @@ struct RedisOptions {
   absl::Duration io_timeout = absl::Milliseconds(200);       // one command or pipeline, send to last reply
   absl::Duration retry_after = absl::Seconds(1);             // after a failed connection, before the next dial
   int64_t max_reply_bytes = int64_t{1} << 30;                // the longest bulk string accepted
+  RedisTlsOptions tls;                                        // for a rediss:// URL
 };
 
 class RedisClient {
@@ -83,16 +100,22 @@ class RedisClient {
   absl::Status Ping();
 
   bool connected() const { return fd_ >= 0; }
+  // Whether the connection is TLS (after a command connected it).
+  bool encrypted() const;
   const RedisUrl& url() const { return url_; }
 
  private:
   struct Reply;
+  struct Tls;  // OpenSSL's context and connection (redis_client.cc)
   // Sends `commands` (each an argument vector) in one write and reads one
   // reply per command, all before `io_timeout`. Connects first when needed.
   absl::StatusOr<std::vector<Reply>> Run(const std::vector<std::vector<std::string_view>>& commands,
                                          int64_t max_bytes);
   absl::Status Connect();
+  absl::Status Handshake(absl::Time deadline);  // TLS over fd_
   void Close();
+  // Waits (poll) until fd_ is ready for `events` or `deadline` passes.
+  bool WaitFor(short events, absl::Time deadline);
   absl::Status Fail(absl::Status status);  // closes the connection, returns `status`
   absl::Status WriteAll(std::string_view bytes, absl::Time deadline);
   // Reads until `buffer_` holds at least `n` bytes from `read_pos_`.
@@ -105,6 +128,7 @@ class RedisClient {
   RedisUrl url_;
   RedisOptions options_;
   int fd_ = -1;
+  std::unique_ptr<Tls> tls_;  // with a rediss:// URL
   absl::Time retry_at_ = absl::InfinitePast();  // no dial before this, after a failure
   absl::Status last_error_;                     // why the last connection failed
   std::string buffer_;                          // bytes read, not yet parsed from read_pos_

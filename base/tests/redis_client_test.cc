@@ -4,8 +4,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/tests/redis_server.h"
 #include "gtest/gtest.h"
@@ -48,7 +50,19 @@ TEST(RedisUrlTest, RefusesBadUrlsWithoutQuotingThePassword) {
   absl::StatusOr<RedisUrl> u = ParseRedisUrl("redis://:hunter2@h:x");
   ASSERT_FALSE(u.ok());
   EXPECT_EQ(std::string(u.status().message()).find("hunter2"), std::string::npos) << u.status();
-  EXPECT_TRUE(absl::IsUnimplemented(ParseRedisUrl("rediss://:pw@h:6380").status()));
+}
+
+TEST(RedisUrlTest, ParsesRediss) {
+  absl::StatusOr<RedisUrl> u = ParseRedisUrl("rediss://:pw@redis.kv.svc:6380/1");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->host, "redis.kv.svc");
+  EXPECT_EQ(u->port, 6380);
+  EXPECT_EQ(u->db, 1);
+  EXPECT_EQ(u->Redacted(), "rediss://:***@redis.kv.svc:6380/1");
+  EXPECT_FALSE(ParseRedisUrl("redis://h:1")->tls);
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseRedisUrl("redisss://h:1").status()));
+  EXPECT_EQ(RedactRedisUrl("rediss://:hunter2@h:1"), "rediss://:***@h:1");
 }
 
 TEST(RedisUrlTest, RedactsAnything) {
@@ -156,6 +170,101 @@ TEST(RedisClientTimeoutTest, NobodyListening) {
   url.port = 1;  // privileged and closed on a test machine
   RedisClient client(url, RedisOptions());
   EXPECT_TRUE(absl::IsUnavailable(client.Ping()));
+}
+
+class RedisTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(files_.Make()) << "cannot make certificates with openssl (scripts/install-deps.sh installs it)";
+    server_ = std::make_unique<RedisServerForTest>("pw", files_.Server(/*auth_clients=*/true));
+    ASSERT_TRUE(server_->Start()) << "cannot start redis-server with TLS";
+  }
+  RedisOptions Options(RedisTlsOptions tls) const {
+    RedisOptions o;
+    o.tls = std::move(tls);
+    o.retry_after = absl::ZeroDuration();
+    return o;
+  }
+  RedisTlsFilesForTest files_;
+  std::unique_ptr<RedisServerForTest> server_;
+};
+
+TEST_F(RedisTlsTest, SetGetExistsOverTls) {
+  RedisClient client(server_->url(), Options(files_.Client()));
+  const std::string value(100000, '\x7f');  // several TLS records
+  ASSERT_TRUE(client.Set("k", value, absl::Seconds(60)).ok());
+  EXPECT_TRUE(client.encrypted());
+  absl::StatusOr<std::optional<std::string>> got = client.Get("k", 1 << 20);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(**got, value);
+  absl::StatusOr<std::vector<int64_t>> n = client.ExistsEach({{"k", "missing"}});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, (std::vector<int64_t>{1}));
+}
+
+TEST_F(RedisTlsTest, UntrustedServerIsRefused) {
+  RedisTlsOptions tls = files_.Client();
+  tls.ca_pem = files_.Read("other.crt");  // a CA that did not sign the server's certificate
+  RedisClient client(server_->url(), Options(tls));
+  const absl::Status s = client.Ping();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(std::string(s.message()).find("certificate"), std::string::npos) << s;
+  EXPECT_FALSE(client.connected());
+}
+
+TEST_F(RedisTlsTest, CertificateForAnotherHostIsRefused) {
+  RedisUrl url = server_->url();
+  url.host = "localhost";  // the certificate names IP 127.0.0.1 only
+  RedisClient client(url, Options(files_.Client()));
+  const absl::Status s = client.Ping();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(std::string(s.message()).find("hostname mismatch"), std::string::npos) << s;
+  EXPECT_FALSE(client.connected());
+}
+
+TEST_F(RedisTlsTest, MissingClientCertificateIsRefused) {
+  RedisTlsOptions tls = files_.Client();
+  tls.cert_pem.clear();
+  tls.key_pem.clear();
+  RedisClient client(server_->url(), Options(tls));
+  EXPECT_FALSE(client.Ping().ok());  // the handshake or the first reply: TLS 1.3 reports it late
+}
+
+TEST_F(RedisTlsTest, PlaintextClientGetsNoAnswer) {
+  RedisUrl url = server_->url();
+  url.tls = false;
+  RedisOptions o;
+  o.io_timeout = absl::Milliseconds(300);
+  o.connect_timeout = absl::Milliseconds(300);
+  RedisClient client(url, o);
+  EXPECT_FALSE(client.Ping().ok());
+}
+
+TEST(RedisTlsOptionsTest, ChecksPemWithoutQuotingTheKey) {
+  RedisTlsFilesForTest files;
+  ASSERT_TRUE(files.Make());
+  EXPECT_TRUE(CheckRedisTlsOptions(files.Client()).ok());
+  EXPECT_TRUE(CheckRedisTlsOptions({files.Read("ca.crt"), "", ""}).ok());
+  EXPECT_TRUE(CheckRedisTlsOptions({}).ok());  // the system's CAs
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckRedisTlsOptions({"not a certificate", "", ""})));
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckRedisTlsOptions({files.Read("ca.crt"), files.Read("client.crt"), ""})));
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckRedisTlsOptions({files.Read("ca.crt"), "", files.Read("client.key")})));
+  const std::string wrong_key = files.Read("server.key");  // not the client certificate's
+  const absl::Status s = CheckRedisTlsOptions({files.Read("ca.crt"), files.Read("client.crt"), wrong_key});
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  const std::string garbage_key = "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ5dGVz\n-----END PRIVATE KEY-----\n";
+  const absl::Status g = CheckRedisTlsOptions({files.Read("ca.crt"), files.Read("client.crt"), garbage_key});
+  EXPECT_TRUE(absl::IsInvalidArgument(g)) << g;
+  EXPECT_EQ(std::string(g.message()).find("c2VjcmV0"), std::string::npos) << g;
+  // A client whose options do not parse fails its commands with that error, and never connects.
+  RedisUrl url;
+  url.tls = true;
+  url.host = "127.0.0.1";
+  url.port = 1;
+  RedisOptions o;
+  o.tls.ca_pem = "not a certificate";
+  RedisClient client(url, o);
+  EXPECT_TRUE(absl::IsInvalidArgument(client.Ping())) << client.Ping();
 }
 
 }  // namespace

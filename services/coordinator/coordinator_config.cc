@@ -96,11 +96,20 @@ ABSL_FLAG(std::string, kv_store_url, "",
           "the shared KV tier (issue 41): redis://[[user]:password@]host:port[/db] of a Redis every replica of "
           "this model reaches; handed to the workers at Join. Blocks kept in a tier are written there too, and "
           "a new request's blocks found there are loaded instead of recomputed. A secret (the password): never "
-          "logged. Empty = off; rediss:// (TLS) is not supported");
+          "logged. Empty = off; rediss:// for TLS (--kv_store_tls_*)");
 ABSL_FLAG(std::string, kv_store_url_file, "",
           "--kv_store_url read from this file (one line), so the password is in no argv or environment: the file "
           "must not be readable by others nor writable by its group (600; 440 for a Kubernetes Secret with "
           "fsGroup). Not with --kv_store_url");
+ABSL_FLAG(std::string, kv_store_tls_ca_file, "",
+          "rediss:// --kv_store_url: PEM CA certificates Redis's certificate must chain to (its name or IP must "
+          "be the URL's host); empty = the system's CAs. Handed to the workers at Join");
+ABSL_FLAG(std::string, kv_store_tls_cert_file, "",
+          "rediss:// --kv_store_url: a PEM client certificate for Redis (its tls-auth-clients, on by default), "
+          "with --kv_store_tls_key_file");
+ABSL_FLAG(std::string, kv_store_tls_key_file, "",
+          "rediss:// --kv_store_url: the client certificate's PEM private key, a secret: the file must not be "
+          "readable by others nor writable by its group; handed to the workers at Join, never logged");
 ABSL_FLAG(int, mask_threads, 0,
           "threads computing a step's structured-output token masks (while the workers run the step); "
           "0 = a quarter of the CPUs this process may use, 1 to 8");
@@ -296,6 +305,31 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
     }
     c.engine.kv_store_url = url;
     c.engine.workers.join.set_kv_store_url(url);
+  }
+  const std::string ca_file = absl::GetFlag(FLAGS_kv_store_tls_ca_file);
+  const std::string cert_file = absl::GetFlag(FLAGS_kv_store_tls_cert_file);
+  const std::string key_file = absl::GetFlag(FLAGS_kv_store_tls_key_file);
+  const bool tls = !url.empty() && ParseRedisUrl(url)->tls;
+  if (!tls && !(ca_file.empty() && cert_file.empty() && key_file.empty())) {
+    return Invalid("--kv_store_tls_* need a rediss:// --kv_store_url");
+  }
+  if (tls) {
+    RedisTlsOptions& t = c.engine.kv_store_tls;
+    if (!ca_file.empty()) {
+      ASSIGN_OR_RETURN(t.ca_pem, ReadFileToString(ca_file));
+    }
+    if (!cert_file.empty()) {
+      ASSIGN_OR_RETURN(t.cert_pem, ReadFileToString(cert_file));
+    }
+    if (!key_file.empty()) {
+      ASSIGN_OR_RETURN(t.key_pem, ReadSecretFile("--kv_store_tls_key_file", key_file));
+    }
+    if (absl::Status s = CheckRedisTlsOptions(t); !s.ok()) {  // never quotes the key
+      return Invalid(absl::StrCat("--kv_store_tls_*: ", s.message()));
+    }
+    c.engine.workers.join.set_kv_store_tls_ca_pem(t.ca_pem);
+    c.engine.workers.join.set_kv_store_tls_cert_pem(t.cert_pem);
+    c.engine.workers.join.set_kv_store_tls_key_pem(t.key_pem);
   }
   c.engine.mask_threads = absl::GetFlag(FLAGS_mask_threads);
   if (c.engine.mask_threads < 0 || c.engine.mask_threads > 64) return Invalid("--mask_threads must be in [0, 64]");

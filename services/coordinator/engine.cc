@@ -156,6 +156,7 @@ Engine::Engine(EngineOptions options, const ModelConfig* config, const Tokenizer
       po.url = *url;
       po.redis.connect_timeout = absl::Milliseconds(50);
       po.redis.io_timeout = absl::Milliseconds(50);
+      po.redis.tls = options_.kv_store_tls;
       po.chunk_size = options_.scheduler.chunk_size;
       po.block_hash_seed = options_.kv_events_hash_seed;
       shared_probe_ = std::make_unique<SharedKvProbe>(po, [this](int64_t id, std::vector<uint64_t> keys) {

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/redis_client.h"
 #include "base/thread_pool.h"
 #include "proto/model/model_config.h"
 #include "services/coordinator/output_processor.h"
@@ -89,6 +90,7 @@ struct EngineOptions {
   // probes it for each new request's blocks (SharedKvProbe); empty = off.
   // Holds a password: never logged (RedactRedisUrl).
   std::string kv_store_url;
+  RedisTlsOptions kv_store_tls;  // a rediss:// URL's (its key: a secret)
 };
 
 // The cache's blocks at one point of the KV-event stream: every event with a

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "base/tests/redis_server.h"
 #include "base/tests/temp_dir.h"
 
 ABSL_DECLARE_FLAG(std::string, workers);
@@ -33,6 +34,9 @@ ABSL_DECLARE_FLAG(int, mask_threads);
 ABSL_DECLARE_FLAG(std::string, kv_tier_write_policy);
 ABSL_DECLARE_FLAG(std::string, kv_store_url);
 ABSL_DECLARE_FLAG(std::string, kv_store_url_file);
+ABSL_DECLARE_FLAG(std::string, kv_store_tls_ca_file);
+ABSL_DECLARE_FLAG(std::string, kv_store_tls_cert_file);
+ABSL_DECLARE_FLAG(std::string, kv_store_tls_key_file);
 
 namespace chunkattn {
 namespace {
@@ -132,6 +136,68 @@ TEST_F(CoordinatorConfigTest, KvStoreUrlGoesToTheWorkersJoin) {
   }();
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_TRUE(off->engine.workers.join.kv_store_url().empty());
+}
+
+// rediss://: the CA, certificate and key files' PEM go to the Join (the
+// workers need no copy), checked first; the key file is read as a secret;
+// TLS flags without a rediss:// URL, or PEM that does not parse, are refused
+// without quoting the key.
+TEST_F(CoordinatorConfigTest, KvStoreTlsFilesGoToTheWorkersJoin) {
+  RedisTlsFilesForTest files;
+  ASSERT_TRUE(files.Make()) << "openssl (scripts/install-deps.sh installs it)";
+  ASSERT_EQ(::chmod(files.Path("client.key").c_str(), 0600), 0);
+  auto set_files = [&] {
+    absl::SetFlag(&FLAGS_kv_store_tls_ca_file, files.Path("ca.crt"));
+    absl::SetFlag(&FLAGS_kv_store_tls_cert_file, files.Path("client.crt"));
+    absl::SetFlag(&FLAGS_kv_store_tls_key_file, files.Path("client.key"));
+  };
+  {
+    absl::FlagSaver restore;
+    absl::SetFlag(&FLAGS_kv_store_url, "rediss://:s3cret@redis.kv:6380");
+    set_files();
+    absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->engine.workers.join.kv_store_tls_ca_pem(), files.Read("ca.crt"));
+    EXPECT_EQ(c->engine.workers.join.kv_store_tls_cert_pem(), files.Read("client.crt"));
+    EXPECT_EQ(c->engine.workers.join.kv_store_tls_key_pem(), files.Read("client.key"));
+    EXPECT_EQ(c->engine.kv_store_tls.ca_pem, files.Read("ca.crt"));
+  }
+  {
+    absl::FlagSaver restore;  // TLS files for a plaintext URL, or for none
+    absl::SetFlag(&FLAGS_kv_store_url, "redis://redis.kv:6379");
+    set_files();
+    absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+    ASSERT_FALSE(c.ok());
+    EXPECT_TRUE(absl::StrContains(c.status().message(), "--kv_store_tls_")) << c.status();
+    absl::SetFlag(&FLAGS_kv_store_url, "");
+    EXPECT_FALSE(CoordinatorConfigFromFlags().ok());
+  }
+  {
+    absl::FlagSaver restore;  // a key others may read
+    absl::SetFlag(&FLAGS_kv_store_url, "rediss://redis.kv:6380");
+    set_files();
+    ASSERT_EQ(::chmod(files.Path("client.key").c_str(), 0644), 0);
+    absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+    ASSERT_FALSE(c.ok());
+    EXPECT_TRUE(absl::StrContains(c.status().message(), "--kv_store_tls_key_file")) << c.status();
+    ASSERT_EQ(::chmod(files.Path("client.key").c_str(), 0600), 0);
+  }
+  {
+    absl::FlagSaver restore;  // the server's key with the client's certificate: they do not match
+    absl::SetFlag(&FLAGS_kv_store_url, "rediss://redis.kv:6380");
+    set_files();
+    ASSERT_EQ(::chmod(files.Path("server.key").c_str(), 0600), 0);
+    absl::SetFlag(&FLAGS_kv_store_tls_key_file, files.Path("server.key"));
+    absl::StatusOr<CoordinatorConfig> c = CoordinatorConfigFromFlags();
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(c.status().message(), "--kv_store_tls_")) << c.status();
+    const std::string key = files.Read("server.key");
+    EXPECT_FALSE(absl::StrContains(c.status().message(), key.substr(40, 20))) << c.status();
+    absl::SetFlag(&FLAGS_kv_store_tls_key_file, files.Path("client.key"));
+    absl::SetFlag(&FLAGS_kv_store_tls_ca_file, files.Path("client.key"));  // not certificates
+    EXPECT_FALSE(CoordinatorConfigFromFlags().ok());
+  }
 }
 
 // The URL from a file, so its password is in no argv: the file's mode is

@@ -76,6 +76,32 @@ class ChartTiersTest(unittest.TestCase):
                   if v['name'] == 'kv-store-url'][0]
         self.assertEqual(volume['secret']['items'], [{'key': 'redis-url', 'path': 'url'}])
 
+    def test_shared_tier_tls_files_from_a_secret(self):
+        docs = render([], '--set', 'cache.tiers.shared.urlSecretName=kv-redis',
+                      '--set', 'cache.tiers.shared.tlsSecretName=kv-redis-tls')
+        deployment = one(docs, 'Deployment')
+        c = container(deployment)
+        args = parse_args(c['args'])
+        self.assertEqual(args['kv_store_tls_ca_file'], '/etc/chunkattn/kv-store-tls/ca.crt')
+        self.assertEqual(args['kv_store_tls_cert_file'], '/etc/chunkattn/kv-store-tls/tls.crt')
+        self.assertEqual(args['kv_store_tls_key_file'], '/etc/chunkattn/kv-store-tls/tls.key')
+        mount = [m for m in c['volumeMounts'] if m['name'] == 'kv-store-tls'][0]
+        self.assertTrue(mount['readOnly'])
+        self.assertEqual(mount['mountPath'] + '/ca.crt', args['kv_store_tls_ca_file'])
+        volume = [v for v in deployment['spec']['template']['spec']['volumes'] if v['name'] == 'kv-store-tls'][0]
+        self.assertEqual(volume['secret']['secretName'], 'kv-redis-tls')
+        self.assertEqual(volume['secret']['defaultMode'], 0o440)  # the key is read as a secret's file
+        self.assertEqual([i['key'] for i in volume['secret']['items']], ['ca.crt', 'tls.crt', 'tls.key'])
+        self.assertNotIn('kv-store-tls', str(one(docs, 'StatefulSet')))  # workers get the PEM at Join
+        docs = render([], '--set', 'cache.tiers.shared.urlSecretName=kv-redis',
+                      '--set', 'cache.tiers.shared.tlsSecretName=kv-redis-tls',
+                      '--set', 'cache.tiers.shared.tlsClientCertificate=false')
+        args = parse_args(container(one(docs, 'Deployment'))['args'])
+        self.assertIn('kv_store_tls_ca_file', args)
+        self.assertNotIn('kv_store_tls_cert_file', args)
+        self.assertNotIn('kv_store_tls_key_file', args)
+        self.assertNotIn('kv_store_tls_ca_file', parse_args(container(one(render([]), 'Deployment'))['args']))
+
     def chart_redis(self, *sets):
         docs = render([], '--set', 'redis.enabled=true', *sets)
         secret = [d for d in by_kind(docs, 'Secret') if d['metadata']['name'] == RELEASE + '-kv-redis']

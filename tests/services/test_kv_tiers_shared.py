@@ -6,7 +6,10 @@ instead of recomputing them (its cached prompt tokens and the shared-tier
 metrics say so) and its greedy outputs equal A's; another namespace gets no
 hit. Then Redis is stopped (a hung store), and killed while B serves: every
 request still completes with the outputs A computed. The password appears in
-no log."""
+no log. Over TLS (rediss://, a redis-server speaking only TLS and asking for
+client certificates): B loads what A computed; a replica trusting another CA
+loads nothing and still answers correctly; no key appears in any log."""
+import os
 import subprocess
 import threading
 import time
@@ -14,6 +17,7 @@ import random
 import unittest
 
 import harness
+from test_security import make_pki
 
 SYSTEMS = 4
 SYSTEM_LEN = 256  # 4 chunks of 64
@@ -163,6 +167,84 @@ class SharedKvTierTest(harness.ServiceTestCase):
         with open(self.a.coordinator.log_path, errors='replace') as f:
             log = f.read()
         self.assertIn('redis://:***@127.0.0.1', log)
+
+
+class SharedKvTierTlsTest(harness.ServiceTestCase):
+
+    @harness.setup_class_or_dump
+    def setUpClass(cls):
+        cls.tmp, cls.pki = make_pki(cls.addClassCleanup)
+        _, cls.other_pki = make_pki(cls.addClassCleanup)  # another CA
+        for key in (cls.pki['client.key'], cls.other_pki['client.key']):
+            os.chmod(key, 0o600)  # a secret's mode, as the coordinator checks
+        cls.port = harness.free_port()
+        cls.redis = harness.Process('redis-tls', [
+            'redis-server', '--port', '0', '--tls-port', str(cls.port), '--bind', '127.0.0.1',
+            '--tls-cert-file', cls.pki['server.pem'], '--tls-key-file', cls.pki['server.key'],
+            '--tls-ca-cert-file', cls.pki['ca.pem'], '--tls-auth-clients', 'yes', '--requirepass', PASSWORD,
+            '--save', '', '--appendonly', 'no']).start()
+        cls.addClassCleanup(cls.redis.kill)
+        harness.wait_for(lambda: cls.cli('PING') == 'PONG', 10, what='redis-server with TLS')
+        url = 'rediss://:%s@127.0.0.1:%d' % (PASSWORD, cls.port)
+
+        def args(pki):
+            return ['--kv_store_url', url, '--kv_tier_write_policy', 'write_through',
+                    '--kv_store_tls_ca_file', pki['ca.pem'], '--kv_store_tls_cert_file', pki['client.pem'],
+                    '--kv_store_tls_key_file', pki['client.key']]
+        cls.a = cls.start_cluster('tls-a', tp=1, coordinator_args=args(cls.pki))
+        cls.b = cls.start_cluster('tls-b', tp=1, coordinator_args=args(cls.pki))
+        cls.c = cls.start_cluster('tls-c', tp=1, coordinator_args=args(cls.other_pki))
+
+    @classmethod
+    def cli(cls, *args):
+        try:
+            out = subprocess.run(['redis-cli', '-p', str(cls.port), '--tls', '--cacert', cls.pki['ca.pem'],
+                                  '--cert', cls.pki['client.pem'], '--key', cls.pki['client.key'],
+                                  '-a', PASSWORD, '--no-auth-warning'] + list(args),
+                                 capture_output=True, timeout=5, text=True)
+        except subprocess.TimeoutExpired:
+            return None
+        return out.stdout.strip()
+
+    def ask(self, cluster, prompt, namespace):
+        req = harness.make_request(prompt_ids=prompt, namespace=namespace, temperature=0.0,
+                                   max_new_tokens=NEW_TOKENS, ignore_eos=True)
+        s = cluster.generate(req, timeout=120)[0]
+        self.assertTrue(s.finished)
+        return s.tokens, s.cached_prompt_tokens
+
+    def test_1_replica_b_loads_over_tls_and_another_ca_is_refused(self):
+        rng = random.Random(11)
+        prompts = [harness.random_ids(rng, SYSTEM_LEN) + harness.random_ids(rng, SUFFIX_LEN) for _ in range(2)]
+        ns = harness.fresh_namespace('shared-tls')
+        want = [self.ask(self.a, p, ns) for p in prompts]
+        blocks = len(prompts) * (SYSTEM_LEN // 64)
+        harness.wait_for(lambda: int(self.cli('DBSIZE') or 0) >= blocks, 20, what='A\'s blocks in Redis over TLS')
+        for i, p in enumerate(prompts):
+            tokens, cached = self.ask(self.b, p, ns)
+            self.assertEqual(tokens, want[i][0], 'system %d' % i)
+            self.assertGreaterEqual(cached, SYSTEM_LEN, 'system %d: B loaded A\'s blocks over TLS' % i)
+        self.assertGreater(self.b.metrics().value('chunkattn_kv_tier_shared_hits_total'), 0)
+        # C trusts another CA: every handshake fails, nothing is loaded, and it answers the same.
+        for i, p in enumerate(prompts):
+            tokens, cached = self.ask(self.c, p, ns)
+            self.assertEqual(tokens, want[i][0], 'system %d on C' % i)
+            self.assertEqual(cached, 0, 'system %d on C' % i)
+        m = self.c.metrics()
+        self.assertEqual(m.value('chunkattn_kv_tier_loads_total', tier='shared'), 0)
+        self.assertGreater(m.value('chunkattn_kv_tier_shared_probe_failures_total'), 0)
+
+    def test_2_no_key_or_password_in_any_log(self):
+        with open(self.pki['client.key']) as f:
+            key = f.read()
+        body = ''.join(l for l in key.splitlines() if not l.startswith('-----'))[:40]
+        for cluster in (self.a, self.b, self.c):
+            for p in cluster.processes():
+                with open(p.log_path, errors='replace') as f:
+                    lines = [l for l in f.read().splitlines() if not l.startswith('=== start:')]
+                self.assertFalse(any(PASSWORD in l or body in l for l in lines), p.name)
+        with open(self.a.coordinator.log_path, errors='replace') as f:
+            self.assertIn('rediss://:***@127.0.0.1', f.read())
 
 
 if __name__ == '__main__':

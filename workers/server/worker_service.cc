@@ -223,6 +223,12 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
     if (!url.ok()) return ToGrpcStatus(url.status());
     kv_store = std::move(*url);
   }
+  RedisTlsOptions kv_store_tls{req->kv_store_tls_ca_pem(), req->kv_store_tls_cert_pem(), req->kv_store_tls_key_pem()};
+  if (kv_store && kv_store->tls) {
+    if (absl::Status s = CheckRedisTlsOptions(kv_store_tls); !s.ok()) return ToGrpcStatus(s);  // never quotes the key
+  } else if (!kv_store_tls.ca_pem.empty() || !kv_store_tls.cert_pem.empty() || !kv_store_tls.key_pem.empty()) {
+    return fail("kv_store_tls_* need a rediss:// kv_store_url");
+  }
   if (grpc::Status s = CheckUnderRoot(options_.model_root, req->model()); !s.ok()) return s;
   // Everything that can be checked without the weights is, before the
   // current session is touched: a refused Join changes nothing.
@@ -334,6 +340,7 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   if (kv_store) {
     SharedKvOptions shared;
     shared.url = std::move(*kv_store);
+    shared.redis.tls = std::move(kv_store_tls);
     session->shared = std::make_unique<SharedKvStore>(std::move(shared), kv_store_prefix, chunk_bytes);
     resp->set_kv_store_key_prefix(kv_store_prefix);
   }

@@ -130,6 +130,24 @@ true
 {{- end }}
 {{- end -}}
 
+{{- define "chunkattn.kvStoreTlsVolume" -}}
+{{- with .Values.cache.tiers.shared }}{{- if .tlsSecretName -}}
+- name: kv-store-tls
+  secret:
+    secretName: {{ .tlsSecretName }}
+    defaultMode: 288
+    items:
+      - key: ca.crt
+        path: ca.crt
+      {{- if .tlsClientCertificate }}
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- end }}
+{{- end }}{{- end }}
+{{- end -}}
+
 {{/* "true" when the chart runs its own Redis for the shared tier (redis.enabled, no
      urlSecretName of the user's). */}}
 {{- define "chunkattn.chartRedis" -}}
@@ -150,6 +168,11 @@ true
 {{- if include "chunkattn.kvStoreUrlSecret" . -}}
 - name: kv-store-url
   mountPath: /etc/chunkattn/kv-store
+  readOnly: true
+{{- end }}
+{{- if .Values.cache.tiers.shared.tlsSecretName }}
+- name: kv-store-tls
+  mountPath: /etc/chunkattn/kv-store-tls
   readOnly: true
 {{- end }}
 {{- end -}}

@@ -46,6 +46,13 @@ spec:
         {{- if include "chunkattn.kvStoreUrlSecret" . }}
         - --kv_store_url_file=/etc/chunkattn/kv-store/url  # the Secret, mounted: no password in argv
         {{- end }}
+        {{- if .Values.cache.tiers.shared.tlsSecretName }}
+        - --kv_store_tls_ca_file=/etc/chunkattn/kv-store-tls/ca.crt
+        {{- if .Values.cache.tiers.shared.tlsClientCertificate }}
+        - --kv_store_tls_cert_file=/etc/chunkattn/kv-store-tls/tls.crt
+        - --kv_store_tls_key_file=/etc/chunkattn/kv-store-tls/tls.key
+        {{- end }}
+        {{- end }}
         - --drain_timeout_s={{ $c.drainTimeoutSeconds }}
         {{- if .Values.http.enabled }}
         - --http_host=0.0.0.0
@@ -191,6 +198,9 @@ spec:
     {{- . | nindent 4 }}
     {{- end }}
     {{- with include "chunkattn.kvStoreUrlVolume" . }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with include "chunkattn.kvStoreTlsVolume" . }}
     {{- . | nindent 4 }}
     {{- end }}
     {{- with include "chunkattn.workerTlsVolume" . }}
