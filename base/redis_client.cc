@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/openssl_errors.h"
 
 namespace chunkattn {
 
@@ -47,17 +48,6 @@ constexpr int kMaxDepth = 4;        // nested arrays: none of our commands nests
 absl::Status BadUrl(std::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("--kv_store_url: ", A(why),
                                                  " (want redis[s]://[[user]:password@]host:port[/db])"));
-}
-
-// OpenSSL's last errors, for a message (they name no key material).
-std::string SslErrors() {
-  std::string out;
-  for (unsigned long e = ERR_get_error(); e != 0; e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
-  }
-  return out.empty() ? "no detail" : out;
 }
 
 struct BioDeleter {
@@ -87,7 +77,7 @@ absl::StatusOr<std::vector<std::unique_ptr<X509, X509Deleter>>> ReadCertificates
   const unsigned long last = ERR_peek_last_error();
   // The loop ends on "no start line" after the last certificate; anything else is a bad one.
   if (last != 0 && !(ERR_GET_LIB(last) == ERR_LIB_PEM && ERR_GET_REASON(last) == PEM_R_NO_START_LINE)) {
-    return absl::InvalidArgumentError(absl::StrCat(A(what), ": not PEM certificates (", SslErrors(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(A(what), ": not PEM certificates (", OpenSslErrors(), ")"));
   }
   ERR_clear_error();
   if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(A(what), ": no PEM certificate"));
@@ -98,13 +88,13 @@ absl::StatusOr<std::vector<std::unique_ptr<X509, X509Deleter>>> ReadCertificates
 absl::StatusOr<CtxPtr> MakeTlsContext(const RedisTlsOptions& tls) {
   ERR_clear_error();
   CtxPtr ctx(SSL_CTX_new(TLS_client_method()));
-  if (ctx == nullptr) return absl::InternalError(absl::StrCat("redis TLS: ", SslErrors()));
+  if (ctx == nullptr) return absl::InternalError(absl::StrCat("redis TLS: ", OpenSslErrors()));
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
   SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (tls.ca_pem.empty()) {
     if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
-      return absl::FailedPreconditionError(absl::StrCat("redis TLS: the system's CAs: ", SslErrors()));
+      return absl::FailedPreconditionError(absl::StrCat("redis TLS: the system's CAs: ", OpenSslErrors()));
     }
   } else {
     auto cas = ReadCertificates(tls.ca_pem, "redis TLS CA");
@@ -119,7 +109,7 @@ absl::StatusOr<CtxPtr> MakeTlsContext(const RedisTlsOptions& tls) {
     auto chain = ReadCertificates(tls.cert_pem, "redis TLS client certificate");
     if (!chain.ok()) return chain.status();
     if (SSL_CTX_use_certificate(ctx.get(), (*chain)[0].get()) != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("redis TLS client certificate: ", SslErrors()));
+      return absl::InvalidArgumentError(absl::StrCat("redis TLS client certificate: ", OpenSslErrors()));
     }
     for (size_t i = 1; i < chain->size(); ++i) {
       SSL_CTX_add_extra_chain_cert(ctx.get(), (*chain)[i].release());  // the context owns it now
@@ -270,7 +260,7 @@ absl::Status RedisClient::Handshake(absl::Time deadline) {
   ERR_clear_error();
   tls_->ssl = SSL_new(tls_->ctx.get());
   if (tls_->ssl == nullptr || SSL_set_fd(tls_->ssl, fd_) != 1) {
-    return absl::InternalError(absl::StrCat("redis ", url_.Redacted(), ": TLS: ", SslErrors()));
+    return absl::InternalError(absl::StrCat("redis ", url_.Redacted(), ": TLS: ", OpenSslErrors()));
   }
   // The certificate must name the URL's host: its IP address, or its DNS name (sent as SNI too).
   X509_VERIFY_PARAM* param = SSL_get0_param(tls_->ssl);
@@ -290,7 +280,7 @@ absl::Status RedisClient::Handshake(absl::Time deadline) {
       continue;
     }
     const long verify = SSL_get_verify_result(tls_->ssl);
-    const std::string why = verify != X509_V_OK ? X509_verify_cert_error_string(verify) : SslErrors();
+    const std::string why = verify != X509_V_OK ? X509_verify_cert_error_string(verify) : OpenSslErrors();
     ERR_clear_error();
     return absl::UnavailableError(absl::StrCat("redis ", url_.Redacted(), ": TLS handshake: ", why));
   }
@@ -396,7 +386,7 @@ absl::Status RedisClient::WriteAll(std::string_view bytes, absl::Time deadline) 
     }
     const int error = SSL_get_error(tls_->ssl, n);
     if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
-      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS send: %s", url_.Redacted(), SslErrors())));
+      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS send: %s", url_.Redacted(), OpenSslErrors())));
     }
     if (!WaitFor(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
       return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: send timed out", url_.Redacted())));
@@ -434,7 +424,7 @@ absl::Status RedisClient::Fill(size_t n, absl::Time deadline) {
       return Fail(absl::UnavailableError(absl::StrFormat("redis %s: connection closed", url_.Redacted())));
     }
     if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
-      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS recv: %s", url_.Redacted(), SslErrors())));
+      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS recv: %s", url_.Redacted(), OpenSslErrors())));
     }
     if (!WaitFor(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
       return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: no reply in time", url_.Redacted())));

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "base/openssl_errors.h"
 
 namespace chunkattn::http {
 
@@ -74,14 +75,6 @@ std::string Header(evhttp_request* request, const char* name) {
   return value == nullptr ? std::string() : std::string(value);
 }
 
-std::string OpenSslError() {
-  const unsigned long e = ERR_get_error();
-  if (e == 0) return "unknown error";
-  char buffer[256];
-  ERR_error_string_n(e, buffer, sizeof(buffer));
-  return buffer;
-}
-
 absl::StatusOr<ssl_ctx_st*> MakeSslContext(const Options& o) {
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     return absl::InvalidArgumentError("http server: TLS needs both a certificate and a key file");
@@ -93,10 +86,10 @@ absl::StatusOr<ssl_ctx_st*> MakeSslContext(const Options& o) {
     return nullptr;
   }
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-  if (ctx == nullptr) return absl::InternalError("http server: SSL_CTX_new: " + OpenSslError());
+  if (ctx == nullptr) return absl::InternalError("http server: SSL_CTX_new: " + OpenSslErrors());
   auto fail = [ctx](const std::string& what) {
     SSL_CTX_free(ctx);
-    return absl::InvalidArgumentError(absl::StrCat("http server: ", what, ": ", OpenSslError()));
+    return absl::InvalidArgumentError(absl::StrCat("http server: ", what, ": ", OpenSslErrors()));
   };
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   if (SSL_CTX_use_certificate_chain_file(ctx, o.tls_cert_file.c_str()) != 1) {

@@ -49,6 +49,15 @@ def redis_cli(port, *args):
     return out.stdout.strip()
 
 
+def ask(test, cluster, prompt, namespace):
+    """Greedy NEW_TOKENS after `prompt`: (tokens, cached prompt tokens)."""
+    req = harness.make_request(prompt_ids=prompt, namespace=namespace, temperature=0.0,
+                               max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    s = cluster.generate(req, timeout=120)[0]
+    test.assertTrue(s.finished)
+    return s.tokens, s.cached_prompt_tokens
+
+
 class SharedKvTierTest(harness.ServiceTestCase):
 
     @harness.setup_class_or_dump
@@ -64,12 +73,7 @@ class SharedKvTierTest(harness.ServiceTestCase):
         super().tearDownClass()
         cls.redis.kill()
 
-    def ask(self, cluster, prompt, namespace):
-        req = harness.make_request(prompt_ids=prompt, namespace=namespace, temperature=0.0,
-                                   max_new_tokens=NEW_TOKENS, ignore_eos=True)
-        s = cluster.generate(req, timeout=120)[0]
-        self.assertTrue(s.finished)
-        return s.tokens, s.cached_prompt_tokens
+    ask = ask
 
     def prompts(self, seed, n=SYSTEMS):
         rng = random.Random(seed)
@@ -195,6 +199,8 @@ class SharedKvTierTlsTest(harness.ServiceTestCase):
         cls.b = cls.start_cluster('tls-b', tp=1, coordinator_args=args(cls.pki))
         cls.c = cls.start_cluster('tls-c', tp=1, coordinator_args=args(cls.other_pki))
 
+    ask = ask
+
     @classmethod
     def cli(cls, *args):
         try:
@@ -205,13 +211,6 @@ class SharedKvTierTlsTest(harness.ServiceTestCase):
         except subprocess.TimeoutExpired:
             return None
         return out.stdout.strip()
-
-    def ask(self, cluster, prompt, namespace):
-        req = harness.make_request(prompt_ids=prompt, namespace=namespace, temperature=0.0,
-                                   max_new_tokens=NEW_TOKENS, ignore_eos=True)
-        s = cluster.generate(req, timeout=120)[0]
-        self.assertTrue(s.finished)
-        return s.tokens, s.cached_prompt_tokens
 
     def test_1_replica_b_loads_over_tls_and_another_ca_is_refused(self):
         rng = random.Random(11)
