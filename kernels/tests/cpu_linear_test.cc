@@ -442,7 +442,7 @@ TEST(WeightRowsToFloatTest, Int8InterleavedConvertsExactly) {
     if (!cpu::IsaSupported(isa)) continue;
     for (int trial = 0; trial < 6; ++trial) {
       const int64_t k = 256 * (1 + rng() % 4), n = 1 + rng() % 300;
-      const int64_t j0 = rng() % n, j1 = j0 + rng() % (n - j0 + 1);
+      const int64_t j0 = rng() % n, j1 = j0 + 1 + rng() % (n - j0);  // at least one row (memcmp of none is UB)
       const Int8Weights w = RandomInt8(n, k, 32, rng);
       const InterleavedInt8 iw = Interleave(w, k);
       std::vector<float> out(static_cast<size_t>((j1 - j0) * k), NAN);
