@@ -15,7 +15,9 @@ EOS ignored.
 
 Workloads (medians over --repeats; the ratios come from the same run):
   decode b=1     per-token decode step, one sequence (32-token prompt; the
-                 time of 64 generated tokens minus that of 1, over 63), F32,
+                 63 steps after the first of 64, timed inside the run by
+                 both engines; an older chunkattn: the time of 64 generated
+                 tokens minus that of 1, over 63), F32,
                  F16 and int8 weights (chunkattn --weight_dtype int8 beside
                  llama.cpp Q8_0, where this chunkattn has the flag), beside
                  the weight-streaming floor: bytes a step reads / measured
@@ -276,6 +278,10 @@ def random_prompts(count, length, shared, vocab, seed):
 
 SUMMARY = re.compile(r'requests (\d+), prompt tokens (\d+) \(cached (\d+).*generated (\d+) in (\d+) steps, '
                      r'([0-9.]+) s \(([0-9.]+) tokens/s\)')
+# chunkattn-generate's own decode step time (builds from 2026-12-02 on): the
+# steps after the first, timed in the same run, as llama.cpp's per-token
+# timestamps are.
+STEP_TIME = re.compile(r'steps after the first: ([0-9.]+) ms each')
 
 
 class Chunkattn:
@@ -304,7 +310,8 @@ class Chunkattn:
 
     def generate(self, cmd):
         """(seconds of the generation, generated tokens, [tokens of the first
-        16 requests]) of one chunkattn-generate run."""
+        16 requests], seconds a step after the first or None) of one
+        chunkattn-generate run."""
         out = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=3600)
         if out.returncode != 0:
             raise RuntimeError('%s failed (%d):\n%s%s' % (' '.join(cmd[:8]), out.returncode, out.stdout[-2000:],
@@ -314,7 +321,8 @@ class Chunkattn:
         m = SUMMARY.search(out.stdout)
         if not m:
             raise RuntimeError('no summary line in chunkattn-generate output:\n' + out.stdout[-2000:])
-        return float(m.group(6)), int(m.group(4)), tokens
+        step = STEP_TIME.search(out.stdout)
+        return float(m.group(6)), int(m.group(4)), tokens, float(step.group(1)) / 1e3 if step else None
 
 
 def logits_of(ours, cmd, vocab, work):
@@ -574,7 +582,10 @@ def main():
             r1, _ = ours_runs(folders[folder], 'decode-1', prompt_ids=decode_prompt, weight_dtype=wdt, engine=engine)
             rn, cmd = ours_runs(folders[folder], 'decode-n', prompt_ids=decode_prompt, weight_dtype=wdt,
                                 engine=engine)
-            ours_step = (med([x[0] for x in rn]) - med([x[0] for x in r1])) / (decode_new - 1)
+            if all(x[3] is not None for x in rn):
+                ours_step = med([x[3] for x in rn])  # timed inside each run, like llama.cpp's
+            else:  # an older chunkattn: two runs' generation times apart, noisier on a drifting VM
+                ours_step = (med([x[0] for x in rn]) - med([x[0] for x in r1])) / (decode_new - 1)
             theirs = lc_decode(lname, table)
             where = 'decode b=1 %s%s' % (lname, '' if threads == args.threads else ', 1 thread')
             if check == 'exact':
@@ -771,7 +782,7 @@ def family_checks(args, ours, peer, work, agree, demo_tok, only=None):
         # Positions past original_max_position_embeddings (64) exercise Llama 3's scaled frequencies.
         new = 100 if 'rope' in label else 32
         cmd = ours.generate_cmd(folder, new, prompt_ids=prompt)
-        _, _, toks = ours.generate(cmd)
+        _, _, toks, _ = ours.generate(cmd)
         theirs = peer.run(gguf, [dict(name='g', prompts=[prompt], max_new_tokens=new, repeats=1)], work)
         tok_kind = 'SentencePiece' if (spec is None or spec[2].endswith('.model')) else 'BPE tokenizer.json'
         row = agree.check('family %s (%s)' % (label, tok_kind), toks, [theirs['g'][0]['requests'][0]['tokens']],

@@ -282,6 +282,11 @@ absl::Status Run() {
       100.0 * stats.cached_prompt_tokens / std::max<int64_t>(1, stats.prompt_tokens),
       static_cast<long long>(stats.generated_tokens), stats.steps, seconds,
       stats.generated_tokens / std::max(seconds, 1e-9), model->device().c_str());
+  if (stats.steps > 1) {
+    std::printf("steps after the first: %.3f ms each (first step %.3f ms)\n",
+                1e3 * (stats.steps_seconds - stats.first_step_seconds) / (stats.steps - 1),
+                1e3 * stats.first_step_seconds);
+  }
   if (stats.peak_logical_chunks > 0) {
     std::printf("KV chunks at peak: %lld physical for %lld logical (%.1f%% saved by sharing)\n",
                 static_cast<long long>(stats.peak_chunks),

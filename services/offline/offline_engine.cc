@@ -80,6 +80,7 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
   StepResult result;
   std::vector<SampleEvent> events;
   std::vector<int> row_requests;
+  const absl::Time loop_start = absl::Now();
   while (scheduler_->HasWork()) {
     ASSIGN_OR_RETURN(const bool scheduled, scheduler_->Schedule(&plan));
     if (!scheduled) return absl::InternalError("requests wait but the scheduler planned no step");
@@ -90,6 +91,7 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
     events.clear();
     RETURN_IF_ERROR(scheduler_->Complete(result, &events));
     ++local.steps;
+    if (local.steps == 1) local.first_step_seconds = absl::ToDoubleSeconds(absl::Now() - loop_start);
     if (observer_ != nullptr && !plan.samples.empty()) {
       // Event k is plan.samples[k]: the row each request's logits are in.
       row_requests.assign(plan.logits_rows.size(), -1);
@@ -111,6 +113,7 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
       ++local.generated_tokens;
     }
   }
+  local.steps_seconds = absl::ToDoubleSeconds(absl::Now() - loop_start);
   for (const GenerationResult& r : results) local.cached_prompt_tokens += r.cached_prompt_tokens;
   const SchedulerStats s = scheduler_->stats();
   local.preemptions = s.preemptions_total - preemptions_before;

@@ -58,6 +58,11 @@ struct GenerationStats {
   int64_t preemptions = 0;
   int64_t peak_chunks = 0;          // physical chunks in use at the peak
   int64_t peak_logical_chunks = 0;  // chunks the same sequences need without sharing
+  // Wall time of the first step (the prompts' prefill, or its first piece)
+  // and of all steps: a batch's decode step is (steps_seconds -
+  // first_step_seconds) / (steps - 1), timed in one run (bench/peer).
+  double first_step_seconds = 0;
+  double steps_seconds = 0;
 };
 
 struct OfflineEngineOptions {
