@@ -75,6 +75,10 @@ TEST(OfflineEngineTest, BatchWithSharedPrefixesMatchesEachPromptAlone) {
     EXPECT_EQ(stats.cached_prompt_tokens, 3 * 40);
     for (int i : {1, 3, 4}) EXPECT_EQ((*batch)[i].cached_prompt_tokens, 40) << "request " << i;
     EXPECT_LT(stats.peak_chunks, stats.peak_logical_chunks);
+    // The step timing chunkattn-generate reports (its decode step for bench/peer).
+    EXPECT_GT(stats.steps, 1);
+    EXPECT_GT(stats.first_step_seconds, 0);
+    EXPECT_GT(stats.steps_seconds, stats.first_step_seconds);
     for (size_t i = 0; i < requests.size(); ++i) {
       auto solo_model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options());
       auto solo = MakeEngine(solo_model.get());
