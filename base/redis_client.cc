@@ -252,7 +252,7 @@ bool RedisClient::encrypted() const { return tls_ != nullptr && tls_->ssl != nul
 bool RedisClient::WaitFor(short events, absl::Time deadline) {
   const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
   pollfd p{fd_, events, 0};
-  return ms > 0 && ::poll(&p, 1, static_cast<int>(ms)) > 0;
+  return ms > 0 && ::poll(&p, 1, static_cast<int>(ms)) != 0;  // an interrupted poll: try the I/O again
 }
 
 absl::Status RedisClient::Handshake(absl::Time deadline) {
@@ -377,34 +377,61 @@ absl::Status RedisClient::Connect() {
   return absl::OkStatus();
 }
 
-absl::Status RedisClient::WriteAll(std::string_view bytes, absl::Time deadline) {
-  while (!bytes.empty() && encrypted()) {
+absl::StatusOr<size_t> RedisClient::SendSome(std::string_view bytes, short* wait) {
+  *wait = 0;
+  if (encrypted()) {
     const int n = SSL_write(tls_->ssl, bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), 1 << 30)));
-    if (n > 0) {
-      bytes.remove_prefix(static_cast<size_t>(n));
-      continue;
-    }
+    if (n > 0) return static_cast<size_t>(n);
     const int error = SSL_get_error(tls_->ssl, n);
     if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
-      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS send: %s", url_.Redacted(), OpenSslErrors())));
+      return absl::UnavailableError(absl::StrFormat("redis %s: TLS send: %s", url_.Redacted(), OpenSslErrors()));
     }
-    if (!WaitFor(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
-      return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: send timed out", url_.Redacted())));
-    }
+    *wait = error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+    return 0;
   }
+  const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  if (n > 0) return static_cast<size_t>(n);
+  if (n < 0 && errno == EINTR) return 0;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    return absl::UnavailableError(absl::StrFormat("redis %s: send: %s", url_.Redacted(), std::strerror(errno)));
+  }
+  *wait = POLLOUT;
+  return 0;
+}
+
+absl::StatusOr<size_t> RedisClient::RecvSome(char* out, size_t size, short* wait) {
+  *wait = 0;
+  if (encrypted()) {
+    const int got = SSL_read(tls_->ssl, out, static_cast<int>(size));
+    if (got > 0) return static_cast<size_t>(got);
+    const int error = SSL_get_error(tls_->ssl, got);
+    if (error == SSL_ERROR_ZERO_RETURN || (error == SSL_ERROR_SYSCALL && got == 0)) {
+      return absl::UnavailableError(absl::StrFormat("redis %s: connection closed", url_.Redacted()));
+    }
+    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
+      return absl::UnavailableError(absl::StrFormat("redis %s: TLS recv: %s", url_.Redacted(), OpenSslErrors()));
+    }
+    *wait = error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+    return 0;
+  }
+  const ssize_t got = ::recv(fd_, out, size, 0);
+  if (got > 0) return static_cast<size_t>(got);
+  if (got == 0) return absl::UnavailableError(absl::StrFormat("redis %s: connection closed", url_.Redacted()));
+  if (errno == EINTR) return 0;
+  if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    return absl::UnavailableError(absl::StrFormat("redis %s: recv: %s", url_.Redacted(), std::strerror(errno)));
+  }
+  *wait = POLLIN;
+  return 0;
+}
+
+absl::Status RedisClient::WriteAll(std::string_view bytes, absl::Time deadline) {
   while (!bytes.empty()) {
-    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n > 0) {
-      bytes.remove_prefix(static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: send: %s", url_.Redacted(), std::strerror(errno))));
-    }
-    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    pollfd p{fd_, POLLOUT, 0};
-    if (ms <= 0 || ::poll(&p, 1, static_cast<int>(ms)) == 0) {
+    short wait = 0;
+    absl::StatusOr<size_t> n = SendSome(bytes, &wait);
+    if (!n.ok()) return Fail(n.status());
+    bytes.remove_prefix(*n);
+    if (wait != 0 && !WaitFor(wait, deadline)) {
       return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: send timed out", url_.Redacted())));
     }
   }
@@ -413,37 +440,12 @@ absl::Status RedisClient::WriteAll(std::string_view bytes, absl::Time deadline) 
 
 absl::Status RedisClient::Fill(size_t n, absl::Time deadline) {
   char chunk[64 << 10];
-  while (buffer_.size() - read_pos_ < n && encrypted()) {
-    const int got = SSL_read(tls_->ssl, chunk, sizeof(chunk));
-    if (got > 0) {
-      buffer_.append(chunk, static_cast<size_t>(got));
-      continue;
-    }
-    const int error = SSL_get_error(tls_->ssl, got);
-    if (error == SSL_ERROR_ZERO_RETURN || (error == SSL_ERROR_SYSCALL && got == 0)) {
-      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: connection closed", url_.Redacted())));
-    }
-    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
-      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: TLS recv: %s", url_.Redacted(), OpenSslErrors())));
-    }
-    if (!WaitFor(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
-      return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: no reply in time", url_.Redacted())));
-    }
-  }
   while (buffer_.size() - read_pos_ < n) {
-    const ssize_t got = ::recv(fd_, chunk, sizeof(chunk), 0);
-    if (got > 0) {
-      buffer_.append(chunk, static_cast<size_t>(got));
-      continue;
-    }
-    if (got == 0) return Fail(absl::UnavailableError(absl::StrFormat("redis %s: connection closed", url_.Redacted())));
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return Fail(absl::UnavailableError(absl::StrFormat("redis %s: recv: %s", url_.Redacted(), std::strerror(errno))));
-    }
-    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    pollfd p{fd_, POLLIN, 0};
-    if (ms <= 0 || ::poll(&p, 1, static_cast<int>(ms)) == 0) {
+    short wait = 0;
+    absl::StatusOr<size_t> got = RecvSome(chunk, sizeof(chunk), &wait);
+    if (!got.ok()) return Fail(got.status());
+    buffer_.append(chunk, *got);
+    if (wait != 0 && !WaitFor(wait, deadline)) {
       return Fail(absl::DeadlineExceededError(absl::StrFormat("redis %s: no reply in time", url_.Redacted())));
     }
   }

@@ -116,6 +116,11 @@ class RedisClient {
   void Close();
   // Waits (poll) until fd_ is ready for `events` or `deadline` passes.
   bool WaitFor(short events, absl::Time deadline);
+  // One send or receive on the connection, TLS or plain: the bytes moved, or
+  // 0 with `*wait` the poll events to wait for first (0: try again at once);
+  // an error leaves the connection to the caller's Fail.
+  absl::StatusOr<size_t> SendSome(std::string_view bytes, short* wait);
+  absl::StatusOr<size_t> RecvSome(char* out, size_t size, short* wait);
   absl::Status Fail(absl::Status status);  // closes the connection, returns `status`
   absl::Status WriteAll(std::string_view bytes, absl::Time deadline);
   // Reads until `buffer_` holds at least `n` bytes from `read_pos_`.

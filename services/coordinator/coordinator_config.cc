@@ -297,19 +297,21 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
       return Invalid(absl::StrCat("--kv_store_url_file: ", url_file, " must hold one redis:// URL on one line"));
     }
   }
+  bool tls = false;  // a rediss:// URL
   if (!url.empty()) {
-    if (absl::Status parsed = ParseRedisUrl(url).status(); !parsed.ok()) {  // never quotes the password
-      if (url_file.empty()) return parsed;
+    absl::StatusOr<RedisUrl> parsed = ParseRedisUrl(url);
+    if (!parsed.ok()) {  // never quotes the password
+      if (url_file.empty()) return parsed.status();
       return Invalid(absl::StrCat("--kv_store_url_file: ", url_file, ": ",
-                                  absl::StripPrefix(parsed.message(), "--kv_store_url: ")));
+                                  absl::StripPrefix(parsed.status().message(), "--kv_store_url: ")));
     }
+    tls = parsed->tls;
     c.engine.kv_store_url = url;
     c.engine.workers.join.set_kv_store_url(url);
   }
   const std::string ca_file = absl::GetFlag(FLAGS_kv_store_tls_ca_file);
   const std::string cert_file = absl::GetFlag(FLAGS_kv_store_tls_cert_file);
   const std::string key_file = absl::GetFlag(FLAGS_kv_store_tls_key_file);
-  const bool tls = !url.empty() && ParseRedisUrl(url)->tls;
   if (!tls && !(ca_file.empty() && cert_file.empty() && key_file.empty())) {
     return Invalid("--kv_store_tls_* need a rediss:// --kv_store_url");
   }

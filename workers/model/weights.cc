@@ -308,6 +308,10 @@ int64_t WeightMatrix::bytes() const {
   return static_cast<int64_t>(f32.size() * 4 + half.size() * 2 + q.size() + scales.size() * 4);
 }
 
+int64_t WeightMatrix::StoredAt(int64_t i) const {
+  return interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
+}
+
 void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
   const int64_t begin = r0 * cols, count = n * cols;
   switch (dtype) {
@@ -321,8 +325,7 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
       return;
     case WeightDType::kInt8:
       for (int64_t i = 0; i < count; ++i) {
-        const int64_t at = interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
-        out[i] = static_cast<float>(q[begin + at]) * scales[(begin + i) / block];
+        out[i] = static_cast<float>(q[begin + StoredAt(i)]) * scales[(begin + i) / block];
       }
       return;
   }
@@ -357,8 +360,7 @@ void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
           scales[(begin + b0) / block] = scale;
           for (int64_t i = b0; i < b0 + block; ++i) {
             const float v = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
-            const int64_t at = interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
-            q[begin + at] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+            q[begin + StoredAt(i)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
           }
         }
         return;

@@ -92,6 +92,11 @@ struct WeightMatrix {
   // Rows [r0, r0 + n) from fp32 `src` (n, cols): rounded to nearest even in
   // 16 bits; int8 quantized per block.
   void SetRows(int64_t r0, int64_t n, const float* src);
+
+ private:
+  // kInt8: where value i of whole rows (i counted from a row's start, in
+  // column order) is stored in q, relative to the same start.
+  int64_t StoredAt(int64_t i) const;
 };
 
 // One layer: matrices in the model's WeightDType, norms and biases in fp32.

@@ -598,14 +598,12 @@ struct Impl {
   static void Quantize16(const float* x, int64_t k, int16_t* q, float* scales) {
     for (int64_t g = 0; g < k / 32; ++g) scales[g] = S::Quantize16(x + g * 32, q + g * 32);
   }
-  // The same, q in Int8InterleavedColumn order: a group's column pairs go 16
-  // values apart.
+  // The same, q in Int8InterleavedColumn order (column pairs stay adjacent).
   static void Quantize16Interleaved(const float* x, int64_t k, int16_t* q, float* scales) {
     for (int64_t g = 0; g < k / 32; ++g) {
       int16_t t[32];
       scales[g] = S::Quantize16(x + g * 32, t);
-      int16_t* dst = q + Int8InterleavedColumn(g * 32);
-      for (int p = 0; p < 16; ++p) std::memcpy(dst + p * 16, t + 2 * p, 2 * sizeof(int16_t));
+      for (int p = 0; p < 16; ++p) std::memcpy(q + Int8InterleavedColumn(g * 32 + 2 * p), t + 2 * p, 2 * sizeof(int16_t));
     }
   }
 
@@ -639,8 +637,7 @@ struct Impl {
           // Each span back to column order (its column pairs), then scaled as below.
           for (int64_t c0 = 0; c0 < a.k; c0 += kInt8InterleavedSpan) {
             int8_t t[kInt8InterleavedSpan];
-            for (int m = 0; m < 8; ++m)
-              for (int p = 0; p < 16; ++p) std::memcpy(t + m * 32 + 2 * p, src + c0 + p * 16 + 2 * m, 2);
+            for (int i = 0; i < kInt8InterleavedSpan; i += 2) std::memcpy(t + i, src + Int8InterleavedColumn(c0 + i), 2);
             for (int m = 0; m < 8; ++m) {
               const V sv = S::Set1(sc[c0 / 32 + m]);
               for (int i = 0; i < 32; i += L) S::Store(dst + c0 + m * 32 + i, S::Mul(S::LoadI8(t + m * 32 + i), sv));
