@@ -68,8 +68,8 @@ ABSL_FLAG(double, tenant_max_batch_share, 0.5,
           "with bearer tokens, the most of --max_batch_size one tenant's requests may hold, in (0, 1]: the rest "
           "stays free for the other tenants' next requests (1 = no bound)");
 ABSL_FLAG(int64_t, max_retained_chunks_per_tenant, -1,
-          "KV retention: the most chunks of the pool one tenant's requests may hold above the default priority "
-          "(beyond it a request runs and the rest of its prefix stays at the default); -1 = a quarter of the "
+          "KV retention: the most chunks one tenant's requests may hold above the default priority, in the pool "
+          "and the KV tiers together (beyond it a request runs and the rest of its prefix stays at the default); -1 = a quarter of the "
           "pool, 0 = no request may raise a chunk");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input tokens in one iteration (prefill is chunked to fit)");
 ABSL_FLAG(int64_t, max_kv_chunks, 0, "caps the KV pool, chunks; 0 = the smallest worker capacity");

@@ -719,8 +719,8 @@ void Engine::UpdateTenantGauges(const CacheStats& cs) {
         &metrics_->GetGauge("chunkattn_tenant_kv_chunks",
                             "KV chunks (in use or cached) in the tenant's cache namespaces.", {{"tenant", tenant}}),
         &metrics_->GetGauge("chunkattn_tenant_kv_retained_chunks",
-                            "KV chunks (in use or cached) of the tenant above the default retention priority "
-                            "(bounded by --max_retained_chunks_per_tenant).",
+                            "KV chunks of the tenant above the default retention priority, in the pool and "
+                            "the KV tiers (bounded by --max_retained_chunks_per_tenant).",
                             {{"tenant", tenant}})};
   }
   // A tenant's namespaces are "tenant" and "tenant/..." (TokenAuth::
@@ -731,7 +731,7 @@ void Engine::UpdateTenantGauges(const CacheStats& cs) {
     ns_chunks[ns.substr(0, ns.find('/'))] += chunks;
   }
   int64_t all_raised = 0;
-  for (const auto& [ns, chunks] : scheduler_->forest().RaisedPerNamespace()) {
+  for (const auto& [ns, chunks] : scheduler_->RaisedPerNamespace()) {
     ns_raised[ns.substr(0, ns.find('/'))] += chunks;
     all_raised += chunks;
   }

@@ -16,6 +16,7 @@ KvTierMap::KvTierMap(KvTierMapOptions options)
     tier->id = id;
     tier->capacity = std::max<int64_t>(capacity, 0);
     tier->key.assign(tier->capacity, 0);
+    tier->ns.assign(tier->capacity, std::string());
     tier->held.assign(tier->capacity, false);
     tier->pins.assign(tier->capacity, 0);
     tier->lru = std::make_unique<LruEviction>(tier->capacity, clock_);
@@ -76,9 +77,10 @@ void KvTierMap::Drop(int32_t priority) {
   ++stats_.drops_by_band_total[static_cast<int>(BandOf(priority))];
 }
 
-void KvTierMap::Hold(Tier& tier, int64_t slot, uint64_t key, const RetentionGrants* grants) {
+void KvTierMap::Hold(Tier& tier, int64_t slot, uint64_t key, const RetentionGrants* grants, std::string ns) {
   tier.held[slot] = true;
   tier.key[slot] = key;
+  tier.ns[slot] = std::move(ns);
   if (grants != nullptr && !grants->empty()) tier.lru->Merge(slot, *grants, clock_->Now());
   tier.lru->Cached(slot);
   where_[key] = {tier.id, slot};
@@ -96,6 +98,7 @@ void KvTierMap::Forget(uint64_t key) {
   tier.lru->Uncached(slot);
   tier.lru->ClearGrants(slot);
   tier.held[slot] = false;
+  tier.ns[slot].clear();
   tier.free.push_back(slot);
   --(tier.id == KvTier::kHost ? stats_.host_blocks : stats_.disk_blocks);
   Note(tier.id, false, key);
@@ -125,7 +128,8 @@ int64_t KvTierMap::Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* m
       where_.erase(key);
       Note(KvTier::kHost, false, key);
       moves->push_back(KvMove::Demote(slot, to, key));
-      Hold(disk_, to, key, &grants);
+      Hold(disk_, to, key, &grants, std::move(tier.ns[slot]));
+      tier.ns[slot].clear();
       ++stats_.demotions_total;
       return slot;
     }
@@ -137,7 +141,8 @@ int64_t KvTierMap::Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* m
   return slot;
 }
 
-void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves, const RetentionGrants* grants) {
+void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves, const RetentionGrants* grants,
+                     std::string_view ns) {
   Expire();
   if (auto it = where_.find(key); it != where_.end()) {
     Tier& tier = TierOf(it->second.tier);
@@ -157,24 +162,41 @@ void KvTierMap::Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves, co
     const int64_t slot = Allocate(*tier, priority, moves);
     if (slot < 0) continue;
     moves->push_back(KvMove::Store(tier->id, slot, chunk, key));
-    Hold(*tier, slot, key, grants);
+    Hold(*tier, slot, key, grants, std::string(ns));
     ++stats_.stores_total;
     return;
   }
 }
 
-void KvTierMap::Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
+RetentionGrants KvTierMap::Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves) {
   if (!where_.contains(key)) {  // REQUIRES: the shared tier is believed to hold it
     moves->push_back(KvMove::Load(KvTier::kShared, 0, chunk, key));
     ++stats_.shared_loads_total;
-    return;
+    return {};
   }
   const Location at = where_.at(key);
   Tier& tier = TierOf(at.tier);
-  Touch(tier, at.slot);
+  RetentionGrants grants = tier.lru->grants(at.slot);
+  // Re-cached at the default priority: the touch a load is.
+  tier.lru->Uncached(at.slot);
+  tier.lru->ClearGrants(at.slot);
+  tier.lru->Cached(at.slot);
   ++tier.pins[at.slot];
   moves->push_back(KvMove::Load(at.tier, at.slot, chunk, key));
   ++(at.tier == KvTier::kHost ? stats_.host_loads_total : stats_.disk_loads_total);
+  return grants;
+}
+
+std::vector<std::pair<std::string, int64_t>> KvTierMap::RaisedPerNamespace() const {
+  // The LRU's priorities are as of the last Expire: a grant may have ended since.
+  const absl::Time now = clock_->Now();
+  absl::flat_hash_map<std::string_view, int64_t> raised;
+  for (const Tier* t : {&host_, &disk_}) {
+    t->lru->ForEachAbove(kDefaultRetentionPriority, [&](int64_t slot) {
+      if (t->lru->grants(slot).PriorityAt(now) > kDefaultRetentionPriority) ++raised[t->ns[slot]];
+    });
+  }
+  return {raised.begin(), raised.end()};
 }
 
 void KvTierMap::Complete(absl::Span<const KvMove> moves, absl::Span<const int32_t> failed) {

@@ -26,7 +26,11 @@
 // Retention (retention.h) holds here as in the pool: a block keeps its
 // grants down the tiers, a tier's victim is its lowest priority block, the
 // least recently used within a priority, and a block never displaces one
-// of higher priority: it goes to the disk tier instead, or is dropped. A
+// of higher priority: it goes to the disk tier instead, or is dropped. The
+// grants live in one place at a time: a load hands them back to the pool
+// with the block (the tier's copy keeps none), an eviction hands them down
+// again, so a tenant's raised blocks are counted once across pool and
+// tiers (RaisedPerNamespace; the per-tenant bound, scheduler.h). A
 // slot that a load of the step in flight reads is pinned until Complete, so
 // no later move of that step overwrites it. A failed move (a full disk, a
 // corrupt or missing slot) forgets its block: the next prompt recomputes it.
@@ -118,20 +122,29 @@ class KvTierMap {
   // A probe found `keys` in the shared tier: they may be loaded from now.
   void NoteShared(absl::Span<const uint64_t> keys);
 
-  // Block `key` in pool chunk `chunk` is about to leave the pool: keeps it in
-  // the highest tier with room for its priority (`grants`, its retention;
-  // null: none), appending the moves (a demotion or a drop to make room,
-  // then the store). A block already kept is only refreshed (and given
-  // `grants`). Nothing happens when every slot is pinned or of higher priority.
-  void Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves, const RetentionGrants* grants = nullptr);
+  // Block `key` of namespace `ns` in pool chunk `chunk` is about to leave
+  // the pool: keeps it in the highest tier with room for its priority
+  // (`grants`, its retention; null: none), appending the moves (a demotion
+  // or a drop to make room, then the store). A block already kept is only
+  // refreshed (and given `grants`). Nothing happens when every slot is
+  // pinned or of higher priority.
+  void Keep(uint64_t key, int32_t chunk, std::vector<KvMove>* moves, const RetentionGrants* grants = nullptr,
+            std::string_view ns = {});
   // The retention priority now of a block the host or disk tier holds (the
   // default otherwise).
   int32_t Priority(uint64_t key) const;
 
   // Loads block `key` (REQUIRES: Find(key)) into pool chunk `chunk`:
   // appends the move, refreshes the block and pins its slot (a shared
-  // tier's load pins nothing: the store is not ours to overwrite).
-  void Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves);
+  // tier's load pins nothing: the store is not ours to overwrite). Returns
+  // the block's grants, which go to the pool with it: the tier's copy
+  // falls to the default priority.
+  RetentionGrants Load(uint64_t key, int32_t chunk, std::vector<KvMove>* moves);
+
+  // Blocks the host and disk tiers hold above the default priority now,
+  // per namespace that has any (with the forest's, the per-tenant bound's
+  // measure). O(those blocks).
+  std::vector<std::pair<std::string, int64_t>> RaisedPerNamespace() const;
 
   // The step that carried `moves` ran; `failed` are the indices of the ones
   // that failed. Unpins the loads' slots and forgets the failed moves'
@@ -153,6 +166,7 @@ class KvTierMap {
     KvTier id = KvTier::kHost;
     int64_t capacity = 0;
     std::vector<uint64_t> key;          // per slot; meaningful when held
+    std::vector<std::string> ns;        // per slot: the held block's namespace
     std::vector<bool> held;             // per slot
     std::vector<int32_t> pins;          // per slot: loads of the step in flight
     std::vector<int64_t> free;          // free slots, popped from the back
@@ -166,7 +180,7 @@ class KvTierMap {
   // room as the header says; -1 when every held slot is pinned or of a
   // higher priority.
   int64_t Allocate(Tier& tier, int32_t priority, std::vector<KvMove>* moves);
-  void Hold(Tier& tier, int64_t slot, uint64_t key, const RetentionGrants* grants);
+  void Hold(Tier& tier, int64_t slot, uint64_t key, const RetentionGrants* grants, std::string ns);
   void Drop(int32_t priority);  // counts a block forgotten for room
   void Expire();
   void Forget(uint64_t key);  // frees its slot

@@ -64,6 +64,10 @@ void LruEviction::ClearGrants(int64_t id) {
   e.priority = kDefaultRetentionPriority;  // its queued expiries go stale
 }
 
+void LruEviction::ForEachAbove(int32_t priority, absl::FunctionRef<void(int64_t id)> f) const {
+  for (auto it = order_.rbegin(); it != order_.rend() && std::get<0>(*it) > priority; ++it) f(std::get<2>(*it));
+}
+
 void LruEviction::Expire(absl::Time now, absl::FunctionRef<void(int64_t id, int32_t from, int32_t to)> changed) {
   while (!expiries_.empty() && expiries_.top().first <= now) {
     const auto [at, id] = expiries_.top();

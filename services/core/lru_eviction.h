@@ -67,6 +67,8 @@ class LruEviction {
   const RetentionGrants& grants(int64_t id) const { return entries_[id].grants; }
   // The priority now, as of the last Grant, Merge or Expire.
   int32_t Priority(int64_t id) const { return entries_[id].priority; }
+  // Calls f(id) for each cached id above `priority`, highest first: O(those).
+  void ForEachAbove(int32_t priority, absl::FunctionRef<void(int64_t id)> f) const;
   // Ends the grants over by `now` (the clock's, read once by the caller):
   // each id whose priority changed is re-keyed and reported as
   // changed(id, from, to). O(log n) per ended grant.

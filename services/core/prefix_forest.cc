@@ -305,6 +305,22 @@ absl::StatusOr<RetainResult> PrefixForest::Retain(SeqId id, int32_t prefix_token
   return result;
 }
 
+absl::Status PrefixForest::MergeGrants(SeqId id, int32_t block, const RetentionGrants& grants) {
+  const Sequence* s = FindSeq(id);
+  if (s == nullptr) return absl::NotFoundError(absl::StrFormat("unknown sequence %d", id));
+  if (block < 0 || block >= static_cast<int32_t>(s->path.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block %d outside [0, %d) of sequence %d", block, s->path.size(), id));
+  }
+  if (grants.empty()) return absl::OkStatus();
+  const absl::Time now = clock_->Now();
+  lru_.Expire(now, [this](int64_t n, int32_t from, int32_t to) { NoteBand(static_cast<NodeId>(n), from, to); });
+  const NodeId n = s->path[block];
+  const int32_t before = lru_.Merge(n, grants, now);
+  NoteBand(n, before, lru_.Priority(n));
+  return absl::OkStatus();
+}
+
 int32_t PrefixForest::ChunkPriority(ChunkId chunk) const {
   return allocator_.IsAllocated(chunk) ? lru_.Priority(chunk) : kDefaultRetentionPriority;
 }

@@ -216,6 +216,12 @@ class PrefixForest {
   // order). NOT_FOUND: unknown sequence. INVALID_ARGUMENT: prefix_tokens
   // outside [1, length], a priority off the scale, max_raised < 0.
   absl::StatusOr<RetainResult> Retain(SeqId seq, int32_t prefix_tokens, RetentionGrant grant, int32_t max_raised);
+  // Gives the chunk holding block `block` of `seq` (tokens [block * chunk
+  // size, ...)) `grants`, unbounded: a block a KV tier loads back brings
+  // the grants it left the pool with (kv_tiers.h). The caller gives each
+  // ancestor a superset, as Retain does. NOT_FOUND: unknown sequence;
+  // INVALID_ARGUMENT: no such block.
+  absl::Status MergeGrants(SeqId seq, int32_t block, const RetentionGrants& grants);
   // Applies the grants that ended by the clock's now (the other calls do
   // too, first): chunks fall back a band, the counts follow.
   void ExpireRetention();

@@ -169,7 +169,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<PrefixFore
 
 void Scheduler::OnEvictBlock(const EvictedBlock& block) {
   if (block.chunks.empty()) return;
-  tiers_.Keep(EvictedKey(block), block.chunk, &pending_moves_, block.grants);
+  tiers_.Keep(EvictedKey(block), block.chunk, &pending_moves_, block.grants, block.ns);
 }
 
 uint64_t Scheduler::EvictedKey(const EvictedBlock& block) {
@@ -203,7 +203,10 @@ absl::Status Scheduler::WriteThrough(Seq* seq) {
   seq->keys->Extend(absl::MakeConstSpan(seq->tokens).first(static_cast<size_t>(blocks) * c), c);
   const std::vector<uint64_t>& keys = seq->keys->keys();
   ASSIGN_OR_RETURN(const std::vector<ChunkId> chunks, forest_->Chunks(seq->id));
-  for (int32_t b = seq->written_through; b < blocks; ++b) tiers_.Keep(keys[b], chunks[b], &pending_moves_);
+  const std::string ns = Namespace(*seq->request);
+  for (int32_t b = seq->written_through; b < blocks; ++b) {
+    tiers_.Keep(keys[b], chunks[b], &pending_moves_, nullptr, ns);
+  }
   seq->written_through = blocks;
   return absl::OkStatus();
 }
@@ -222,8 +225,19 @@ absl::Status Scheduler::PlanLoads(Seq* seq, std::string_view ns) {
   ASSIGN_OR_RETURN(const std::vector<ChunkId> chunks, forest_->Chunks(seq->id));
   const int32_t first_move = static_cast<int32_t>(pending_moves_.size());
   int32_t count = 0;
+  std::vector<RetentionGrants> grants;
   for (int32_t b = first; b < last && tiers_.Find(keys[b]).has_value(); ++b, ++count) {
-    tiers_.Load(keys[b], chunks[b], &pending_moves_);
+    grants.push_back(tiers_.Load(keys[b], chunks[b], &pending_moves_));
+  }
+  // The loaded blocks' grants come back to the pool, each ancestor taking
+  // its descendants' too (a grant covers a prefix: the forest's eviction
+  // order relies on it, and the pool's copy of an ancestor may have lost
+  // what the tier kept).
+  RetentionGrants below;
+  for (int32_t b = first + count - 1; b >= 0; --b) {
+    if (b >= first) below.Merge(grants[b - first]);
+    if (below.empty()) continue;
+    RETURN_IF_ERROR(forest_->MergeGrants(seq->id, b, below));
   }
   seq->loading = true;
   step_loads_.push_back({seq->id, first_move, count, first});
@@ -313,18 +327,26 @@ absl::Status Scheduler::Retain(const Request& r, SeqId seq) {
   // The tenant's namespaces are "tenant" and "tenant/..." (TokenAuth::CacheNamespace);
   // the tenant "" owns them all.
   const std::string& tenant = r.spec.tenant;
+  auto owned = [&tenant](std::string_view ns) {
+    return tenant.empty() || ns == tenant ||
+           (ns.size() > tenant.size() && ns.compare(0, tenant.size(), tenant) == 0 && ns[tenant.size()] == '/');
+  };
   int64_t raised = 0;
-  for (const auto& [ns, n] : forest_->RaisedPerNamespace()) {
-    if (tenant.empty() || ns == tenant || (ns.size() > tenant.size() && ns.compare(0, tenant.size(), tenant) == 0 &&
-                                           ns[tenant.size()] == '/')) {
-      raised += n;
-    }
-  }
+  for (const auto& [ns, n] : RaisedPerNamespace()) raised += owned(ns) ? n : 0;
   const int32_t budget = static_cast<int32_t>(std::max<int64_t>(0, max_retained_chunks() - raised));
   const int32_t prefix = rs.prefix_tokens > 0 ? rs.prefix_tokens : static_cast<int32_t>(r.spec.prompt.size());
   ASSIGN_OR_RETURN(const RetainResult done, forest_->Retain(seq, prefix, {rs.priority, r.retain_until}, budget));
   retention_capped_ += done.capped_chunks;
   return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, int64_t>> Scheduler::RaisedPerNamespace() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [ns, n] : forest_->RaisedPerNamespace()) out.emplace_back(ns, n);
+  if (tiers_.enabled()) {
+    for (auto& entry : tiers_.RaisedPerNamespace()) out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 std::string Scheduler::Namespace(const Request& r) const {

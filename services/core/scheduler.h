@@ -143,11 +143,12 @@ struct SchedulerOptions {
   // it (write-back, the default): more tier traffic, and a block survives a
   // burst of evictions that outruns the stores.
   bool tier_write_through = false;
-  // Retention: the most chunks of the pool one tenant (RequestSpec::tenant;
-  // "" is one tenant too) may hold above the default priority, so pinning
-  // cannot starve the others; a grant past it is accepted, its excess not
-  // raised (SchedulerStats::retention_capped_chunks). -1: a quarter of the
-  // pool; 0: no chunk is raised.
+  // Retention: the most chunks one tenant (RequestSpec::tenant; "" is one
+  // tenant too) may hold above the default priority, in the pool and the
+  // KV tiers together, so pinning cannot starve the others; a grant past
+  // it is accepted, its excess not raised
+  // (SchedulerStats::retention_capped_chunks). -1: a quarter of the pool;
+  // 0: no chunk is raised.
   int32_t max_retained_chunks_per_tenant = -1;
   // Borrowed; with more than one thread, a step's constrained samples get
   // their masks in parallel (each sample's matcher is its own; at ~40 us a
@@ -273,6 +274,10 @@ class Scheduler {
   std::vector<BlockEvent> TakeBlockEvents() { return forest_->TakeBlockEvents(); }
   // The KV tiers' events since the last call (tiers.record_events).
   std::vector<KvTierEvent> TakeTierEvents() { return tiers_.TakeEvents(); }
+  // Chunks above the default retention priority per namespace, in the pool
+  // and the tiers (a namespace may appear once for each): what the tenant
+  // bound counts.
+  std::vector<std::pair<std::string, int64_t>> RaisedPerNamespace() const;
   const SchedulerOptions& options() const { return options_; }
 
  private:

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/clock.h"
@@ -18,6 +19,9 @@ namespace chunkattn {
 namespace {
 
 constexpr uint64_t kEmpty = 0;  // keys are never 0 here
+
+// Blocks belong to three namespaces.
+std::string NamespaceOf(uint64_t key) { return "tenant" + std::to_string(key % 3); }
 
 // A worker's view: what each pool chunk and tier slot holds.
 struct Worker {
@@ -107,7 +111,10 @@ void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fa
         const int chunk = static_cast<int>(rng() % kChunks);
         if (busy_chunk[chunk]) continue;
         busy_chunk[chunk] = true;
-        map.Load(key, chunk, &moves);
+        // The block's grants go to the pool with it; the tier's copy keeps none.
+        const RetentionGrants back = map.Load(key, chunk, &moves);
+        EXPECT_EQ(back.PriorityAt(clock.Now()), priority(key)) << "step " << step << " key " << key;
+        raw[key].clear();
         pinned.push_back(key);
         stamp[key] = ++now;
         ++loads;
@@ -133,7 +140,7 @@ void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fa
         r.insert(r.end(), given.begin(), given.end());
         return priority(key);
       }();
-      map.Keep(key, chunk, &moves, &grants);
+      map.Keep(key, chunk, &moves, &grants, NamespaceOf(key));
       const auto after = tiers_now();
       ++now;
       auto is_pinned = [&](uint64_t k) { return std::find(pinned.begin(), pinned.end(), k) != pinned.end(); };
@@ -188,6 +195,13 @@ void RandomWalk(uint32_t seed, int64_t host_slots, int64_t disk_slots, double fa
         EXPECT_EQ(map.Priority(key), priority(key)) << "step " << step << " key " << key;
       }
     }
+    // The tenant bound's measure: the raised blocks each namespace holds.
+    std::map<std::string, int64_t> raised, counted;
+    for (const auto& [k, at] : tiers_now()) {
+      if (priority(k) > kDefaultRetentionPriority) ++raised[NamespaceOf(k)];
+    }
+    for (const auto& [ns, n] : map.RaisedPerNamespace()) counted[ns] += n;
+    EXPECT_EQ(counted, raised) << "step " << step;
     EXPECT_LE(map.stats().host_blocks, host_slots);
     EXPECT_LE(map.stats().disk_blocks, disk_slots);
   }

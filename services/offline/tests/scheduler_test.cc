@@ -89,6 +89,14 @@ class Harness {
     scheduler_ = std::move(*scheduler);
   }
 
+  // The per-tenant retention bound (SchedulerOptions::max_retained_chunks_per_tenant).
+  void SetRetainedBound(int32_t chunks) {
+    so_.max_retained_chunks_per_tenant = chunks;
+    auto scheduler = Scheduler::Create(so_);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
   // A shared tier in Redis at `url` (write-through), and a probe of it for
   // each request added: a replica of its own over that store.
   void UseSharedTier(const RedisUrl& url) {
@@ -951,6 +959,85 @@ TEST(SchedulerTest, RetentionKeepsATenantsPrefixWithinItsBoundAndChangesNoOutput
     }
     EXPECT_EQ(h.scheduler().cache_stats().used_chunks, 0);
   }
+}
+
+// Retention with a host tier under the pool: tenant b's concurrent prompts
+// push tenant a's retained chunks out of the pool; they keep their grants
+// in the tier and still count against a's bound, so a's next pin is capped
+// (the bound counts pool and tiers together), and a's prompt asked again
+// loads back with its grants. Outputs equal the runs alone.
+TEST(SchedulerTest, RetentionBoundCountsTheTiersToo) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> tok(0, 95);
+  auto prompt = [&] {
+    std::vector<TokenId> p(64);  // four chunks of 16
+    for (auto& t : p) t = tok(rng);
+    return p;
+  };
+  RetentionSpec keep;
+  keep.priority = 80;
+  keep.duration = absl::Hours(1);
+  auto spec_of = [&](std::vector<TokenId> p, const std::string& tenant, bool retain) {
+    RequestSpec spec;
+    spec.prompt = std::move(p);
+    spec.sampling.temperature = 0;
+    spec.max_new_tokens = 3;
+    spec.ignore_eos = true;
+    spec.tenant = tenant;
+    spec.cache_namespace = tenant;
+    if (retain) spec.retention = keep;
+    return spec;
+  };
+  const std::vector<TokenId> a0 = prompt(), a1 = prompt(), a2 = prompt();
+  std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
+  std::vector<std::pair<RequestId, RequestSpec>> all;
+  auto add = [&](int step, RequestId id, RequestSpec spec) {
+    arrivals[step].emplace_back(id, spec);
+    all.emplace_back(id, std::move(spec));
+  };
+  add(0, 1, spec_of(a0, "a", true));  // 4 chunks raised
+  add(6, 2, spec_of(a1, "a", true));  // 2 more: the bound of 6
+  for (int k = 0; k < 4; ++k) add(12, 10 + k, spec_of(prompt(), "b", false));  // 20 chunks at once
+  add(30, 3, spec_of(a2, "a", true));   // over the bound wherever the 6 are
+  add(40, 4, spec_of(a0, "a", false));  // loads back what the tier kept
+  KvTierOptions tiers;
+  Harness probe(8, 64, true);
+  tiers.host_bytes = 40 * (KvTierStore::kHeaderBytes + probe.chunk_bytes_);
+  Harness h(24, 2048, true, false, false, nullptr, tiers);
+  h.SetRetainedBound(6);
+  int64_t most = 0, most_in_tier = 0;
+  h.on_plan_ = [&](const StepPlan&) {
+    int64_t total = 0;
+    for (const auto& [ns, n] : h.scheduler().RaisedPerNamespace()) {
+      EXPECT_EQ(ns, "a");
+      total += n;
+    }
+    most = std::max(most, total);
+    int64_t in_tier = 0;
+    for (const auto& [ns, n] : h.scheduler().tiers().RaisedPerNamespace()) in_tier += n;
+    most_in_tier = std::max(most_in_tier, in_tier);
+  };
+  auto out = h.Run(arrivals);
+  for (const auto& [id, spec] : all) {
+    Harness alone(256, 2048, false);
+    auto ref = alone.Run({{0, {{id, spec}}}});
+    const std::pair<RequestId, int> key(id, 0);
+    EXPECT_EQ(out[key], ref[key]) << "request " << id;
+  }
+  EXPECT_EQ(most, 6);
+  EXPECT_GT(most_in_tier, 0) << "b's prompts never pushed a's raised chunks into the tier";
+  EXPECT_GE(h.scheduler().stats().retention_capped_chunks, 4) << "a2 was raised past the bound";
+  EXPECT_GT(h.scheduler().tiers().stats().host_loads_total, 0);
+  // a0 from the pool and the tier: whole blocks before its last token's.
+  EXPECT_GE(h.cached_[4], 48);
+  // What a0 loaded came back with its grants: fewer raised in the tier
+  // than at most, the six still raised in all.
+  int64_t pool_raised = 0, tier_raised = 0;
+  for (const auto& [ns, n] : h.scheduler().forest().RaisedPerNamespace()) pool_raised += n;
+  for (const auto& [ns, n] : h.scheduler().tiers().RaisedPerNamespace()) tier_raised += n;
+  EXPECT_LT(tier_raised, most_in_tier);
+  EXPECT_EQ(pool_raised + tier_raised, 6);
+  EXPECT_TRUE(h.scheduler().tiers().CheckInvariants().ok());
 }
 
 TEST(SchedulerTest, RetentionOutsideItsRangesIsRefused) {
