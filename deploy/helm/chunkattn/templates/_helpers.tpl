@@ -131,27 +131,61 @@ true
 {{- end -}}
 
 {{- define "chunkattn.kvStoreTlsVolume" -}}
-{{- with .Values.cache.tiers.shared }}{{- if .tlsSecretName -}}
+{{- with include "chunkattn.kvStoreTlsSecret" . -}}
 - name: kv-store-tls
   secret:
-    secretName: {{ .tlsSecretName }}
+    secretName: {{ . }}
     defaultMode: 288
     items:
       - key: ca.crt
         path: ca.crt
-      {{- if .tlsClientCertificate }}
+      {{- if include "chunkattn.kvStoreTlsClientCertificate" $ }}
       - key: tls.crt
         path: tls.crt
       - key: tls.key
         path: tls.key
       {{- end }}
-{{- end }}{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The Secret with the shared tier's rediss:// files (ca.crt; tls.crt and tls.key, a client
+     certificate): the user's (tlsSecretName), the chart's Redis's client Secret, or "". */}}
+{{- define "chunkattn.kvStoreTlsSecret" -}}
+{{- if .Values.cache.tiers.shared.tlsSecretName -}}
+{{- .Values.cache.tiers.shared.tlsSecretName -}}
+{{- else if include "chunkattn.chartRedisTls" . -}}
+{{- printf "%s-kv-redis-client" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the coordinator presents a client certificate: the user's choice for their
+     Redis, always for the chart's (its tls-auth-clients is yes). */}}
+{{- define "chunkattn.kvStoreTlsClientCertificate" -}}
+{{- if include "chunkattn.chartRedisTls" . -}}true
+{{- else if and .Values.cache.tiers.shared.tlsSecretName .Values.cache.tiers.shared.tlsClientCertificate -}}true
+{{- end -}}
 {{- end -}}
 
 {{/* "true" when the chart runs its own Redis for the shared tier (redis.enabled, no
      urlSecretName of the user's). */}}
 {{- define "chunkattn.chartRedis" -}}
 {{- if and .Values.redis.enabled (not .Values.cache.tiers.shared.urlSecretName) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the chart's Redis speaks TLS only (redis.tls.enabled), with certificates the
+     chart makes (templates/kv-redis-tls-secret.yaml). */}}
+{{- define "chunkattn.chartRedisTls" -}}
+{{- if and (include "chunkattn.chartRedis" .) .Values.redis.tls.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* The chart's Redis's Service (charts/redis's redis.fullname) and its in-cluster DNS name:
+     the URL's host, which the server certificate must name. */}}
+{{- define "chunkattn.redisService" -}}
+{{- printf "%s-redis" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "chunkattn.redisHost" -}}
+{{- printf "%s.%s.svc.%s" (include "chunkattn.redisService" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
 
 {{/* The Secret holding the shared tier's URL: the user's, the chart's Redis's (its name is
@@ -170,7 +204,7 @@ true
   mountPath: /etc/chunkattn/kv-store
   readOnly: true
 {{- end }}
-{{- if .Values.cache.tiers.shared.tlsSecretName }}
+{{- if include "chunkattn.kvStoreTlsSecret" . }}
 - name: kv-store-tls
   mountPath: /etc/chunkattn/kv-store-tls
   readOnly: true

@@ -46,9 +46,9 @@ spec:
         {{- if include "chunkattn.kvStoreUrlSecret" . }}
         - --kv_store_url_file=/etc/chunkattn/kv-store/url  # the Secret, mounted: no password in argv
         {{- end }}
-        {{- if .Values.cache.tiers.shared.tlsSecretName }}
+        {{- if include "chunkattn.kvStoreTlsSecret" . }}
         - --kv_store_tls_ca_file=/etc/chunkattn/kv-store-tls/ca.crt
-        {{- if .Values.cache.tiers.shared.tlsClientCertificate }}
+        {{- if include "chunkattn.kvStoreTlsClientCertificate" . }}
         - --kv_store_tls_cert_file=/etc/chunkattn/kv-store-tls/tls.crt
         - --kv_store_tls_key_file=/etc/chunkattn/kv-store-tls/tls.key
         {{- end }}

@@ -1,4 +1,4 @@
-{{/* Names the parent chart computes the same way (its chunkattn.redisName and
+{{/* Names the parent chart computes the same way (its chunkattn.redisService and
      chunkattn.kvStoreUrlSecret): the Service and the Secret holding redis.conf. */}}
 {{- define "redis.fullname" -}}
 {{- printf "%s-redis" .Release.Name | trunc 63 | trimSuffix "-" -}}
@@ -6,6 +6,12 @@
 
 {{- define "redis.secretName" -}}
 {{- printf "%s-kv-redis" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The server certificate, its key and the CA (the parent's templates/kv-redis-tls-secret.yaml),
+     with tls.enabled. */}}
+{{- define "redis.tlsSecretName" -}}
+{{- printf "%s-kv-redis-tls" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "redis.labels" -}}
