@@ -54,6 +54,14 @@ ABSL_FLAG(bool, ignore_eos, false, "keep going past the end-of-sequence token");
 ABSL_FLAG(int, chunk_size, 64, "tokens per KV chunk");
 ABSL_FLAG(int, kv_chunks, 0, "KV pool capacity in chunks; 0 = enough for the batch unshared");
 ABSL_FLAG(bool, prefix_sharing, true, "share the KV chunks of common prompt prefixes");
+ABSL_FLAG(int64_t, host_kv_cache_mib, 0,
+          "host KV tier, MiB of RAM: blocks the pool evicts are kept there and loaded back instead of "
+          "recomputed (pinned memory on a GPU); 0 = off");
+ABSL_FLAG(std::string, disk_kv_cache_dir, "",
+          "disk KV tier: an existing directory for its one file (mode 0600, removed at exit); empty = off");
+ABSL_FLAG(int64_t, disk_kv_cache_mib, 0, "disk KV tier budget, MiB (> 0 with --disk_kv_cache_dir)");
+ABSL_FLAG(std::string, kv_tier_write_policy, "write_back",
+          "write_back keeps a block in the tiers when the pool evicts it; write_through as soon as it is computed");
 ABSL_FLAG(int, max_batch_size, 256, "most sequences in one step");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input rows in one step (longer prompts are prefilled in pieces)");
 ABSL_FLAG(std::string, decode_impl, "tpp", "tpp | seq (decode attention)");
@@ -225,6 +233,15 @@ absl::Status Run() {
   if (engine_options.max_batch_size < 1 || engine_options.max_tokens_per_step < 1) {
     return absl::InvalidArgumentError("--max_batch_size and --max_tokens_per_step must be >= 1");
   }
+  ASSIGN_OR_RETURN(engine_options.tiers,
+                   KvTierOptionsFromFlags(absl::GetFlag(FLAGS_host_kv_cache_mib), absl::GetFlag(FLAGS_disk_kv_cache_dir),
+                                          absl::GetFlag(FLAGS_disk_kv_cache_mib)));
+  const std::string write_policy = absl::GetFlag(FLAGS_kv_tier_write_policy);
+  if (write_policy != "write_back" && write_policy != "write_through") {
+    return absl::InvalidArgumentError("--kv_tier_write_policy must be write_back or write_through");
+  }
+  engine_options.tier_write_through = write_policy == "write_through";
+  if (device.cuda) engine_options.host_allocator = AllocatePinnedHostBytes;
   ThreadPool pool(absl::GetFlag(FLAGS_threads));
   std::unique_ptr<Model> model;
   if (device.cuda) {
@@ -286,6 +303,10 @@ absl::Status Run() {
     std::printf("steps after the first: %.3f ms each (first step %.3f ms)\n",
                 1e3 * (stats.steps_seconds - stats.first_step_seconds) / (stats.steps - 1),
                 1e3 * stats.first_step_seconds);
+  }
+  if (stats.tier_writes + stats.tier_loads > 0) {
+    std::printf("KV tiers: %lld blocks written, %lld loaded back instead of recomputed\n",
+                static_cast<long long>(stats.tier_writes), static_cast<long long>(stats.tier_loads));
   }
   if (stats.peak_logical_chunks > 0) {
     std::printf("KV chunks at peak: %lld physical for %lld logical (%.1f%% saved by sharing)\n",

@@ -18,12 +18,22 @@ absl::StatusOr<std::unique_ptr<OfflineEngine>> OfflineEngine::Create(Model* mode
   so.max_tokens_per_step = options.max_tokens_per_step;
   so.prefix_sharing = options.prefix_sharing;
   so.eos_token_ids = config.eos_token_ids;
+  std::unique_ptr<KvTierStore> tiers;
+  if (options.tiers.host_bytes > 0 || !options.tiers.disk_dir.empty()) {
+    ASSIGN_OR_RETURN(tiers, KvTierStore::Create(options.tiers, model->kv_chunk_bytes(), options.host_allocator));
+    so.tiers.host_slots = tiers->slots(KvTier::kHost);
+    so.tiers.disk_slots = tiers->slots(KvTier::kDisk);
+    so.tier_write_through = options.tier_write_through;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(so));
-  return std::unique_ptr<OfflineEngine>(new OfflineEngine(model, std::move(scheduler)));
+  return std::unique_ptr<OfflineEngine>(new OfflineEngine(model, std::move(scheduler), std::move(tiers)));
 }
 
-OfflineEngine::OfflineEngine(Model* model, std::unique_ptr<Scheduler> scheduler)
-    : model_(model), scheduler_(std::move(scheduler)), executor_(model, /*samples=*/true) {}
+OfflineEngine::OfflineEngine(Model* model, std::unique_ptr<Scheduler> scheduler, std::unique_ptr<KvTierStore> tiers)
+    : model_(model),
+      scheduler_(std::move(scheduler)),
+      tiers_(std::move(tiers)),
+      executor_(model, /*samples=*/true, tiers_.get()) {}
 
 void OfflineEngine::set_logits_observer(LogitsObserver observer) {
   observer_ = std::move(observer);
@@ -75,6 +85,7 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
   GenerationStats local;
   for (const GenerationRequest& r : requests) local.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   const int64_t preemptions_before = scheduler_->stats().preemptions_total;
+  const KvTierStats tiers_before = scheduler_->tiers().stats();
   scheduler_->ResetPeaks();
   StepPlan plan;
   StepResult result;
@@ -119,6 +130,11 @@ absl::StatusOr<std::vector<GenerationResult>> OfflineEngine::Generate(
   local.preemptions = s.preemptions_total - preemptions_before;
   local.peak_chunks = s.peak_used_chunks;
   local.peak_logical_chunks = s.peak_unshared_chunks;
+  const KvTierStats& ts = scheduler_->tiers().stats();
+  local.tier_writes = ts.host_written_total + ts.disk_written_total - tiers_before.host_written_total -
+                      tiers_before.disk_written_total;
+  local.tier_loads = ts.host_loads_total + ts.disk_loads_total - tiers_before.host_loads_total -
+                     tiers_before.disk_loads_total;
   if (stats != nullptr) *stats = local;
   return results;
 }

@@ -4,7 +4,9 @@
 // does. So chunkattn-generate shares, copies on write, prefills in pieces,
 // preempts and stops exactly as the served path: token-granular prefix
 // matching, in-batch sharing, and the prefix cache kept across Generate()
-// calls (LRU under pressure).
+// calls (LRU under pressure), and with KV tiers below the pool (issue 41:
+// host memory, a disk file) what the pool evicts is loaded back instead of
+// recomputed, as on a worker.
 //
 // Tensor parallelism: every rank runs the same Generate() on its own model
 // shard. The plans are deterministic and the logits identical on every rank,
@@ -24,7 +26,9 @@
 #include "absl/types/span.h"
 #include "proto/plan/sampling_params.h"
 #include "services/core/scheduler.h"
+#include "base/host_memory.h"
 #include "workers/model/model.h"
+#include "workers/server/kv_tier_store.h"
 #include "workers/server/plan_executor.h"
 
 namespace chunkattn {
@@ -63,18 +67,26 @@ struct GenerationStats {
   // first_step_seconds) / (steps - 1), timed in one run (bench/peer).
   double first_step_seconds = 0;
   double steps_seconds = 0;
+  // KV tiers: blocks written into the host and disk tiers (stores and
+  // demotions), and loaded back into the pool instead of recomputed.
+  int64_t tier_writes = 0;
+  int64_t tier_loads = 0;
 };
 
 struct OfflineEngineOptions {
   int32_t max_batch_size = 256;        // sequences with rows in one step
   int32_t max_tokens_per_step = 2048;  // input rows in one step
   bool prefix_sharing = true;          // false: every sequence computes its own chunks
+  KvTierOptions tiers;                 // the KV tiers under the pool (none by default)
+  bool tier_write_through = false;     // keep each block in the tiers once computed, not at eviction
+  HostAllocator host_allocator = AllocateHostBytes;  // the host tier's memory (pinned on a GPU)
 };
 
 class OfflineEngine {
  public:
   // `model` is borrowed and must outlive the engine; its pool and chunk size
-  // are the scheduler's. INVALID_ARGUMENT for bad options.
+  // are the scheduler's. INVALID_ARGUMENT for bad options; the tiers'
+  // errors (KvTierStore::Create).
   static absl::StatusOr<std::unique_ptr<OfflineEngine>> Create(Model* model, OfflineEngineOptions options = {});
 
   // Called after each step that sampled: the request index of each logits
@@ -95,10 +107,11 @@ class OfflineEngine {
   const Scheduler& scheduler() const { return *scheduler_; }
 
  private:
-  OfflineEngine(Model* model, std::unique_ptr<Scheduler> scheduler);
+  OfflineEngine(Model* model, std::unique_ptr<Scheduler> scheduler, std::unique_ptr<KvTierStore> tiers);
 
   Model* model_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<KvTierStore> tiers_;  // before executor_, which borrows it
   PlanExecutor executor_;
   LogitsObserver observer_;
   RequestId next_id_ = 1;

@@ -469,6 +469,8 @@ absl::Status CudaLlamaModel::ReadChunk(int32_t chunk, absl::Span<uint8_t> out) {
   return CopyChunk(chunk, out.data(), out.size(), /*to_device=*/false);
 }
 
+int64_t CudaLlamaModel::kv_chunk_bytes() const { return KvShapeOf(config_, layout_, options_).BytesPerChunk(); }
+
 absl::Status CudaLlamaModel::WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) {
   // cudaMemcpy only reads the host side of a host-to-device copy.
   return CopyChunk(chunk, const_cast<uint8_t*>(in.data()), in.size(), /*to_device=*/true);

@@ -97,6 +97,7 @@ class CudaLlamaModel final : public GpuModel {
   // cudaMemcpyAsync on the model's stream, one per layer and K/V, then a
   // synchronize: the bytes are in place on return (pageable host memory).
   absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) override;
+  int64_t kv_chunk_bytes() const override;
   absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override;
 
   // Decode graphs captured so far (for tests).

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/device.h"
+#include "base/host_memory.h"
 #include "proto/model/model_config.h"
 #include "workers/model/model.h"
 #include "workers/model/weights.h"
@@ -57,6 +58,12 @@ class GpuModel : public Model {
   // Allocates the pool once (FAILED_PRECONDITION the second time).
   virtual absl::Status AllocateKvPool(int64_t num_chunks) = 0;
 };
+
+// `bytes` of zeroed page-locked host memory (cudaHostAlloc, portable to
+// every device's context), for buffers the device copies to and from: the
+// KV tiers' host slots. Pinned up front: all of it is resident from here.
+// RESOURCE_EXHAUSTED when the driver refuses; FAILED_PRECONDITION without CUDA.
+absl::StatusOr<HostBytes> AllocatePinnedHostBytes(int64_t bytes);
 
 // The Llama-family model on GPU `gpu.device` (workers/model/cuda_llama.h).
 // `group` (null for one rank) is borrowed and must outlive the model.

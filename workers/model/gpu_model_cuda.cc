@@ -1,5 +1,8 @@
 // A build with CUDA: the GPU model is CudaLlamaModel, the group NCCL
 // (gpu_model.h).
+#include <cuda_runtime_api.h>
+
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -45,6 +48,16 @@ absl::StatusOr<std::unique_ptr<GpuGroup>> JoinGpuGroup(int rank, int world_size,
   ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> nccl,
                    NcclCommunicator::Create(rank, world_size, id, device, timeout));
   return std::unique_ptr<GpuGroup>(std::make_unique<NcclGroup>(std::move(nccl)));
+}
+
+absl::StatusOr<HostBytes> AllocatePinnedHostBytes(int64_t bytes) {
+  void* p = nullptr;
+  if (bytes <= 0 || cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocPortable) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it for the next call
+    return absl::ResourceExhaustedError(absl::StrFormat("cannot pin %d bytes of host memory", bytes));
+  }
+  std::memset(p, 0, static_cast<size_t>(bytes));  // blank seals: slots never written
+  return HostBytes(static_cast<uint8_t*>(p), [](uint8_t* q) { (void)cudaFreeHost(q); });
 }
 
 absl::StatusOr<std::unique_ptr<GpuModel>> CreateGpuModel(const ModelConfig& config, ModelWeights weights,

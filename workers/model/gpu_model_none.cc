@@ -22,6 +22,8 @@ absl::StatusOr<std::unique_ptr<GpuGroup>> JoinGpuGroup(int, int, const std::stri
   return NoCuda("a GPU group");
 }
 
+absl::StatusOr<HostBytes> AllocatePinnedHostBytes(int64_t) { return NoCuda("pinned host memory"); }
+
 absl::StatusOr<std::unique_ptr<GpuModel>> CreateGpuModel(const ModelConfig&, ModelWeights, const ModelOptions&,
                                                          const GpuModelOptions& gpu, GpuGroup*) {
   return NoCuda("a model on cuda:" + std::to_string(gpu.device));

@@ -66,6 +66,7 @@ class LlamaModel final : public Model {
   absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override;
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return kv_->Copy(copies); }
   absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) override { return kv_->ReadChunk(chunk, out); }
+  int64_t kv_chunk_bytes() const override { return kv_->shape().BytesPerChunk(); }
   absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override {
     return kv_->WriteChunk(chunk, in);
   }

@@ -108,6 +108,8 @@ class Model {
   // return. INVALID_ARGUMENT for a chunk outside the pool or a buffer of
   // another size, before anything is copied.
   virtual absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) = 0;
+  // Bytes of one chunk in ReadChunk's form.
+  virtual int64_t kv_chunk_bytes() const = 0;
   virtual absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 
@@ -70,7 +71,8 @@ KvTierStore::Fd::~Fd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOptions& options, int64_t chunk_bytes) {
+absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOptions& options, int64_t chunk_bytes,
+                                                                 const HostAllocator& allocate) {
   if (chunk_bytes < 1 || chunk_bytes > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrFormat("KV tiers: a chunk of %d bytes", chunk_bytes));
   }
@@ -81,14 +83,13 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
   const int64_t slot_bytes = store->SlotBytes();
   const int64_t host_slots = options.host_bytes / slot_bytes;
   if (host_slots > 0) {
-    // calloc: zero seals (blank: never written), and pages the kernel
-    // maps only when a slot is first written.
-    void* p = std::calloc(static_cast<size_t>(host_slots), static_cast<size_t>(slot_bytes));
-    if (p == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("host KV tier: cannot allocate %d slots of %d bytes", host_slots, slot_bytes));
+    // Zeroed: blank seals, slots never written.
+    absl::StatusOr<HostBytes> host = allocate(host_slots * slot_bytes);
+    if (!host.ok()) {
+      return absl::ResourceExhaustedError(absl::StrFormat("host KV tier: %d slots of %d bytes: %s", host_slots,
+                                                          slot_bytes, host.status().message()));
     }
-    store->host_.reset(static_cast<uint8_t*>(p));
+    store->host_ = std::move(*host);
     store->host_slots_ = host_slots;
   }
   const int64_t disk_slots = options.disk_dir.empty() ? 0 : options.disk_bytes / slot_bytes;
@@ -115,6 +116,12 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
                                                     store->disk_path_, disk_slots * slot_bytes, std::strerror(error)));
     }
     store->disk_slots_ = disk_slots;
+    absl::StatusOr<HostBytes> staging = allocate(chunk_bytes);
+    if (!staging.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("disk KV tier's staging chunk: ", staging.status().message()));
+    }
+    store->staging_ = std::move(*staging);
   }
   return store;
 }
@@ -166,41 +173,63 @@ absl::Status KvTierStore::WriteDisk(int64_t offset, const void* from, int64_t n)
 }
 
 absl::Status KvTierStore::Store(KvTier tier, int64_t slot, uint64_t key, absl::Span<const uint8_t> bytes) {
-  RETURN_IF_ERROR(CheckSlot(tier, slot));
-  ASSIGN_OR_RETURN(const KvChunkSeal seal, SealKvChunk(key, bytes, chunk_bytes_));
-  if (tier == KvTier::kHost) {
-    uint8_t* s = HostSlot(slot);
-    std::memcpy(s, &seal, kHeaderBytes);
-    std::memcpy(s + kHeaderBytes, bytes.data(), bytes.size());
+  RETURN_IF_ERROR(CheckKvChunkBuffer(static_cast<int64_t>(bytes.size()), chunk_bytes_, "to store"));
+  return StoreFrom(tier, slot, key, [&](absl::Span<uint8_t> chunk) {
+    std::memcpy(chunk.data(), bytes.data(), chunk.size());
     return absl::OkStatus();
-  }
-  // The bytes first, then the seal: a store cut short leaves a slot whose
-  // checksum fails, never one that passes with a mix of two chunks.
-  const int64_t offset = slot * SlotBytes();
-  RETURN_IF_ERROR(WriteDisk(offset + kHeaderBytes, bytes.data(), chunk_bytes_));
-  return WriteDisk(offset, &seal, kHeaderBytes);
+  });
 }
 
 absl::Status KvTierStore::Load(KvTier tier, int64_t slot, uint64_t key, absl::Span<uint8_t> out) {
-  RETURN_IF_ERROR(CheckSlot(tier, slot));
   RETURN_IF_ERROR(CheckKvChunkBuffer(static_cast<int64_t>(out.size()), chunk_bytes_, "to load into"));
+  return LoadTo(tier, slot, key, [&](absl::Span<const uint8_t> chunk) {
+    std::memcpy(out.data(), chunk.data(), chunk.size());
+    return absl::OkStatus();
+  });
+}
+
+absl::Status KvTierStore::StoreFrom(KvTier tier, int64_t slot, uint64_t key, FillChunk fill) {
+  RETURN_IF_ERROR(CheckSlot(tier, slot));
+  if (tier == KvTier::kHost) {
+    uint8_t* s = HostSlot(slot);
+    // Blank while it is filled: a fill that fails leaves no slot that passes.
+    std::memset(s, 0, kHeaderBytes);
+    const absl::Span<uint8_t> chunk(s + kHeaderBytes, static_cast<size_t>(chunk_bytes_));
+    RETURN_IF_ERROR(fill(chunk));
+    ASSIGN_OR_RETURN(const KvChunkSeal seal, SealKvChunk(key, chunk, chunk_bytes_));
+    std::memcpy(s, &seal, kHeaderBytes);
+    return absl::OkStatus();
+  }
+  const absl::Span<uint8_t> chunk(staging_.get(), static_cast<size_t>(chunk_bytes_));
+  RETURN_IF_ERROR(fill(chunk));
+  ASSIGN_OR_RETURN(const KvChunkSeal seal, SealKvChunk(key, chunk, chunk_bytes_));
+  // The bytes first, then the seal: a store cut short leaves a slot whose
+  // checksum fails, never one that passes with a mix of two chunks.
+  const int64_t offset = slot * SlotBytes();
+  RETURN_IF_ERROR(WriteDisk(offset + kHeaderBytes, chunk.data(), chunk_bytes_));
+  return WriteDisk(offset, &seal, kHeaderBytes);
+}
+
+absl::Status KvTierStore::LoadTo(KvTier tier, int64_t slot, uint64_t key, ConsumeChunk consume) {
+  RETURN_IF_ERROR(CheckSlot(tier, slot));
   const std::string where = absl::StrFormat("%s KV tier slot %d", TierName(tier), slot);
   KvChunkSeal seal;
-  absl::Span<const uint8_t> bytes = out;
+  absl::Span<const uint8_t> chunk;
   if (tier == KvTier::kHost) {
     const uint8_t* s = HostSlot(slot);
     std::memcpy(&seal, s, kHeaderBytes);
     RETURN_IF_ERROR(CheckKvChunkSeal(seal, key, chunk_bytes_, where));
-    bytes = absl::MakeConstSpan(s + kHeaderBytes, out.size());  // checked in place, copied once good
+    chunk = absl::MakeConstSpan(s + kHeaderBytes, static_cast<size_t>(chunk_bytes_));  // checked in place
   } else {
     const int64_t offset = slot * SlotBytes();
     RETURN_IF_ERROR(ReadDisk(offset, &seal, kHeaderBytes));
     RETURN_IF_ERROR(CheckKvChunkSeal(seal, key, chunk_bytes_, where));
-    RETURN_IF_ERROR(ReadDisk(offset + kHeaderBytes, out.data(), chunk_bytes_));
+    RETURN_IF_ERROR(ReadDisk(offset + kHeaderBytes, staging_.get(), chunk_bytes_));
+    chunk = absl::MakeConstSpan(staging_.get(), static_cast<size_t>(chunk_bytes_));
   }
-  RETURN_IF_ERROR(CheckKvChunkBytes(seal, bytes, where));
-  if (bytes.data() != out.data()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  return absl::OkStatus();
+  // Checked whole before the consumer sees a byte: a bad slot leaves the pool as it was.
+  RETURN_IF_ERROR(CheckKvChunkBytes(seal, chunk, where));
+  return consume(chunk);
 }
 
 absl::Status KvTierStore::Demote(int64_t host_slot, int64_t disk_slot) {

@@ -17,8 +17,10 @@
 // starts with empty tiers). The disk tier's file is created fresh (mode
 // 0600, O_EXCL, a name of its own) and removed when the store is destroyed
 // (the session replaced, the worker exiting); it holds prompts' KV
-// (SECURITY.md). The host tier's memory is reserved
-// up front but touched only as slots are written.
+// (SECURITY.md). The host tier's memory comes from the worker's allocator:
+// plain memory on a CPU worker, reserved up front but touched only as slots
+// are written; pinned memory on a GPU worker (gpu_model.h), which the
+// device reads and writes in place (StoreFrom, LoadTo: no bounce buffer).
 //
 // Thread-compatible: the worker's one thread (its Execute stream, through
 // PlanExecutor) drives it.
@@ -26,13 +28,14 @@
 #define CHUNKATTN_WORKERS_SERVER_KV_TIER_STORE_H_
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
+#include "base/host_memory.h"
 #include "proto/plan/step_plan.h"
 #include "workers/server/kv_chunk_seal.h"
 
@@ -58,9 +61,12 @@ class KvTierStore {
 
   // The tiers of `options` for chunks of `chunk_bytes`: each holds
   // budget / (kHeaderBytes + chunk_bytes) slots (a budget smaller than a slot
-  // holds none: the tier is off). RESOURCE_EXHAUSTED when the host memory
-  // cannot be had, UNAVAILABLE when the disk file cannot be made.
-  static absl::StatusOr<std::unique_ptr<KvTierStore>> Create(const KvTierOptions& options, int64_t chunk_bytes);
+  // holds none: the tier is off). The host tier's slots, and the one chunk
+  // a disk move passes through, come from `allocate`. RESOURCE_EXHAUSTED
+  // when the host memory cannot be had, UNAVAILABLE when the disk file
+  // cannot be made.
+  static absl::StatusOr<std::unique_ptr<KvTierStore>> Create(const KvTierOptions& options, int64_t chunk_bytes,
+                                                             const HostAllocator& allocate = AllocateHostBytes);
   ~KvTierStore();
   KvTierStore(const KvTierStore&) = delete;
   KvTierStore& operator=(const KvTierStore&) = delete;
@@ -80,6 +86,16 @@ class KvTierStore {
   // DATA_LOSS when its magic, length or checksum does not match (corrupt, or
   // a truncated file); `out` is then unspecified. Codes of Store otherwise.
   absl::Status Load(KvTier tier, int64_t slot, uint64_t key, absl::Span<uint8_t> out);
+  // Store and Load without a caller's buffer: `fill` writes the chunk into
+  // the span it is given (the host slot itself, or the staging chunk a disk
+  // store then writes out), `consume` reads it from the checked slot or
+  // staging chunk. A host slot whose fill failed is blank (NOT_FOUND
+  // after); a disk slot keeps what it held (the fill never reached the
+  // file). Errors as Store and Load, or the callback's.
+  using FillChunk = absl::FunctionRef<absl::Status(absl::Span<uint8_t> chunk)>;
+  using ConsumeChunk = absl::FunctionRef<absl::Status(absl::Span<const uint8_t> chunk)>;
+  absl::Status StoreFrom(KvTier tier, int64_t slot, uint64_t key, FillChunk fill);
+  absl::Status LoadTo(KvTier tier, int64_t slot, uint64_t key, ConsumeChunk consume);
   // Host `host_slot` -> disk `disk_slot`, header and bytes as they are (the
   // checksum is checked by the Load that reads them back). NOT_FOUND for a
   // host slot never written.
@@ -105,10 +121,6 @@ class KvTierStore {
     int fd_ = -1;
   };
 
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-
   explicit KvTierStore(int64_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
 
   int64_t SlotBytes() const { return kHeaderBytes + chunk_bytes_; }
@@ -122,7 +134,8 @@ class KvTierStore {
   int64_t chunk_bytes_;
   int64_t host_slots_ = 0;
   int64_t disk_slots_ = 0;
-  std::unique_ptr<uint8_t, Free> host_;  // host_slots_ slots: seal, then the chunk
+  HostBytes host_{nullptr, [](uint8_t*) {}};     // host_slots_ slots: seal, then the chunk
+  HostBytes staging_{nullptr, [](uint8_t*) {}};  // one chunk, with a disk tier
   std::string disk_path_;
   Fd disk_;  // disk_slots_ slots, laid out as the host's
 };

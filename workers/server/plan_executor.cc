@@ -127,17 +127,17 @@ absl::Status PlanExecutor::CheckMoves(const StepPlan& plan) const {
 absl::Status PlanExecutor::ApplyMove(const KvMove& m) {
   if (m.tier == KvTier::kShared) return ApplySharedMove(m);
   if (tiers_ == nullptr) return absl::FailedPreconditionError("this worker has no KV tiers");
-  move_buffer_.resize(static_cast<size_t>(tiers_->chunk_bytes()));
-  const absl::Span<uint8_t> bytes = absl::MakeSpan(move_buffer_);
+  // The model copies straight into and out of the tier's memory (pinned
+  // on a GPU worker).
   switch (m.kind) {
     case KvMove::Kind::kStore:
-      RETURN_IF_ERROR(model_->ReadChunk(m.chunk, bytes));
-      return tiers_->Store(m.tier, m.slot, m.key, bytes);
+      return tiers_->StoreFrom(m.tier, m.slot, m.key,
+                               [&](absl::Span<uint8_t> chunk) { return model_->ReadChunk(m.chunk, chunk); });
     case KvMove::Kind::kLoad:
       // Checked whole before the pool is touched: a failed load leaves the
       // chunk as it was.
-      RETURN_IF_ERROR(tiers_->Load(m.tier, m.slot, m.key, bytes));
-      return model_->WriteChunk(m.chunk, bytes);
+      return tiers_->LoadTo(m.tier, m.slot, m.key,
+                            [&](absl::Span<const uint8_t> chunk) { return model_->WriteChunk(m.chunk, chunk); });
     case KvMove::Kind::kDemote:
       return tiers_->Demote(m.slot, m.to_slot);  // always host -> disk: `tier` is not read
   }

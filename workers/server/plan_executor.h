@@ -112,7 +112,7 @@ class PlanExecutor {
   bool samples_;
   KvTierStore* tiers_;              // null: no tiers
   SharedKvStore* shared_;           // null: no shared tier
-  std::vector<uint8_t> move_buffer_;  // one chunk's KV, on its way between the pool and a tier
+  std::vector<uint8_t> move_buffer_;  // one chunk's KV, on its way between the pool and the shared tier
   double shared_load_seconds_ = 0;    // this step's loads from the shared tier
   bool keep_logits_ = false;
   bool have_context_ = false;

@@ -332,7 +332,9 @@ grpc::Status WorkerService::Join(grpc::ServerContext* context, const JoinRequest
   resp->set_kv_dtype(DTypeName(*kv_dtype));
   // Made last, so a refused Join makes no tier file; the old session's
   // store (and its file) goes with that session (once no stream holds it).
-  absl::StatusOr<std::unique_ptr<KvTierStore>> tiers = KvTierStore::Create(options_.kv_tiers, chunk_bytes);
+  // On a GPU the host tier is pinned: chunks move to and from it by DMA.
+  absl::StatusOr<std::unique_ptr<KvTierStore>> tiers = KvTierStore::Create(
+      options_.kv_tiers, chunk_bytes, options_.device.cuda ? AllocatePinnedHostBytes : AllocateHostBytes);
   if (!tiers.ok()) return ToGrpcStatus(tiers.status());
   session->tiers = std::move(*tiers);
   resp->set_host_kv_slots(session->tiers->slots(KvTier::kHost));

@@ -78,6 +78,7 @@ class DeviceSamplingModel final : public Model {
   }
   absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return inner_->CopyKv(copies); }
   absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) override { return inner_->ReadChunk(chunk, out); }
+  int64_t kv_chunk_bytes() const override { return inner_->kv_chunk_bytes(); }
   absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override {
     return inner_->WriteChunk(chunk, in);
   }

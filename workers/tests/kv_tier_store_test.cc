@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "base/tests/temp_dir.h"
 #include "workers/tests/random_bytes.h"
@@ -213,6 +214,70 @@ TEST(KvTierStore, CorruptDiskBytesFailTheLoad) {
   ASSERT_TRUE(store.Store(KvTier::kDisk, 3, 7, bytes[0]).ok());
   ASSERT_TRUE(store.Load(KvTier::kDisk, 3, 7, absl::MakeSpan(out)).ok());
   EXPECT_EQ(out, bytes[0]);
+}
+
+// The worker's allocator gives the host tier and the disk tier's staging
+// chunk (pinned memory on a GPU): each allocation is released with the
+// store, and a refused one fails Create. StoreFrom fills the slot in place;
+// a fill that fails leaves a host slot blank, whatever it held; LoadTo hands
+// the consumer the checked bytes, and its error is the load's.
+TEST(KvTierStore, AllocatorAndInPlaceMoves) {
+  const std::string dir = testing::MakeTempDir("kv-tier-test");
+  ASSERT_FALSE(dir.empty());
+  static int live = 0;
+  int calls = 0;
+  HostAllocator counting = [&calls](int64_t bytes) -> absl::StatusOr<HostBytes> {
+    ++calls;
+    ASSIGN_OR_RETURN(HostBytes b, AllocateHostBytes(bytes));
+    ++live;
+    return HostBytes(b.release(), [](uint8_t* p) {
+      --live;
+      std::free(p);
+    });
+  };
+  constexpr int64_t kChunk = 1000;
+  {
+    auto made = KvTierStore::Create(Options(3, dir, 2, kChunk), kChunk, counting);
+    ASSERT_TRUE(made.ok()) << made.status();
+    KvTierStore& store = **made;
+    EXPECT_EQ(calls, 2);  // the host slots, the staging chunk
+    EXPECT_EQ(live, 2);
+    std::mt19937_64 rng(3);
+    for (KvTier tier : {KvTier::kHost, KvTier::kDisk}) {
+      const std::vector<uint8_t> want = RandomBytes(rng, kChunk);
+      ASSERT_TRUE(store.StoreFrom(tier, 1, 77, [&](absl::Span<uint8_t> chunk) {
+                         EXPECT_EQ(chunk.size(), static_cast<size_t>(kChunk));
+                         std::copy(want.begin(), want.end(), chunk.begin());
+                         return absl::OkStatus();
+                       }).ok());
+      std::vector<uint8_t> got;
+      ASSERT_TRUE(store.LoadTo(tier, 1, 77, [&](absl::Span<const uint8_t> chunk) {
+                         got.assign(chunk.begin(), chunk.end());
+                         return absl::OkStatus();
+                       }).ok());
+      EXPECT_EQ(got, want);
+      // The consumer's error is the load's.
+      EXPECT_EQ(store.LoadTo(tier, 1, 77, [](absl::Span<const uint8_t>) { return absl::AbortedError("no"); }).code(),
+                absl::StatusCode::kAborted);
+      // A failed fill: the host slot that held 77 is blank; the disk slot
+      // keeps it (the staging chunk never reached the file).
+      EXPECT_EQ(store.StoreFrom(tier, 1, 78, [](absl::Span<uint8_t> chunk) {
+                       chunk[0] ^= 1;  // half written
+                       return absl::UnavailableError("device copy failed");
+                     }).code(),
+                absl::StatusCode::kUnavailable);
+      std::vector<uint8_t> out(kChunk);
+      EXPECT_EQ(store.Load(tier, 1, 77, absl::MakeSpan(out)).ok(), tier == KvTier::kDisk);
+      EXPECT_FALSE(store.Load(tier, 1, 78, absl::MakeSpan(out)).ok());
+    }
+  }
+  EXPECT_EQ(live, 0);
+  HostAllocator refuse = [](int64_t) -> absl::StatusOr<HostBytes> { return absl::ResourceExhaustedError("pinned"); };
+  EXPECT_EQ(KvTierStore::Create(Options(3, "", 0, kChunk), kChunk, refuse).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(KvTierStore::Create(Options(0, dir, 3, kChunk), kChunk, refuse).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(KvTierStore::Create(KvTierOptions(), kChunk, refuse).ok());  // no tier: nothing allocated
 }
 
 TEST(KvTierStore, FlagsAreChecked) {

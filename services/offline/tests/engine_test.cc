@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
+#include "base/tests/temp_dir.h"
 #include "gtest/gtest.h"
 #include "workers/tests/device_sampling_model.h"
 #include "workers/tests/model_test_util.h"
@@ -93,6 +95,84 @@ TEST(OfflineEngineTest, BatchWithSharedPrefixesMatchesEachPromptAlone) {
       }
     }
   }
+}
+
+// KV tiers under a pool of 12 chunks: calls of prompts on prefix A, then
+// on three others (evicting A's chunks), then on A again. With a host tier, a
+// disk tier, or both written through, the third call loads A's blocks
+// instead of recomputing them, and every call's tokens equal the engine's
+// without tiers (greedy and seeded sampling).
+TEST(OfflineEngineTest, KvTiersLoadWhatThePoolEvictedAcrossCalls) {
+  const auto& ref = testing::References()[1];
+  std::mt19937 rng(5);
+  auto prompts_on = [&](int seed_offset) {
+    std::vector<int32_t> prefix(48);
+    for (auto& t : prefix) t = static_cast<int32_t>((rng() + seed_offset) % 256);
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r;
+      r.prompt = prefix;
+      for (int k = 0; k < 5 + 3 * i; ++k) r.prompt.push_back(static_cast<int32_t>(rng() % 256));
+      r.max_new_tokens = 6;
+      r.ignore_eos = true;
+      if (i == 1) {
+        r.sampling.temperature = 0.8f;
+        r.sampling.seed = 9 + seed_offset;
+      } else {
+        r.sampling.temperature = 0;
+      }
+      requests.push_back(r);
+    }
+    return requests;
+  };
+  const std::vector<GenerationRequest> a = prompts_on(0);
+  std::vector<GenerationRequest> b_;  // three prefixes: more than the pool holds beside A's
+  for (int p = 1; p <= 3; ++p) {
+    for (GenerationRequest& r : prompts_on(p)) b_.push_back(std::move(r));
+  }
+  const std::vector<GenerationRequest>& b = b_;
+  auto run = [&](const OfflineEngineOptions& options, std::vector<GenerationStats>* stats) {
+    auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options(12));
+    auto engine = OfflineEngine::Create(model.get(), options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::vector<std::vector<int32_t>> tokens;
+    for (const auto* requests : {&a, &b, &a}) {
+      GenerationStats st;
+      auto out = (*engine)->Generate(*requests, &st);
+      EXPECT_TRUE(out.ok()) << out.status();
+      if (!out.ok()) return tokens;
+      for (const GenerationResult& r : *out) tokens.push_back(r.tokens);
+      stats->push_back(st);
+    }
+    return tokens;
+  };
+  std::vector<GenerationStats> plain_stats;
+  const auto want = run(OfflineEngineOptions(), &plain_stats);
+  ASSERT_EQ(want.size(), 15u);
+  const std::string dir = testing::MakeTempDir("offline-tiers");
+  ASSERT_FALSE(dir.empty());
+  auto model = testing::LoadModelOrDie(ref.dir, {}, nullptr, Options(12));
+  const int64_t slot = KvTierStore::kHeaderBytes + model->kv_chunk_bytes();
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "host" : variant == 1 ? "disk" : "host and disk, write-through");
+    OfflineEngineOptions options;
+    if (variant != 1) options.tiers.host_bytes = (variant == 0 ? 16 : 2) * slot;
+    if (variant != 0) {
+      options.tiers.disk_dir = dir;
+      options.tiers.disk_bytes = 16 * slot;
+    }
+    options.tier_write_through = variant == 2;
+    std::vector<GenerationStats> stats;
+    EXPECT_EQ(run(options, &stats), want);
+    ASSERT_EQ(stats.size(), 3u);
+    EXPECT_GT(stats[0].tier_writes + stats[1].tier_writes, 0);
+    EXPECT_GT(stats[2].tier_loads, 0);
+    EXPECT_GT(stats[2].cached_prompt_tokens, plain_stats[2].cached_prompt_tokens);
+  }
+  OfflineEngineOptions bad;
+  bad.tiers.disk_dir = dir + "/missing";
+  bad.tiers.disk_bytes = 16 * slot;
+  EXPECT_FALSE(OfflineEngine::Create(model.get(), bad).ok());
 }
 
 // A model that samples on its device (the GPU path, here the GPU sampler's
