@@ -31,6 +31,9 @@ Two more rows measure the issue's other goals:
               time (median inter-token gap of its streams while the arrivals
               run), loads / control, the goal being <= 1.05. Medians over
               --repeats.
+  decode_disk the same with a disk tier alone under the pool (no host
+              tier): the arrivals' prefixes are read back from the disk
+              tier's file while the batch decodes.
 
   /usr/bin/python3 bench/kv_tiers.py --json bench/results/kv-tiers-cpu-2core.json
   /usr/bin/python3 bench/kv_tiers.py --quick   # a small run that checks it works
@@ -178,10 +181,12 @@ def run_shared(harness, pb, args, model, systems, users):
                 outputs_equal=outputs['A'] == outputs['B'] == outputs['B-alone'])
 
 
-def run_decode(harness, pb, args, model):
+def run_decode(harness, pb, args, model, disk_dir=None):
     """The running batch's decode step time while other requests arrive whose
-    prefixes are loaded from the host tier, against the same arrivals with
-    their prefixes in the pool (no loads)."""
+    prefixes are loaded from the host tier (or with `disk_dir`, from a disk
+    tier alone), against the same arrivals with their prefixes in the pool
+    (no loads)."""
+    tier = 'disk' if disk_dir else 'host'
     rng = random.Random(args.seed + 1)
     chunk = 64
     prefixes = [[rng.randrange(3, 32000) for _ in range(args.decode_prefix_chunks * chunk)]
@@ -190,9 +195,11 @@ def run_decode(harness, pb, args, model):
     # through, pushing the prefixes into the host tier, which holds them all.
     fillers = [[rng.randrange(3, 32000) for _ in range(args.system_len)]
                for _ in range(args.decode_pool_mib // max(1, args.system_len // chunk) + 4)]
-    cluster = harness.Cluster('kv-tiers-decode', model=model, coordinator_args=['--load_format', 'dummy'],
-                              worker_args=['--threads', str(args.threads), '--kv_cache_mib', str(args.decode_pool_mib),
-                                           '--host_kv_cache_mib', str(4 * args.decode_pool_mib)])
+    tier_args = (['--disk_kv_cache_dir', disk_dir, '--disk_kv_cache_mib', str(4 * args.decode_pool_mib)]
+                 if disk_dir else ['--host_kv_cache_mib', str(4 * args.decode_pool_mib)])
+    cluster = harness.Cluster('kv-tiers-decode-' + tier, model=model, coordinator_args=['--load_format', 'dummy'],
+                              worker_args=['--threads', str(args.threads), '--kv_cache_mib', str(args.decode_pool_mib)]
+                              + tier_args)
     ratios, gaps = [], {'loads': [], 'pool': []}
     loads_seen = 0.0
     try:
@@ -204,7 +211,7 @@ def run_decode(harness, pb, args, model):
                 ns = 'decode-%d-%s' % (rep, mode)
                 for p in prefixes:  # cached ...
                     one(p, ns)
-                if mode == 'loads':  # ... then pushed out of the pool into the host tier
+                if mode == 'loads':  # ... then pushed out of the pool into the tier
                     for f in fillers:
                         one(f, ns + '-filler')
                 before = cluster.metrics()
@@ -228,22 +235,22 @@ def run_decode(harness, pb, args, model):
                 for t in batch:
                     t.join()
                 after = cluster.metrics()
-                loads = after.value('chunkattn_kv_tier_loads_total', tier='host') - \
-                    before.value('chunkattn_kv_tier_loads_total', tier='host')
+                loads = after.value('chunkattn_kv_tier_loads_total', tier=tier) - \
+                    before.value('chunkattn_kv_tier_loads_total', tier=tier)
                 if mode == 'loads':
                     loads_seen += loads
                 window = [b - a for s in stamps for a, b in zip(s, s[1:]) if t0 <= b <= t1]
                 gaps[mode].append(statistics.median(window) if window else float('nan'))
-                print('decode repeat %d %-5s: %d batch gaps while %d arrivals ran, median %.1f ms; host loads %d' % (
-                    rep, mode, len(window), len(prefixes), 1000 * gaps[mode][-1], loads), flush=True)
+                print('decode (%s) repeat %d %-5s: %d batch gaps while %d arrivals ran, median %.1f ms; %s loads %d' % (
+                    tier, rep, mode, len(window), len(prefixes), 1000 * gaps[mode][-1], tier, loads), flush=True)
             ratios.append(gaps['loads'][-1] / gaps['pool'][-1])
     finally:
         cluster.stop()
-    return dict(config='decode', decode_batch=args.decode_batch, arrivals=args.decode_arrivals,
-                arrival_prefix_chunks=args.decode_prefix_chunks, repeats=args.repeats,
+    return dict(config='decode_disk' if disk_dir else 'decode', tier=tier, decode_batch=args.decode_batch,
+                arrivals=args.decode_arrivals, arrival_prefix_chunks=args.decode_prefix_chunks, repeats=args.repeats,
                 step_ms_with_loads=1000 * statistics.median(gaps['loads']),
                 step_ms_without_loads=1000 * statistics.median(gaps['pool']),
-                step_ratio=statistics.median(ratios), step_ratios=ratios, host_loads=loads_seen)
+                step_ratio=statistics.median(ratios), step_ratios=ratios, loads=loads_seen)
 
 
 def main():
@@ -261,7 +268,7 @@ def main():
     p.add_argument('--disk_mib', type=int, default=512)
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--seed', type=int, default=5)
-    p.add_argument('--configs', default='pool,tiers,unbounded,shared,decode')
+    p.add_argument('--configs', default='pool,tiers,unbounded,shared,decode,decode_disk')
     p.add_argument('--decode_batch', type=int, default=8, help='decode: sequences decoding while loads happen')
     p.add_argument('--decode_tokens', type=int, default=96, help='decode: tokens each batch sequence generates')
     p.add_argument('--decode_arrivals', type=int, default=4, help='decode: requests arriving during the batch')
@@ -297,8 +304,8 @@ def main():
             if name == 'shared':
                 results[name] = run_shared(harness, pb, args, model, systems, users)
                 continue
-            if name == 'decode':
-                results[name] = run_decode(harness, pb, args, model)
+            if name in ('decode', 'decode_disk'):
+                results[name] = run_decode(harness, pb, args, model, disk if name == 'decode_disk' else None)
                 continue
             cluster = harness.Cluster('kv-tiers-' + name, model=model, coordinator_args=['--load_format', 'dummy'],
                                       worker_args=['--threads', str(args.threads)] + worker[name])
@@ -332,7 +339,7 @@ def main():
                       name, 100 * res['hit_rate'], 100 * res['hit_rate_later_turns'], res['ttft_p50_ms'],
                       res['ttft_p90_ms'], res['host_loads'], res['disk_loads'], res['stores'], res['demotions'],
                       res['failed_moves'], res['evicted_chunks']), flush=True)
-    extra = {n: results.pop(n) for n in ('shared', 'decode') if n in results}
+    extra = {n: results.pop(n) for n in ('shared', 'decode', 'decode_disk') if n in results}
     names = list(results)
     same = all(outputs[n] == outputs[names[0]] for n in names) and extra.get('shared', {}).get('outputs_equal', True)
     print('\ngreedy outputs equal in every config: %s' % same)
@@ -360,11 +367,13 @@ def main():
                                                                           r['ttft_p50_alone_ms']))
         print('goal: B loads A\'s blocks: TTFT p50 %.2fx better; outputs equal: %s' % (r['ttft_p50_speedup'],
                                                                                        r['outputs_equal']))
-    if 'decode' in extra:
-        r = extra['decode']
-        print('\ndecode step time of a batch of %d while %d requests arrive (%d host loads over %d repeats): '
+    for n in ('decode', 'decode_disk'):
+        if n not in extra:
+            continue
+        r = extra[n]
+        print('\ndecode step time of a batch of %d while %d requests arrive (%d %s loads over %d repeats): '
               '%.1f ms with loads, %.1f ms with the prefixes in the pool: ratio %.3f (goal <= 1.05)' % (
-                  r['decode_batch'], r['arrivals'], r['host_loads'], r['repeats'], r['step_ms_with_loads'],
+                  r['decode_batch'], r['arrivals'], r['loads'], r['tier'], r['repeats'], r['step_ms_with_loads'],
                   r['step_ms_without_loads'], r['step_ratio']))
     results.update(extra)
     if args.json:
