@@ -885,6 +885,33 @@ TEST(SchedulerTest, RejectsRequestsThatCanNeverFit) {
   EXPECT_TRUE(absl::IsInvalidArgument(h.scheduler().Add(5, spec)));
 }
 
+// A greedy request of 3 tokens from `tenant` (its own cache namespace).
+RequestSpec TenantSpec(std::vector<TokenId> prompt, const std::string& tenant,
+                       std::optional<RetentionSpec> retention) {
+  RequestSpec spec;
+  spec.prompt = std::move(prompt);
+  spec.sampling.temperature = 0;
+  spec.max_new_tokens = 3;
+  spec.ignore_eos = true;
+  spec.tenant = tenant;
+  spec.cache_namespace = tenant;
+  spec.retention = retention;
+  return spec;
+}
+
+// Each request's first sample in `out` equals its run alone (greedy), and
+// has all of its `tokens`: served to the end.
+void ExpectEachAsAlone(std::map<std::pair<RequestId, int>, std::vector<TokenId>> out,
+                       const std::vector<std::pair<RequestId, RequestSpec>>& all, size_t tokens) {
+  for (const auto& [id, spec] : all) {
+    Harness alone(256, 2048, false);
+    auto ref = alone.Run({{0, {{id, spec}}}});
+    const std::pair<RequestId, int> key(id, 0);
+    EXPECT_EQ(out[key], ref[key]) << "request " << id;
+    EXPECT_EQ(out[key].size(), tokens) << "request " << id;
+  }
+}
+
 // Retention (issue 41): tenant a's system prompt, retained, survives a
 // flood of tenant b's prompts that evicts it without retention; a tenant
 // retaining every prompt holds at most its bound of raised chunks (a
@@ -898,17 +925,7 @@ TEST(SchedulerTest, RetentionKeepsATenantsPrefixWithinItsBoundAndChangesNoOutput
     for (auto& t : p) t = tok(rng);
     return p;
   };
-  auto spec_of = [](std::vector<TokenId> p, const std::string& tenant, std::optional<RetentionSpec> retention) {
-    RequestSpec spec;
-    spec.prompt = std::move(p);
-    spec.sampling.temperature = 0;
-    spec.max_new_tokens = 3;
-    spec.ignore_eos = true;
-    spec.tenant = tenant;
-    spec.cache_namespace = tenant;
-    spec.retention = retention;
-    return spec;
-  };
+  const auto spec_of = TenantSpec;
   const std::vector<TokenId> system = prompt(64);  // four chunks of 16
   std::vector<std::vector<TokenId>> flood, pins;
   for (int k = 0; k < 8; ++k) flood.push_back(prompt(64));
@@ -940,14 +957,7 @@ TEST(SchedulerTest, RetentionKeepsATenantsPrefixWithinItsBoundAndChangesNoOutput
         most_raised = std::max(most_raised, n);
       }
     };
-    auto out = h.Run(arrivals);
-    for (const auto& [id, spec] : all) {
-      Harness alone(256, 2048, false);
-      auto ref = alone.Run({{0, {{id, spec}}}});
-      const std::pair<RequestId, int> key(id, 0);
-      EXPECT_EQ(out[key], ref[key]) << "request " << id;
-      EXPECT_EQ(out[key].size(), 3u) << "request " << id;  // served to the end
-    }
+    ExpectEachAsAlone(h.Run(arrivals), all, 3);
     if (retained) {
       EXPECT_EQ(h.cached_[2], 63);  // every prompt chunk still cached (the last token recomputed)
       EXPECT_EQ(most_raised, 6);    // 24 chunks / 4
@@ -978,15 +988,7 @@ TEST(SchedulerTest, RetentionBoundCountsTheTiersToo) {
   keep.priority = 80;
   keep.duration = absl::Hours(1);
   auto spec_of = [&](std::vector<TokenId> p, const std::string& tenant, bool retain) {
-    RequestSpec spec;
-    spec.prompt = std::move(p);
-    spec.sampling.temperature = 0;
-    spec.max_new_tokens = 3;
-    spec.ignore_eos = true;
-    spec.tenant = tenant;
-    spec.cache_namespace = tenant;
-    if (retain) spec.retention = keep;
-    return spec;
+    return TenantSpec(std::move(p), tenant, retain ? std::optional<RetentionSpec>(keep) : std::nullopt);
   };
   const std::vector<TokenId> a0 = prompt(), a1 = prompt(), a2 = prompt();
   std::map<int, std::vector<std::pair<RequestId, RequestSpec>>> arrivals;
@@ -1017,13 +1019,7 @@ TEST(SchedulerTest, RetentionBoundCountsTheTiersToo) {
     for (const auto& [ns, n] : h.scheduler().tiers().RaisedPerNamespace()) in_tier += n;
     most_in_tier = std::max(most_in_tier, in_tier);
   };
-  auto out = h.Run(arrivals);
-  for (const auto& [id, spec] : all) {
-    Harness alone(256, 2048, false);
-    auto ref = alone.Run({{0, {{id, spec}}}});
-    const std::pair<RequestId, int> key(id, 0);
-    EXPECT_EQ(out[key], ref[key]) << "request " << id;
-  }
+  ExpectEachAsAlone(h.Run(arrivals), all, 3);
   EXPECT_EQ(most, 6);
   EXPECT_GT(most_in_tier, 0) << "b's prompts never pushed a's raised chunks into the tier";
   EXPECT_GE(h.scheduler().stats().retention_capped_chunks, 4) << "a2 was raised past the bound";
