@@ -17,7 +17,9 @@ Workloads (medians over --repeats; the ratios come from the same run):
   decode b=1     per-token decode step, one sequence (32-token prompt; the
                  63 steps after the first of 64, timed inside the run by
                  both engines; an older chunkattn: the time of 64 generated
-                 tokens minus that of 1, over 63), F32,
+                 tokens minus that of 1, over 63), the engines run back to
+                 back in each repeat (in alternating order) and the ratio the
+                 median of the repeats' ratios, F32,
                  F16 and int8 weights (chunkattn --weight_dtype int8 beside
                  llama.cpp Q8_0, where this chunkattn has the flag), beside
                  the weight-streaming floor: bytes a step reads / measured
@@ -526,17 +528,15 @@ def main():
             singles.append(dict(name='single-%s-%d' % (kind, i), prompts=[prompt],
                                 max_new_tokens=source['max_new_tokens'], repeats=1))
 
-    # llama.cpp: every run per weight type, one process per GGUF; the decode
-    # runs again on one thread (how each engine scales from 1 core to N).
-    lc, lc1 = {}, {}
+    # llama.cpp: every run but the decode rows' in one process (F32); the
+    # decode rows run paired with chunkattn's below, on N threads and on one
+    # (how each engine scales from 1 core to N).
+    lc = {}
     peer1 = LlamaCpp(peer.peer, 1)
-    decode_runs = [runs['decode-1'], runs['decode-n']]
-    for name in ('f32', 'f16', 'bf16', 'q8_0'):
-        want = list(runs.values()) + singles if name == 'f32' and not args.decode_only else decode_runs
-        print('llama.cpp %s: %d runs x %d repeats' % (name, len(want), R), flush=True)
-        lc[name] = peer.run(ggufs[name], want, work)
-        if args.threads > 1:
-            lc1[name] = peer1.run(ggufs[name], decode_runs, work)
+    if not args.decode_only:
+        want = [r for r in list(runs.values()) + singles if not r['name'].startswith('decode')]
+        print('llama.cpp f32: %d runs x %d repeats' % (len(want), R), flush=True)
+        lc['f32'] = peer.run(ggufs['f32'], want, work)
     lc_cmd = ('node bench/peer/llama_cpp_run.mjs --peer PEER --model build/peer/llama-156m-{f32,f16,bf16,q8_0}.gguf '
               '--threads %d --job JOB.json (PEER: scripts/install-llama-cpp-peer.sh)' % args.threads)
 
@@ -559,12 +559,25 @@ def main():
         """llama.cpp's tokens per repeat: [[tokens of each request]]."""
         return [[q['tokens'] for q in rep['requests']] for rep in lc[wname][run]]
 
-    def lc_decode(name, table=None):
-        steps = []
-        for rep in (table or lc)[name]['decode-n']:
-            t = rep['requests'][0]['times_s']
-            steps.append((t[-1] - t[0]) / (len(t) - 1))
-        return med(steps)
+    def lc_step(rep):
+        """llama.cpp's decode step in one repeat: the steps after the first token."""
+        t = rep['requests'][0]['times_s']
+        return (t[-1] - t[0]) / (len(t) - 1)
+
+    def paired_decode(folder, wdt, lname, engine, peer_engine):
+        """Repeat r runs llama.cpp's decode and then chunkattn's (chunkattn first
+        on odd r), back to back, so the VM's drift between repeats reaches
+        both engines alike; a row's ratio is the median of its pairs'."""
+        cmd = engine.generate_cmd(folder, decode_new, prompt_ids=decode_prompt, weight_dtype=wdt)
+        one = dict(runs['decode-n'], repeats=1)
+        ours_res, theirs_reps = [], []
+        for r in range(R):
+            for who in ('peer', 'ours') if r % 2 == 0 else ('ours', 'peer'):
+                if who == 'peer':
+                    theirs_reps.append(peer_engine.run(ggufs[lname], [one], work)['decode-n'][0])
+                else:
+                    ours_res.append(engine.generate(cmd))
+        return ours_res, theirs_reps, cmd
 
     print('chunkattn: decode', flush=True)
     f16_note = ('chunkattn computes with the F16 weights (--weight_dtype auto)' if ours.has_flag('weight_dtype')
@@ -577,26 +590,28 @@ def main():
                     ('BF16', 'float32', 'bfloat16', 'bf16', 'exact'),
                     ('int8', 'float32', 'int8', 'q8_0', 'quantized')]
     for threads in ([args.threads, 1] if args.threads > 1 else [args.threads]):
-        engine, table = (ours, lc) if threads == args.threads else (ours1, lc1)
+        engine, peer_engine = (ours, peer) if threads == args.threads else (ours1, peer1)
         for label, folder, wdt, lname, check in decode_kinds:
-            r1, _ = ours_runs(folders[folder], 'decode-1', prompt_ids=decode_prompt, weight_dtype=wdt, engine=engine)
-            rn, cmd = ours_runs(folders[folder], 'decode-n', prompt_ids=decode_prompt, weight_dtype=wdt,
-                                engine=engine)
+            rn, theirs_reps, cmd = paired_decode(folders[folder], wdt, lname, engine, peer_engine)
+            theirs_steps = [lc_step(rep) for rep in theirs_reps]
+            theirs = med(theirs_steps)
+            pair_ratios = None
             if all(x[3] is not None for x in rn):
                 ours_step = med([x[3] for x in rn])  # timed inside each run, like llama.cpp's
+                pair_ratios = [t / x[3] for t, x in zip(theirs_steps, rn)]
             else:  # an older chunkattn: two runs' generation times apart, noisier on a drifting VM
+                r1, _ = ours_runs(folders[folder], 'decode-1', prompt_ids=decode_prompt, weight_dtype=wdt,
+                                  engine=engine)
                 ours_step = (med([x[0] for x in rn]) - med([x[0] for x in r1])) / (decode_new - 1)
-            theirs = lc_decode(lname, table)
             where = 'decode b=1 %s%s' % (lname, '' if threads == args.threads else ', 1 thread')
             if check == 'exact':
-                agree.check(where, rn[0][2], [q['tokens'] for q in table[lname]['decode-n'][0]['requests']],
+                agree.check(where, rn[0][2], [q['tokens'] for q in theirs_reps[0]['requests']],
                             logits=logits_of(engine, cmd, V, work), tie_tolerance=1e-3 if lname == 'f32' else 3e-2,
                             ours_repeats=[x[2] for x in rn[1:]],
-                            theirs_repeats=[[q['tokens'] for q in rep['requests']]
-                                            for rep in table[lname]['decode-n'][1:]])
+                            theirs_repeats=[[q['tokens'] for q in rep['requests']] for rep in theirs_reps[1:]])
             else:
                 quantized.check(where + ' chunkattn int8 vs llama.cpp Q8_0 (different quantizers)', rn[0][2],
-                                [q['tokens'] for q in table[lname]['decode-n'][0]['requests']])
+                                [q['tokens'] for q in theirs_reps[0]['requests']])
             floor = floors[lname] / (bw * 1e9)
             peer_label = {'int8': ' (llama.cpp Q8_0)'}.get(label, '')
             note = {'F16': f16_note, 'BF16': 'both engines round the F32 weights to BF16 and compute with them',
@@ -606,7 +621,7 @@ def main():
                                  label, peer_label, '' if threads == args.threads else ', 1 thread'),
                              unit='ms', better='lower', threads=threads, chunkattn=ours_step * 1e3,
                              llamacpp=theirs * 1e3, floor_ms=floor * 1e3 if threads == args.threads else None,
-                             weight_bytes=floors[lname], command=rel(cmd),
+                             weight_bytes=floors[lname], command=rel(cmd), pair_ratios=pair_ratios,
                              peer_command=lc_cmd.replace('--threads %d' % args.threads, '--threads %d' % threads),
                              note=note))
 
@@ -678,6 +693,8 @@ def finish(args, rows, bw, bw_how, peer, R, q, agree, peer_batched, quantized, f
         a, b = r['chunkattn'], r['llamacpp']
         if a is None or b is None:
             r['ratio'] = None
+        elif r.get('pair_ratios'):  # engines run back to back per repeat: the median of the pairs' ratios
+            r['ratio'] = med(r['pair_ratios'])
         else:
             r['ratio'] = (b / a) if r['better'] == 'lower' else (a / b)  # > 1: chunkattn better
     print_table(rows, bw, bw_how, peer.info, R, args.threads)
