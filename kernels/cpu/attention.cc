@@ -409,6 +409,10 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
         "LinearRows: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
         kInt8InterleavedSpan, k, w.block));
   }
+  if (w.packed && (q8 || w.dtype != DType::kFloat32 || !F32Packs(n, k))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("LinearRows: packed weights must be fp32 with n %% 4 == 0 and k %% 8 == 0 (n %d, k %d)", n, k));
+  }
   if (rows == 0 || n == 0) return absl::OkStatus();
   const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);
   const auto linear = q8 ? kern->linear_q8 : kern->linear;
@@ -422,6 +426,7 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
   args.c_stride = n;
   args.scales = w.scales;
   args.block = w.block;
+  args.packed = w.packed;
   if (q8 && w.block % 32 == 0) {
     // Int8 weights dot int16 activations in integers (LinearArgs::aq): 2x
     // fewer instructions a weight than widening each weight to fp32, which
@@ -466,6 +471,10 @@ absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64
         "WeightRowsToFloat: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
         kInt8InterleavedSpan, k, w.block));
   }
+  if (w.packed && (q8 || w.dtype != DType::kFloat32 || k % kF32PackCols != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("WeightRowsToFloat: packed weights must be fp32 with k %% 8 == 0 (k %d)", k));
+  }
   if (j1 == j0) return absl::OkStatus();
   const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);
   const auto convert = q8 ? kern->weight_rows_q8 : kern->weight_rows;
@@ -474,6 +483,7 @@ absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64
   args.scales = w.scales;
   args.block = w.block;
   args.interleaved = w.interleaved;
+  args.packed = w.packed;
   args.k = k;
   args.out = out;
   // Pieces of about 64K values: a pool wake-up costs about what converting

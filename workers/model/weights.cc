@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/hash.h"
 #include "base/status_macros.h"
+#include "kernels/cpu/f32_layout.h"
 #include "kernels/cpu/int8_layout.h"
 #include "nlohmann/json.hpp"
 #include "workers/model/safetensors.h"
@@ -312,8 +313,29 @@ int64_t WeightMatrix::StoredAt(int64_t i) const {
   return interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
 }
 
+bool WeightMatrix::PackF32() {
+  if (dtype != WeightDType::kFloat32 || packed || !cpu::F32Packs(rows, cols)) return false;
+  std::vector<float> p(f32.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; c += cpu::kF32PackCols) {
+      std::copy_n(f32.data() + r * cols + c, cpu::kF32PackCols, p.data() + cpu::F32PackedIndex(r, c, cols));
+    }
+  }
+  f32 = std::move(p);
+  packed = true;
+  return true;
+}
+
 void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
   const int64_t begin = r0 * cols, count = n * cols;
+  if (packed) {
+    for (int64_t r = r0; r < r0 + n; ++r) {
+      for (int64_t c = 0; c < cols; c += cpu::kF32PackCols) {
+        std::copy_n(f32.data() + cpu::F32PackedIndex(r, c, cols), cpu::kF32PackCols, out + (r - r0) * cols + c);
+      }
+    }
+    return;
+  }
   switch (dtype) {
     case WeightDType::kAuto:
     case WeightDType::kFloat32: std::copy_n(f32.data() + begin, count, out); return;
@@ -342,6 +364,14 @@ void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
   auto set = [&](int64_t a, int64_t b) {
     const int64_t begin = (r0 + a) * cols, count = (b - a) * cols;
     const float* x = src + a * cols;
+    if (packed) {
+      for (int64_t r = r0 + a; r < r0 + b; ++r) {
+        for (int64_t c = 0; c < cols; c += cpu::kF32PackCols) {
+          std::copy_n(src + (r - r0) * cols + c, cpu::kF32PackCols, f32.data() + cpu::F32PackedIndex(r, c, cols));
+        }
+      }
+      return;
+    }
     switch (dtype) {
       case WeightDType::kAuto:
       case WeightDType::kFloat32: std::copy_n(x, count, f32.data() + begin); return;

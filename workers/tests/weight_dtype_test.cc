@@ -197,6 +197,38 @@ TEST(WeightDTypeTest, MatricesAreStoredInTheAskedDtype) {
   }
 }
 
+// PackF32 (the CPU model's fp32 decode layout) keeps every value where
+// RowsToFloat and SetRows see it; shapes that do not pack, and other dtypes,
+// stay as they are.
+TEST(WeightDTypeTest, PackedFp32RowsReadAndWriteAsRowMajor) {
+  const auto& ref = References()[1];
+  auto config = LoadModelConfig(ref.dir);
+  ASSERT_TRUE(config.ok());
+  auto w = DummyWeights(*config, {}, 7, WeightDType::kFloat32);
+  ASSERT_TRUE(w.ok());
+  WeightMatrix m = w->layers[0].gate_up;
+  const std::vector<float> want = m.ToFloat();
+  ASSERT_TRUE(m.PackF32());
+  EXPECT_TRUE(m.packed);
+  EXPECT_NE(m.f32, want);  // moved
+  EXPECT_EQ(m.ToFloat(), want);
+  EXPECT_FALSE(m.PackF32());  // once
+  // Rows 3..9 rewritten (a group boundary inside), the rest kept.
+  std::vector<float> rows(static_cast<size_t>(6 * m.cols));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i) * 0.25f;
+  m.SetRows(3, 6, rows.data());
+  std::vector<float> expect = want;
+  std::copy(rows.begin(), rows.end(), expect.begin() + 3 * m.cols);
+  EXPECT_EQ(m.ToFloat(), expect);
+  std::vector<float> some(static_cast<size_t>(5 * m.cols));
+  m.RowsToFloat(2, 5, some.data());
+  EXPECT_TRUE(std::equal(some.begin(), some.end(), expect.begin() + 2 * m.cols));
+  WeightMatrix odd = WeightMatrix::Zeros(WeightDType::kFloat32, 6, 16);
+  EXPECT_FALSE(odd.PackF32());  // 6 rows: not a multiple of 4
+  WeightMatrix half = WeightMatrix::Zeros(WeightDType::kFloat16, 8, 16);
+  EXPECT_FALSE(half.PackF32());
+}
+
 // Tensor-parallel shards quantize each row's blocks where the whole model
 // does: a shard's int8 down_proj (its input columns) is a slice of the whole.
 TEST(WeightDTypeTest, Int8ShardsAreSlicesOfTheWhole) {
