@@ -24,6 +24,23 @@ inline int64_t F32PackedIndex(int64_t j, int64_t i, int64_t k) {
          i % kF32PackCols;
 }
 
+// Rows [r0, r0 + n) of a packed (.., k) matrix between `packed` and
+// row-major `flat` (n, k): packing, and reading rows back.
+inline void PackF32Rows(const float* flat, int64_t r0, int64_t n, int64_t k, float* packed) {
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    for (int64_t i = 0; i < k; i += kF32PackCols) {
+      for (int64_t l = 0; l < kF32PackCols; ++l) packed[F32PackedIndex(r, i, k) + l] = flat[(r - r0) * k + i + l];
+    }
+  }
+}
+inline void UnpackF32Rows(const float* packed, int64_t r0, int64_t n, int64_t k, float* flat) {
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    for (int64_t i = 0; i < k; i += kF32PackCols) {
+      for (int64_t l = 0; l < kF32PackCols; ++l) flat[(r - r0) * k + i + l] = packed[F32PackedIndex(r, i, k) + l];
+    }
+  }
+}
+
 }  // namespace chunkattn::cpu
 
 #endif  // CHUNKATTN_KERNELS_CPU_F32_LAYOUT_H_

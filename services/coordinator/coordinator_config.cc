@@ -282,11 +282,8 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
   if (c.engine.max_waiting_requests < 0) return Invalid("--max_waiting_requests must be >= 0 (0 = unbounded)");
   c.engine.model_name = c.served_model_name;
   c.engine.kv_events_hash_seed = absl::GetFlag(FLAGS_kv_events_hash_seed);
-  const std::string write_policy = absl::GetFlag(FLAGS_kv_tier_write_policy);
-  if (write_policy != "write_back" && write_policy != "write_through") {
-    return Invalid("--kv_tier_write_policy must be write_back or write_through");
-  }
-  c.engine.scheduler.tier_write_through = write_policy == "write_through";
+  ASSIGN_OR_RETURN(c.engine.scheduler.tier_write_through,
+                   ParseKvTierWritePolicy(absl::GetFlag(FLAGS_kv_tier_write_policy)));
   std::string url = absl::GetFlag(FLAGS_kv_store_url);
   const std::string url_file = absl::GetFlag(FLAGS_kv_store_url_file);
   if (!url_file.empty()) {

@@ -265,6 +265,13 @@ std::string_view KvTierName(KvTier tier) {
   return "?";
 }
 
+absl::StatusOr<bool> ParseKvTierWritePolicy(std::string_view policy) {
+  if (policy != "write_back" && policy != "write_through") {
+    return absl::InvalidArgumentError("--kv_tier_write_policy must be write_back or write_through");
+  }
+  return policy == "write_through";
+}
+
 BlockKeyChain::BlockKeyChain(std::string_view ns, std::string_view seed) : ns_(ns), digest_(NoneDigest(seed)) {}
 
 void BlockKeyChain::Extend(absl::Span<const int32_t> tokens, int chunk_size) {

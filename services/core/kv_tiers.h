@@ -51,6 +51,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/clock.h"
 #include "proto/plan/step_plan.h"
@@ -204,6 +205,11 @@ class KvTierMap {
 
 // "host", "disk" or "shared": the tier's name in metrics and GetCacheStats.
 std::string_view KvTierName(KvTier tier);
+
+// --kv_tier_write_policy: "write_through" (true: keep each block in the
+// tiers once computed) or "write_back" (false: when the pool evicts it);
+// INVALID_ARGUMENT naming the flag otherwise.
+absl::StatusOr<bool> ParseKvTierWritePolicy(std::string_view policy);
 
 // The chained keys of a growing sequence's full blocks in namespace `ns`
 // (block_hash.h's digests, published form), block 0 first, `chunk_size`

@@ -264,10 +264,10 @@ void PrefixForest::NoteBand(NodeId id, int32_t from, int32_t to) {
   nodes_[nodes_[id].root].raised += delta;
 }
 
-void PrefixForest::ExpireRetention() {
-  lru_.Expire(clock_->Now(), [this](int64_t id, int32_t from, int32_t to) {
-    NoteBand(static_cast<NodeId>(id), from, to);
-  });
+void PrefixForest::ExpireRetention() { ExpireRetentionAt(clock_->Now()); }
+
+void PrefixForest::ExpireRetentionAt(absl::Time now) {
+  lru_.Expire(now, [this](int64_t id, int32_t from, int32_t to) { NoteBand(static_cast<NodeId>(id), from, to); });
 }
 
 absl::StatusOr<RetainResult> PrefixForest::Retain(SeqId id, int32_t prefix_tokens, RetentionGrant grant,
@@ -284,7 +284,7 @@ absl::StatusOr<RetainResult> PrefixForest::Retain(SeqId id, int32_t prefix_token
   }
   if (max_raised < 0) return absl::InvalidArgumentError(absl::StrFormat("max_raised %d < 0", max_raised));
   const absl::Time now = clock_->Now();
-  lru_.Expire(now, [this](int64_t n, int32_t from, int32_t to) { NoteBand(static_cast<NodeId>(n), from, to); });
+  ExpireRetentionAt(now);
   RetainResult result;
   const int32_t chunks = static_cast<int32_t>(CeilDiv(prefix_tokens, chunk_size_));
   const bool raises = grant.priority > kDefaultRetentionPriority;
@@ -314,7 +314,7 @@ absl::Status PrefixForest::MergeGrants(SeqId id, int32_t block, const RetentionG
   }
   if (grants.empty()) return absl::OkStatus();
   const absl::Time now = clock_->Now();
-  lru_.Expire(now, [this](int64_t n, int32_t from, int32_t to) { NoteBand(static_cast<NodeId>(n), from, to); });
+  ExpireRetentionAt(now);
   const NodeId n = s->path[block];
   const int32_t before = lru_.Merge(n, grants, now);
   NoteBand(n, before, lru_.Priority(n));

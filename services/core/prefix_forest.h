@@ -296,6 +296,8 @@ class PrefixForest {
   bool IsRoot(NodeId id) const { return id >= capacity(); }
   // A chunk's priority moved from `from` to `to`: its root's and the bands' counts.
   void NoteBand(NodeId id, int32_t from, int32_t to);
+  // ExpireRetention at `now`, the caller's instant for the whole operation.
+  void ExpireRetentionAt(absl::Time now);
   absl::Span<const TokenId> NodeTokens(NodeId id) const;
   bool TokensLess(NodeId a, NodeId b) const;
   // Among `parent`'s children, the one sharing the longest computed prefix

@@ -236,11 +236,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(engine_options.tiers,
                    KvTierOptionsFromFlags(absl::GetFlag(FLAGS_host_kv_cache_mib), absl::GetFlag(FLAGS_disk_kv_cache_dir),
                                           absl::GetFlag(FLAGS_disk_kv_cache_mib)));
-  const std::string write_policy = absl::GetFlag(FLAGS_kv_tier_write_policy);
-  if (write_policy != "write_back" && write_policy != "write_through") {
-    return absl::InvalidArgumentError("--kv_tier_write_policy must be write_back or write_through");
-  }
-  engine_options.tier_write_through = write_policy == "write_through";
+  ASSIGN_OR_RETURN(engine_options.tier_write_through,
+                   ParseKvTierWritePolicy(absl::GetFlag(FLAGS_kv_tier_write_policy)));
   if (device.cuda) engine_options.host_allocator = AllocatePinnedHostBytes;
   ThreadPool pool(absl::GetFlag(FLAGS_threads));
   std::unique_ptr<Model> model;

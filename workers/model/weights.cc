@@ -316,11 +316,7 @@ int64_t WeightMatrix::StoredAt(int64_t i) const {
 bool WeightMatrix::PackF32() {
   if (dtype != WeightDType::kFloat32 || packed || !cpu::F32Packs(rows, cols)) return false;
   std::vector<float> p(f32.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; c += cpu::kF32PackCols) {
-      std::copy_n(f32.data() + r * cols + c, cpu::kF32PackCols, p.data() + cpu::F32PackedIndex(r, c, cols));
-    }
-  }
+  cpu::PackF32Rows(f32.data(), 0, rows, cols, p.data());
   f32 = std::move(p);
   packed = true;
   return true;
@@ -328,14 +324,7 @@ bool WeightMatrix::PackF32() {
 
 void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
   const int64_t begin = r0 * cols, count = n * cols;
-  if (packed) {
-    for (int64_t r = r0; r < r0 + n; ++r) {
-      for (int64_t c = 0; c < cols; c += cpu::kF32PackCols) {
-        std::copy_n(f32.data() + cpu::F32PackedIndex(r, c, cols), cpu::kF32PackCols, out + (r - r0) * cols + c);
-      }
-    }
-    return;
-  }
+  if (packed) return cpu::UnpackF32Rows(f32.data(), r0, n, cols, out);
   switch (dtype) {
     case WeightDType::kAuto:
     case WeightDType::kFloat32: std::copy_n(f32.data() + begin, count, out); return;
@@ -364,14 +353,7 @@ void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
   auto set = [&](int64_t a, int64_t b) {
     const int64_t begin = (r0 + a) * cols, count = (b - a) * cols;
     const float* x = src + a * cols;
-    if (packed) {
-      for (int64_t r = r0 + a; r < r0 + b; ++r) {
-        for (int64_t c = 0; c < cols; c += cpu::kF32PackCols) {
-          std::copy_n(src + (r - r0) * cols + c, cpu::kF32PackCols, f32.data() + cpu::F32PackedIndex(r, c, cols));
-        }
-      }
-      return;
-    }
+    if (packed) return cpu::PackF32Rows(x, r0 + a, b - a, cols, f32.data());
     switch (dtype) {
       case WeightDType::kAuto:
       case WeightDType::kFloat32: std::copy_n(x, count, f32.data() + begin); return;

@@ -640,16 +640,7 @@ struct Impl {
   static void WeightRows(const WeightRowsArgs& a) {
     using T = typename D::T;
     if constexpr (std::is_same_v<D, F32>) {
-      if (a.packed) {
-        for (int64_t j = a.j0; j < a.j1; ++j) {
-          const float* src = static_cast<const float*>(a.w);
-          float* dst = a.out + (j - a.j0) * a.k;
-          for (int64_t i = 0; i < a.k; i += kF32PackCols) {
-            std::memcpy(dst + i, src + F32PackedIndex(j, i, a.k), sizeof(float) * kF32PackCols);
-          }
-        }
-        return;
-      }
+      if (a.packed) return UnpackF32Rows(static_cast<const float*>(a.w), a.j0, a.j1 - a.j0, a.k, a.out);
     }
     for (int64_t j = a.j0; j < a.j1; ++j) {
       const T* src = static_cast<const T*>(a.w) + j * a.k;
