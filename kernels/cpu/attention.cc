@@ -409,9 +409,9 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
         "LinearRows: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
         kInt8InterleavedSpan, k, w.block));
   }
-  if (w.packed && (q8 || w.dtype != DType::kFloat32 || !F32Packs(n, k))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("LinearRows: packed weights must be fp32 with n %% 4 == 0 and k %% 8 == 0 (n %d, k %d)", n, k));
+  if (w.packed && (q8 || !Packs(n, k))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "LinearRows: packed weights must be fp32, fp16 or bf16 with n %% 4 == 0 and k %% 8 == 0 (n %d, k %d)", n, k));
   }
   if (rows == 0 || n == 0) return absl::OkStatus();
   const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);
@@ -471,9 +471,9 @@ absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64
         "WeightRowsToFloat: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
         kInt8InterleavedSpan, k, w.block));
   }
-  if (w.packed && (q8 || w.dtype != DType::kFloat32 || k % kF32PackCols != 0)) {
+  if (w.packed && (q8 || k % kPackCols != 0)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("WeightRowsToFloat: packed weights must be fp32 with k %% 8 == 0 (k %d)", k));
+        absl::StrFormat("WeightRowsToFloat: packed weights must be fp32, fp16 or bf16 with k %% 8 == 0 (k %d)", k));
   }
   if (j1 == j0) return absl::OkStatus();
   const IsaKernels* kern = Kernels(IsaSupported(isa) ? isa : Isa::kPortable, w.dtype);

@@ -28,7 +28,7 @@
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
 #include "kernels/api/decode_plan.h"
-#include "kernels/cpu/f32_layout.h"
+#include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/int8_layout.h"
 #include "base/thread_pool.h"
 
@@ -124,8 +124,8 @@ struct WeightView {
   // int8: each row's q in Int8InterleavedColumn order (int8_layout.h;
   // Int8Interleaves(k, block) must hold); scales stay in column order.
   bool interleaved = false;
-  // fp32: rows in the decode kernel's packed layout (f32_layout.h; F32Packs(n, k)
-  // must hold).
+  // fp32, fp16 or bf16: rows in the decode kernel's packed layout
+  // (packed_layout.h; Packs(n, k) must hold).
   bool packed = false;
 };
 

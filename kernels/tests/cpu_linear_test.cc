@@ -492,51 +492,60 @@ TEST(WeightRowsToFloatTest, ConvertsExactlyForEveryDtypeAndOddShapes) {
   }
 }
 
-// Packed fp32 weights (f32_layout.h): the same results bit for bit as
-// row-major, for any batch (both row tiles, the threaded split), and the
-// prefill conversion gives the row-major rows back exactly; packing a shape
-// that does not pack is refused.
-TEST(LinearRowsTest, PackedF32EqualsRowMajorBitForBit) {
+// Packed weights (packed_layout.h), fp32, fp16 and bf16: the same results
+// bit for bit as row-major, for any batch (the direct tiles, the 16-bit
+// converted segments from 3 rows on, the threaded split), and the prefill
+// conversion gives the row-major rows back exactly; a shape that does not
+// pack, and int8, are refused.
+TEST(LinearRowsTest, PackedEqualsRowMajorBitForBit) {
   std::mt19937 rng(23);
   ThreadPool pool(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
     if (!cpu::IsaSupported(isa)) continue;
-    for (int trial = 0; trial < 16; ++trial) {
-      const int64_t rows = 1 + rng() % 30;
-      const int64_t k = 8 * (1 + rng() % 80);
-      const int64_t n = 4 * (1 + rng() % 300);
-      const Weights w = RandomWeights(DType::kFloat32, n * k, rng);
-      std::vector<float> packed(w.values.size());
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t i = 0; i < k; ++i) packed[cpu::F32PackedIndex(j, i, k)] = w.values[j * k + i];
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      const int64_t size = DTypeBytes(dtype);
+      for (int trial = 0; trial < 12; ++trial) {
+        const int64_t rows = 1 + rng() % 40;
+        const int64_t k = 8 * (1 + rng() % 150);
+        const int64_t n = 4 * (1 + rng() % 300);
+        const Weights w = RandomWeights(dtype, n * k, rng);
+        std::vector<uint8_t> packed(w.bytes.size());
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t i = 0; i < k; ++i) {
+            std::memcpy(packed.data() + cpu::PackedIndex(j, i, k) * size, w.bytes.data() + (j * k + i) * size, size);
+          }
+        }
+        std::vector<float> a(static_cast<size_t>(rows * k));
+        for (float& x : a) x = normal(rng);
+        ThreadPool* threads = trial % 2 ? &pool : nullptr;
+        std::vector<float> plain(static_cast<size_t>(rows * n), NAN), got(plain.size(), NAN);
+        ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, w.bytes.data(), dtype, n, plain.data(), threads, isa).ok());
+        cpu::WeightView view;
+        view.data = packed.data();
+        view.dtype = dtype;
+        view.packed = true;
+        ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, got.data(), threads, isa).ok());
+        const std::string where =
+            absl::StrFormat("%s %s rows %d k %d n %d", cpu::IsaName(isa), DTypeName(dtype), rows, k, n);
+        ASSERT_EQ(std::memcmp(plain.data(), got.data(), plain.size() * sizeof(float)), 0) << where;
+        const int64_t j0 = rng() % n, j1 = j0 + rng() % (n - j0 + 1);
+        std::vector<float> back(static_cast<size_t>((j1 - j0) * k), NAN);
+        ASSERT_TRUE(cpu::WeightRowsToFloat(view, k, j0, j1, back.data(), threads, isa).ok());
+        ASSERT_EQ(std::memcmp(back.data(), w.values.data() + j0 * k, back.size() * sizeof(float)), 0) << where;
       }
-      std::vector<float> a(static_cast<size_t>(rows * k));
-      for (float& x : a) x = normal(rng);
-      ThreadPool* threads = trial % 2 ? &pool : nullptr;
-      std::vector<float> plain(static_cast<size_t>(rows * n), NAN), got(plain.size(), NAN);
-      ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, w.values.data(), DType::kFloat32, n, plain.data(), threads, isa)
-                      .ok());
-      cpu::WeightView view;
-      view.data = packed.data();
-      view.packed = true;
-      ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, got.data(), threads, isa).ok());
-      const std::string where = absl::StrFormat("%s rows %d k %d n %d", cpu::IsaName(isa), rows, k, n);
-      ASSERT_EQ(std::memcmp(plain.data(), got.data(), plain.size() * sizeof(float)), 0) << where;
-      const int64_t j0 = rng() % n, j1 = j0 + rng() % (n - j0 + 1);
-      std::vector<float> back(static_cast<size_t>((j1 - j0) * k), NAN);
-      ASSERT_TRUE(cpu::WeightRowsToFloat(view, k, j0, j1, back.data(), threads, isa).ok());
-      ASSERT_EQ(std::memcmp(back.data(), w.values.data() + j0 * k, back.size() * sizeof(float)), 0) << where;
     }
   }
-  std::vector<float> a(64), w(64), c(64);
+  std::vector<float> a(64), w(64), c(64), scales(8, 1.0f);
   cpu::WeightView view;
   view.data = w.data();
   view.packed = true;
   EXPECT_EQ(cpu::LinearRows(a.data(), 1, 8, view, 6, c.data(), nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // n not a multiple of 4
-  view.dtype = DType::kFloat16;
+  view.scales = scales.data();
+  view.block = 8;
   EXPECT_EQ(cpu::LinearRows(a.data(), 1, 8, view, 4, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::WeightRowsToFloat(view, 8, 0, 4, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LinearRowsTest, RefusesBadShapes) {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/hash.h"
 #include "base/status_macros.h"
-#include "kernels/cpu/f32_layout.h"
+#include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/int8_layout.h"
 #include "nlohmann/json.hpp"
 #include "workers/model/safetensors.h"
@@ -313,26 +313,50 @@ int64_t WeightMatrix::StoredAt(int64_t i) const {
   return interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
 }
 
-bool WeightMatrix::PackF32() {
-  if (dtype != WeightDType::kFloat32 || packed || !cpu::F32Packs(rows, cols)) return false;
-  std::vector<float> p(f32.size());
-  cpu::PackF32Rows(f32.data(), 0, rows, cols, p.data());
-  f32 = std::move(p);
+bool WeightMatrix::Pack() {
+  if (packed || !cpu::Packs(rows, cols)) return false;
+  switch (dtype) {
+    case WeightDType::kAuto:
+    case WeightDType::kFloat32: {
+      std::vector<float> p(f32.size());
+      cpu::PackRows(f32.data(), 0, rows, cols, p.data());
+      f32 = std::move(p);
+      break;
+    }
+    case WeightDType::kFloat16:
+    case WeightDType::kBFloat16: {
+      std::vector<uint16_t> p(half.size());
+      cpu::PackRows(half.data(), 0, rows, cols, p.data());
+      half = std::move(p);
+      break;
+    }
+    case WeightDType::kInt8: return false;
+  }
   packed = true;
   return true;
 }
 
 void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
   const int64_t begin = r0 * cols, count = n * cols;
-  if (packed) return cpu::UnpackF32Rows(f32.data(), r0, n, cols, out);
+  // Packed 16-bit rows: back to row order into `out`'s own bits first.
+  std::vector<uint16_t> unpacked;
+  const uint16_t* h = half.empty() ? nullptr : half.data() + begin;
+  if (packed && h != nullptr) {
+    unpacked.resize(static_cast<size_t>(count));
+    cpu::UnpackRows(half.data(), r0, n, cols, unpacked.data());
+    h = unpacked.data();
+  }
   switch (dtype) {
     case WeightDType::kAuto:
-    case WeightDType::kFloat32: std::copy_n(f32.data() + begin, count, out); return;
+    case WeightDType::kFloat32:
+      if (packed) return cpu::UnpackRows(f32.data(), r0, n, cols, out);
+      std::copy_n(f32.data() + begin, count, out);
+      return;
     case WeightDType::kFloat16:
-      for (int64_t i = 0; i < count; ++i) out[i] = HalfToFloat(half[begin + i]);
+      for (int64_t i = 0; i < count; ++i) out[i] = HalfToFloat(h[i]);
       return;
     case WeightDType::kBFloat16:
-      for (int64_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(half[begin + i]);
+      for (int64_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(h[i]);
       return;
     case WeightDType::kInt8:
       for (int64_t i = 0; i < count; ++i) {
@@ -353,15 +377,25 @@ void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
   auto set = [&](int64_t a, int64_t b) {
     const int64_t begin = (r0 + a) * cols, count = (b - a) * cols;
     const float* x = src + a * cols;
-    if (packed) return cpu::PackF32Rows(x, r0 + a, b - a, cols, f32.data());
+    // Packed 16-bit rows: rounded into row order, then packed.
+    std::vector<uint16_t> rounded;
+    uint16_t* h = half.empty() ? nullptr : half.data() + begin;
+    if (packed && h != nullptr) {
+      rounded.resize(static_cast<size_t>(count));
+      h = rounded.data();
+    }
     switch (dtype) {
       case WeightDType::kAuto:
-      case WeightDType::kFloat32: std::copy_n(x, count, f32.data() + begin); return;
-      case WeightDType::kFloat16:
-        for (int64_t i = 0; i < count; ++i) half[begin + i] = FloatToHalf(x[i]);
+      case WeightDType::kFloat32:
+        if (packed) return cpu::PackRows(x, r0 + a, b - a, cols, f32.data());
+        std::copy_n(x, count, f32.data() + begin);
         return;
+      case WeightDType::kFloat16:
       case WeightDType::kBFloat16:
-        for (int64_t i = 0; i < count; ++i) half[begin + i] = FloatToBFloat16(x[i]);
+        for (int64_t i = 0; i < count; ++i) {
+          h[i] = dtype == WeightDType::kFloat16 ? FloatToHalf(x[i]) : FloatToBFloat16(x[i]);
+        }
+        if (packed) cpu::PackRows(h, r0 + a, b - a, cols, half.data());
         return;
       case WeightDType::kInt8:
         // Symmetric, round to nearest: |error| <= scale / 2 = max|w| / 254 per block.

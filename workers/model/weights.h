@@ -79,14 +79,15 @@ struct WeightMatrix {
   // cpu::Int8Interleaves(cols, block); else at r * cols + c. RowsToFloat and
   // SetRows take and give column order either way.
   bool interleaved = false;
-  // kFloat32: rows in the decode kernel's packed layout (kernels/cpu/f32_layout.h),
-  // set by PackF32 (the CPU model's own copy; loaders write row-major).
-  // RowsToFloat and SetRows take and give row-major rows either way.
+  // kFloat32, kFloat16, kBFloat16: rows in the decode kernel's packed layout
+  // (kernels/cpu/packed_layout.h), set by Pack (the CPU model's own copy;
+  // loaders write row-major). RowsToFloat and SetRows take and give
+  // row-major rows either way.
   bool packed = false;
 
-  // kFloat32 with cpu::F32Packs(rows, cols): stores the rows packed. Else
+  // fp32 or 16-bit with cpu::Packs(rows, cols): stores the rows packed. Else
   // nothing changes. Returns whether it packed.
-  bool PackF32();
+  bool Pack();
 
   // An empty matrix of `rows` x `cols` in `dtype` (not kAuto), zero-filled.
   static WeightMatrix Zeros(WeightDType dtype, int64_t rows, int64_t cols);

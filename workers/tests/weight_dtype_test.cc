@@ -197,36 +197,41 @@ TEST(WeightDTypeTest, MatricesAreStoredInTheAskedDtype) {
   }
 }
 
-// PackF32 (the CPU model's fp32 decode layout) keeps every value where
-// RowsToFloat and SetRows see it; shapes that do not pack, and other dtypes,
-// stay as they are.
-TEST(WeightDTypeTest, PackedFp32RowsReadAndWriteAsRowMajor) {
+// Pack (the CPU model's decode layout) keeps every value where RowsToFloat
+// and SetRows see it, for fp32 and both 16-bit dtypes; shapes that do not
+// pack, and int8, stay as they are.
+TEST(WeightDTypeTest, PackedRowsReadAndWriteAsRowMajor) {
   const auto& ref = References()[1];
   auto config = LoadModelConfig(ref.dir);
   ASSERT_TRUE(config.ok());
-  auto w = DummyWeights(*config, {}, 7, WeightDType::kFloat32);
-  ASSERT_TRUE(w.ok());
-  WeightMatrix m = w->layers[0].gate_up;
-  const std::vector<float> want = m.ToFloat();
-  ASSERT_TRUE(m.PackF32());
-  EXPECT_TRUE(m.packed);
-  EXPECT_NE(m.f32, want);  // moved
-  EXPECT_EQ(m.ToFloat(), want);
-  EXPECT_FALSE(m.PackF32());  // once
-  // Rows 3..9 rewritten (a group boundary inside), the rest kept.
-  std::vector<float> rows(static_cast<size_t>(6 * m.cols));
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i) * 0.25f;
-  m.SetRows(3, 6, rows.data());
-  std::vector<float> expect = want;
-  std::copy(rows.begin(), rows.end(), expect.begin() + 3 * m.cols);
-  EXPECT_EQ(m.ToFloat(), expect);
-  std::vector<float> some(static_cast<size_t>(5 * m.cols));
-  m.RowsToFloat(2, 5, some.data());
-  EXPECT_TRUE(std::equal(some.begin(), some.end(), expect.begin() + 2 * m.cols));
-  WeightMatrix odd = WeightMatrix::Zeros(WeightDType::kFloat32, 6, 16);
-  EXPECT_FALSE(odd.PackF32());  // 6 rows: not a multiple of 4
-  WeightMatrix half = WeightMatrix::Zeros(WeightDType::kFloat16, 8, 16);
-  EXPECT_FALSE(half.PackF32());
+  for (WeightDType dtype : {WeightDType::kFloat32, WeightDType::kFloat16, WeightDType::kBFloat16}) {
+    SCOPED_TRACE(WeightDTypeName(dtype));
+    auto w = DummyWeights(*config, {}, 7, dtype);
+    ASSERT_TRUE(w.ok());
+    WeightMatrix m = w->layers[0].gate_up;
+    const std::vector<float> want = m.ToFloat();
+    const WeightMatrix before = m;
+    ASSERT_TRUE(m.Pack());
+    EXPECT_TRUE(m.packed);
+    EXPECT_TRUE(m.f32 != before.f32 || m.half != before.half);  // moved
+    EXPECT_EQ(m.ToFloat(), want);
+    EXPECT_FALSE(m.Pack());  // once
+    // Rows 3..9 rewritten (a group boundary inside), the rest kept; the
+    // values are exact in every dtype.
+    std::vector<float> rows(static_cast<size_t>(6 * m.cols));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i % 64) * 0.25f;
+    m.SetRows(3, 6, rows.data());
+    std::vector<float> expect = want;
+    std::copy(rows.begin(), rows.end(), expect.begin() + 3 * m.cols);
+    EXPECT_EQ(m.ToFloat(), expect);
+    std::vector<float> some(static_cast<size_t>(5 * m.cols));
+    m.RowsToFloat(2, 5, some.data());
+    EXPECT_TRUE(std::equal(some.begin(), some.end(), expect.begin() + 2 * m.cols));
+    WeightMatrix odd = WeightMatrix::Zeros(dtype, 6, 16);
+    EXPECT_FALSE(odd.Pack());  // 6 rows: not a multiple of 4
+  }
+  WeightMatrix int8 = WeightMatrix::Zeros(WeightDType::kInt8, 8, 32);
+  EXPECT_FALSE(int8.Pack());
 }
 
 // Tensor-parallel shards quantize each row's blocks where the whole model

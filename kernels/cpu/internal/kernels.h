@@ -133,7 +133,8 @@ struct LinearArgs {
   // w and aq in Int8InterleavedColumn order (attention.h), k a multiple of
   // 256 and block 32: each group's dot is one lane of an integer vector.
   bool interleaved = false;
-  // fp32 w in the packed layout (f32_layout.h): j0 and j1 multiples of 4.
+  // fp32, fp16 or bf16 w in the packed layout (packed_layout.h): j0 and j1
+  // multiples of 4.
   bool packed = false;
 };
 
@@ -146,7 +147,7 @@ struct WeightRowsArgs {
   const float* scales = nullptr;
   int64_t block = 0;
   bool interleaved = false;  // int8 rows in Int8InterleavedColumn order
-  bool packed = false;       // fp32 rows in the packed layout (f32_layout.h)
+  bool packed = false;       // rows in the packed layout (packed_layout.h)
   int64_t k = 0;
   int64_t j0 = 0, j1 = 0;
   float* out = nullptr;  // (j1 - j0, k)

@@ -11,7 +11,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/cpu/f32_layout.h"
+#include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/int8_layout.h"
 #include "kernels/cpu/internal/kernels.h"
 #include "kernels/cpu/internal/storage.h"
@@ -378,20 +378,21 @@ struct Impl {
           step(wv, i);
         }
       }
-    } else if (std::is_same_v<D, F32> && a.packed) {
-      // Packed fp32 (f32_layout.h; J == 4, j0 a multiple of 4): the tile's
-      // four rows are one stream, the same values in the same order.
-      static_assert(L == kF32PackCols, "the packed layout holds 8 columns a row at a time");
-      const float* p = static_cast<const float*>(a.w) + j0 * a.k;
+    } else if (a.packed) {
+      // Packed rows (packed_layout.h; J == 4, j0 a multiple of 4): the
+      // tile's four rows are one stream, the same values in the same order,
+      // which the prefetchers follow unaided.
+      static_assert(L == kPackCols, "the packed layout holds 8 columns a row at a time");
+      const auto* p = static_cast<const typename D::T*>(a.w) + j0 * a.k;
       for (int64_t i = 0; i < a.k; i += L) {
         V wv[J];
-        for (int j = 0; j < J; ++j) wv[j] = S::Load(p + i * kF32PackRows + j * L);
+        for (int j = 0; j < J; ++j) wv[j] = S::LoadKv(p + i * kPackRows + j * L, D{});
         step(wv, i);
       }
     } else {
-      // 16-bit weights: the rows two tiles on as this one streams (see
-      // LinearTile16; 1.37x at batch 1 on the 156M model). fp32 streams as
-      // fast without (its prefetch measured 1.1x slower).
+      // Row-major 16-bit weights: the rows two tiles on as this one streams
+      // (1.37x at batch 1 on the 156M model). fp32 streams as fast without
+      // (its prefetch measured 1.1x slower).
       const char* next = reinterpret_cast<const char*>(w + 2 * J * a.k);
       for (int64_t i = 0; i < a.k; i += L) {
         if constexpr (sizeof(typename D::T) == 2) {
@@ -436,6 +437,9 @@ struct Impl {
         for (int64_t i = 0; i < len; i += L) {
           S::Store(dst + i, S::Mul(S::LoadI8(w + i0 + i), S::Set1(sc[(i0 + i) / a.block])));
         }
+      } else if (a.packed) {
+        const auto* p = static_cast<const typename D::T*>(a.w) + j * a.k + jj * L;
+        for (int64_t i = 0; i < len; i += L) S::Store(dst + i, S::LoadKv(p + (i0 + i) * kPackRows, D{}));
       } else {
         for (int64_t i = 0; i < len; i += L) S::Store(dst + i, S::LoadKv(w + i0 + i, D{}));
       }
@@ -639,8 +643,15 @@ struct Impl {
   template <class D>
   static void WeightRows(const WeightRowsArgs& a) {
     using T = typename D::T;
-    if constexpr (std::is_same_v<D, F32>) {
-      if (a.packed) return UnpackF32Rows(static_cast<const float*>(a.w), a.j0, a.j1 - a.j0, a.k, a.out);
+    if constexpr (!std::is_same_v<D, I8>) {
+      if (a.packed) {
+        for (int64_t j = a.j0; j < a.j1; ++j) {
+          for (int64_t i = 0; i < a.k; i += L) {
+            S::Store(a.out + (j - a.j0) * a.k + i, S::LoadKv(static_cast<const T*>(a.w) + PackedIndex(j, i, a.k), D{}));
+          }
+        }
+        return;
+      }
     }
     for (int64_t j = a.j0; j < a.j1; ++j) {
       const T* src = static_cast<const T*>(a.w) + j * a.k;
