@@ -87,7 +87,9 @@ struct StepPlan {
   int64_t num_kv_chunks = 0;  // first plan of a session only: the pool size
   std::vector<SamplerStart> sampler_starts;
   std::vector<int64_t> sampler_ends;  // applied after the step's samples
-  std::vector<KvMove> moves;          // applied in order first: before the copies
+  // Applied in order first, before the copies; a worker may run them beside
+  // the step's pass when it touches none of their chunks (PlanExecutor).
+  std::vector<KvMove> moves;
   std::vector<KvCopy> copies;         // applied before any KV write of the step
   std::vector<int32_t> tokens;        // every input row
   PrefillBatch prefill;

@@ -70,6 +70,9 @@ class LlamaModel final : public Model {
   absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override {
     return kv_->WriteChunk(chunk, in);
   }
+  // Plain copies of one chunk's bytes in every layer: no state a forward
+  // pass shares.
+  bool chunk_moves_beside_forward() const override { return true; }
 
  private:
   LlamaModel(const ModelConfig& config, ModelWeights weights, const ModelOptions& options,

@@ -111,6 +111,10 @@ class Model {
   // Bytes of one chunk in ReadChunk's form.
   virtual int64_t kv_chunk_bytes() const = 0;
   virtual absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) = 0;
+  // Whether ReadChunk and WriteChunk may run on another thread while a
+  // Forward*, or CopyKv, runs on chunks that pass does not touch (the worker
+  // then overlaps a step's KV tier moves with its forward pass).
+  virtual bool chunk_moves_beside_forward() const { return false; }
 };
 
 // What a GPU runs `config` in when no dtype is asked for: the checkpoint's

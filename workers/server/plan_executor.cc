@@ -1,6 +1,7 @@
 #include "workers/server/plan_executor.h"
 
 #include <algorithm>
+#include <future>
 #include <limits>
 
 #include "absl/strings/str_format.h"
@@ -124,8 +125,8 @@ absl::Status PlanExecutor::CheckMoves(const StepPlan& plan) const {
   return absl::OkStatus();
 }
 
-absl::Status PlanExecutor::ApplyMove(const KvMove& m) {
-  if (m.tier == KvTier::kShared) return ApplySharedMove(m);
+absl::Status PlanExecutor::ApplyMove(const KvMove& m, double* shared_load_seconds) {
+  if (m.tier == KvTier::kShared) return ApplySharedMove(m, shared_load_seconds);
   if (tiers_ == nullptr) return absl::FailedPreconditionError("this worker has no KV tiers");
   // The model copies straight into and out of the tier's memory (pinned
   // on a GPU worker).
@@ -144,7 +145,7 @@ absl::Status PlanExecutor::ApplyMove(const KvMove& m) {
   return absl::InvalidArgumentError("unknown KV move");
 }
 
-absl::Status PlanExecutor::ApplySharedMove(const KvMove& m) {
+absl::Status PlanExecutor::ApplySharedMove(const KvMove& m, double* shared_load_seconds) {
   if (shared_ == nullptr) return absl::FailedPreconditionError("this worker has no shared KV tier");
   move_buffer_.resize(static_cast<size_t>(shared_->chunk_bytes()));
   const absl::Span<uint8_t> bytes = absl::MakeSpan(move_buffer_);
@@ -156,19 +157,45 @@ absl::Status PlanExecutor::ApplySharedMove(const KvMove& m) {
   // demote).
   const absl::Time start = absl::Now();
   absl::Status loaded = shared_->Load(m.key, bytes);
-  shared_load_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+  *shared_load_seconds += absl::ToDoubleSeconds(absl::Now() - start);
   RETURN_IF_ERROR(loaded);
   return model_->WriteChunk(m.chunk, bytes);
 }
 
-void PlanExecutor::ApplyMoves(const StepPlan& plan, StepResult* result) {
-  shared_load_seconds_ = 0;
+PlanExecutor::MoveOutcome PlanExecutor::ApplyMoves(const StepPlan& plan) {
+  MoveOutcome out;
   for (size_t k = 0; k < plan.moves.size(); ++k) {
     // Not the step's error: a tier that is full, corrupt or gone costs the
     // coordinator a recompute of the chunk, never the request.
-    if (!ApplyMove(plan.moves[k]).ok()) result->failed_moves.push_back(static_cast<int32_t>(k));
+    if (!ApplyMove(plan.moves[k], &out.shared_load_seconds).ok()) out.failed.push_back(static_cast<int32_t>(k));
   }
-  result->shared_load_seconds = shared_load_seconds_;
+  return out;
+}
+
+bool PlanExecutor::ForwardSkipsMovedChunks(const StepPlan& plan) const {
+  std::vector<int32_t> moved;
+  for (const KvMove& m : plan.moves) {
+    if (m.kind != KvMove::Kind::kDemote) moved.push_back(m.chunk);
+  }
+  if (moved.empty()) return true;
+  std::sort(moved.begin(), moved.end());
+  const auto touches = [&](absl::Span<const int32_t> chunks) {
+    for (int32_t c : chunks) {
+      if (std::binary_search(moved.begin(), moved.end(), c)) return true;
+    }
+    return false;
+  };
+  for (const KvCopy& c : plan.copies) {
+    if (touches({c.src_chunk, c.dst_chunk})) return false;
+  }
+  if (touches(plan.prefill.chunk_ids)) return false;
+  if (plan.has_decode) {
+    // The context this step decodes with: the plan's new one, else the kept
+    // one (SetContext checks either before the pass).
+    const ChunkContext* ctx = plan.has_context ? &plan.context : have_context_ ? &ctx_ : nullptr;
+    if (ctx != nullptr && (touches(ctx->shared_chunk) || touches(ctx->private_chunk))) return false;
+  }
+  return true;
 }
 
 absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, const AwaitMasks& await_masks) {
@@ -202,8 +229,18 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, con
     }
   }
 
-  // Before the copies and any KV write of the step (step_plan.h).
-  ApplyMoves(plan, result);
+  // Before the copies and any KV write of the step (step_plan.h), or on a
+  // thread of their own beside them when the step touches none of the moved
+  // chunks: a load read from disk or Redis then costs the running batch no
+  // time of its own. The future joins the thread on every way out of here.
+  std::future<MoveOutcome> beside;
+  MoveOutcome moved;
+  if (!plan.moves.empty() && model_->chunk_moves_beside_forward() && ForwardSkipsMovedChunks(plan)) {
+    beside = std::async(std::launch::async, [this, &plan] { return ApplyMoves(plan); });
+    ++moves_beside_forward_;
+  } else {
+    moved = ApplyMoves(plan);
+  }
 
   // The model reads its batch as a ForwardBatch; the copy of the row arrays
   // is small next to the step.
@@ -256,6 +293,9 @@ absl::Status PlanExecutor::Execute(const StepPlan& plan, StepResult* result, con
     }
     if (samples_) RETURN_IF_ERROR(Report(result));
   }
+  if (beside.valid()) moved = beside.get();
+  result->failed_moves = std::move(moved.failed);
+  result->shared_load_seconds = moved.shared_load_seconds;
   for (int64_t key : plan.sampler_ends) samplers_.erase(key);
   result->compute_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return absl::OkStatus();

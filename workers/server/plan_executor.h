@@ -23,12 +23,18 @@
 // tiers, a slot the tier lacks, a key or checksum that does not match, an
 // I/O error) is listed in StepResult::failed_moves and the step goes on: a
 // failed load leaves its chunk as it was, and the coordinator recomputes it.
+// When the step's copies, prefill and decode context touch none of the
+// moved pool chunks and the model allows it (Model::chunk_moves_beside_forward),
+// the moves run on a thread of their own beside the forward pass instead,
+// still in order; Execute joins it before it returns.
 //
 // Every plan comes from the network, so every field is checked before the
 // model runs (INVALID_ARGUMENT): the model validates the batch, and this
 // class the context, the lengths, the sampler keys and the moves' chunks.
 //
-// Thread-compatible: one thread (the worker's Execute stream) drives it.
+// Thread-compatible: one thread (the worker's Execute stream) drives it. A
+// step's mover thread touches only tiers_, shared_, move_buffer_ and the
+// model's ReadChunk/WriteChunk, and ends inside that step's Execute.
 #ifndef CHUNKATTN_WORKERS_SERVER_PLAN_EXECUTOR_H_
 #define CHUNKATTN_WORKERS_SERVER_PLAN_EXECUTOR_H_
 
@@ -73,6 +79,8 @@ class PlanExecutor {
   // the next Execute: for tools that record them.
   void set_keep_logits(bool keep) { keep_logits_ = keep; }
   const std::vector<float>& logits() const { return logits_; }
+  // Steps so far whose moves ran beside their forward pass.
+  int64_t moves_beside_forward() const { return moves_beside_forward_; }
 
  private:
   struct SamplerState {
@@ -90,11 +98,19 @@ class PlanExecutor {
   // tier, a negative slot, a store or load of a chunk outside the pool),
   // before any move runs.
   absl::Status CheckMoves(const StepPlan& plan) const;
-  // Runs the plan's moves in order; the indices of those that fail into
-  // result->failed_moves.
-  void ApplyMoves(const StepPlan& plan, StepResult* result);
-  absl::Status ApplyMove(const KvMove& move);
-  absl::Status ApplySharedMove(const KvMove& move);
+  // A step's moves done: the indices of those that failed, and the seconds
+  // spent loading from the shared tier.
+  struct MoveOutcome {
+    std::vector<int32_t> failed;
+    double shared_load_seconds = 0;
+  };
+  // Runs the plan's moves in order.
+  MoveOutcome ApplyMoves(const StepPlan& plan);
+  absl::Status ApplyMove(const KvMove& move, double* shared_load_seconds);
+  absl::Status ApplySharedMove(const KvMove& move, double* shared_load_seconds);
+  // Whether the step's copies, prefill chunks and decode context leave out
+  // every pool chunk its moves store or load.
+  bool ForwardSkipsMovedChunks(const StepPlan& plan) const;
   absl::Status SetContext(const ChunkContext& context);
   absl::Status UpdateLengths(const StepPlan& plan);
   // The samplers and inputs of the plan's samples (borrowing its token
@@ -113,7 +129,7 @@ class PlanExecutor {
   KvTierStore* tiers_;              // null: no tiers
   SharedKvStore* shared_;           // null: no shared tier
   std::vector<uint8_t> move_buffer_;  // one chunk's KV, on its way between the pool and the shared tier
-  double shared_load_seconds_ = 0;    // this step's loads from the shared tier
+  int64_t moves_beside_forward_ = 0;  // steps whose moves ran beside their forward pass
   bool keep_logits_ = false;
   bool have_context_ = false;
   ChunkContext ctx_;

@@ -3,12 +3,16 @@
 // give the next decode step the logits it had before; moves that cannot be
 // done (a wrong key, a slot never written or out of range, no tiers at all)
 // are listed in failed_moves while the step itself succeeds; a move naming a
-// chunk outside the pool is a malformed plan.
+// chunk outside the pool is a malformed plan. Moves of chunks the step's
+// forward pass leaves alone run beside it; others before it.
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +26,66 @@
 
 namespace chunkattn {
 namespace {
+
+// The tiny model, which once armed holds its chunk writes until a forward
+// pass has begun and that pass until a write has been made (each at most
+// `wait`): whether a load ran beside the pass, or before it, is then seen,
+// not timed. Everything else is the model's own.
+class GatedModel final : public Model {
+ public:
+  GatedModel(LlamaModel* model, absl::Duration wait) : model_(model), wait_(wait) {}
+
+  void Arm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = true;
+  }
+  // Per chunk write since Arm: whether a forward pass was running during it.
+  std::vector<bool> writes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return writes_;
+  }
+
+  const ModelConfig& config() const override { return model_->config(); }
+  const ModelOptions& options() const override { return model_->options(); }
+  std::string device() const override { return model_->device(); }
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>& logits) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (armed_) {
+        in_forward_ = true;
+        cv_.notify_all();
+        cv_.wait_for(lock, absl::ToChronoNanoseconds(wait_), [&] { return !writes_.empty(); });
+      }
+    }
+    absl::Status status = model_->Forward(batch, logits);
+    std::lock_guard<std::mutex> lock(mu_);
+    in_forward_ = false;
+    return status;
+  }
+  absl::Status CopyKv(absl::Span<const KvCopy> copies) override { return model_->CopyKv(copies); }
+  absl::Status ReadChunk(int32_t chunk, absl::Span<uint8_t> out) override { return model_->ReadChunk(chunk, out); }
+  int64_t kv_chunk_bytes() const override { return model_->kv_chunk_bytes(); }
+  absl::Status WriteChunk(int32_t chunk, absl::Span<const uint8_t> in) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (armed_) {
+        writes_.push_back(cv_.wait_for(lock, absl::ToChronoNanoseconds(wait_), [&] { return in_forward_; }));
+        cv_.notify_all();
+      }
+    }
+    return model_->WriteChunk(chunk, in);
+  }
+  bool chunk_moves_beside_forward() const override { return model_->chunk_moves_beside_forward(); }
+
+ private:
+  LlamaModel* model_;
+  const absl::Duration wait_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false;
+  bool in_forward_ = false;
+  std::vector<bool> writes_;
+};
 
 class PlanExecutorTiers : public ::testing::Test {
  protected:
@@ -98,6 +162,68 @@ TEST_F(PlanExecutorTiers, StoredChunksLoadBackAndDecodeAsBefore) {
   ASSERT_TRUE(tiers_->Load(KvTier::kHost, 1, 0xAAAA, absl::MakeSpan(bytes)).ok());
   ASSERT_TRUE(model_->ReadChunk(path_[0], absl::MakeSpan(pool)).ok());
   EXPECT_EQ(bytes, pool);
+}
+
+// A load into a chunk the decode step does not touch runs beside its
+// forward pass and lands whole; a load into a chunk the step reads, or one
+// its copy writes, waits for nothing and runs first. The step's logits are those of the same steps
+// without the moves, and the failed move is still reported.
+TEST_F(PlanExecutorTiers, LoadsBesideTheForwardPassWhenItSkipsTheirChunks) {
+  std::mt19937_64 rng(5);
+  const StepPlan prefill = Prefill(rng);
+  std::vector<float> want;
+  {  // The same steps, no moves, on a model of its own.
+    auto made = testing::MakeTinyModel();
+    ASSERT_TRUE(made.ok()) << made.status();
+    PlanExecutor plain(made->get(), /*samples=*/true);
+    plain.set_keep_logits(true);
+    StepResult result;
+    ASSERT_TRUE(plain.Execute(prefill, &result).ok());
+    ASSERT_TRUE(plain.Execute(Decode(2, true), &result).ok());
+    ASSERT_TRUE(plain.Execute(Decode(3, false), &result).ok());
+    want = plain.logits();
+  }
+  struct Case {
+    const char* name;
+    int32_t target;  // the load's pool chunk
+    bool copy;       // the step copies chunk path_[0]'s first 3 tokens into the target
+    bool beside;
+  };
+  for (const Case& c : {Case{"nobody's chunk", 40, false, true}, Case{"a chunk decode reads", path_[0], false, false},
+                        Case{"a copy's target", 42, true, false}}) {
+    SCOPED_TRACE(c.name);
+    const bool beside = c.beside;
+    auto made = testing::MakeTinyModel();
+    ASSERT_TRUE(made.ok()) << made.status();
+    // Beside: the write and the pass must meet (10 s is a hang, not a
+    // pace); before: the write waits 0.3 s for a pass and must not see one.
+    GatedModel gated(made->get(), beside ? absl::Seconds(10) : absl::Milliseconds(300));
+    PlanExecutor executor(&gated, /*samples=*/true, tiers_.get());
+    executor.set_keep_logits(true);
+    StepResult result;
+    ASSERT_TRUE(executor.Execute(prefill, &result).ok());
+    StepPlan store;
+    store.step = 2;
+    store.moves = {KvMove::Store(KvTier::kHost, 0, path_[0], 0xCCCC)};
+    ASSERT_TRUE(executor.Execute(store, &result).ok());
+    ASSERT_TRUE(result.failed_moves.empty());
+    ASSERT_TRUE(executor.Execute(Decode(3, true), &result).ok());
+    const int32_t target = c.target;
+    StepPlan step = Decode(4, false);
+    if (c.copy) step.copies = {KvCopy{path_[0], target, 3}};
+    step.moves = {KvMove::Load(KvTier::kHost, 0, target, 0xCCCC), KvMove::Load(KvTier::kHost, 0, 41, 0xDDDD)};
+    const int64_t before = executor.moves_beside_forward();
+    gated.Arm();
+    ASSERT_TRUE(executor.Execute(step, &result).ok());
+    EXPECT_EQ(result.failed_moves, std::vector<int32_t>{1});  // a wrong key
+    EXPECT_EQ(executor.moves_beside_forward() - before, beside ? 1 : 0);
+    EXPECT_EQ(gated.writes(), std::vector<bool>{beside});
+    EXPECT_EQ(executor.logits(), want);
+    std::vector<uint8_t> loaded(static_cast<size_t>(chunk_bytes_)), source(loaded.size());
+    ASSERT_TRUE(gated.ReadChunk(target, absl::MakeSpan(loaded)).ok());
+    ASSERT_TRUE(gated.ReadChunk(path_[0], absl::MakeSpan(source)).ok());
+    EXPECT_EQ(loaded, source);
+  }
 }
 
 // A corrupt slot fails its load and leaves the pool chunk as it was.
