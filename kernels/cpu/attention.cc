@@ -441,9 +441,11 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
     args.aq_scales = aq_scales.data();
     args.interleaved = w.interleaved;
   }
-  // Blocks of 64 columns (a multiple of the kernel's 4); under 8 of them
-  // (512 columns) run on this thread, cheaper than waking the pool.
-  constexpr int64_t kBlock = 64;
+  // Blocks of 128 columns (a multiple of the kernel's 4): each thread's
+  // stream runs twice as long between jumps as with 64, which read 16-bit
+  // and int8 weights 1.1x faster on 2 threads (fp32 level). Under 512
+  // columns run on this thread, cheaper than waking the pool.
+  constexpr int64_t kBlock = 128;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   auto run = [&](int64_t block, int) {
     internal::LinearArgs part = args;
@@ -451,7 +453,7 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
     part.j1 = std::min(n, part.j0 + kBlock);
     linear(part);
   };
-  if (pool == nullptr || pool->num_threads() == 1 || blocks < 4 * 2) {
+  if (pool == nullptr || pool->num_threads() == 1 || n < 512) {
     for (int64_t b = 0; b < blocks; ++b) run(b, 0);
   } else {
     pool->ParallelFor(blocks, run);
