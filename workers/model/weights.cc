@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -314,23 +315,16 @@ int64_t WeightMatrix::StoredAt(int64_t i) const {
 }
 
 bool WeightMatrix::Pack() {
-  if (packed || !cpu::Packs(rows, cols)) return false;
-  switch (dtype) {
-    case WeightDType::kAuto:
-    case WeightDType::kFloat32: {
-      std::vector<float> p(f32.size());
-      cpu::PackRows(f32.data(), 0, rows, cols, p.data());
-      f32 = std::move(p);
-      break;
-    }
-    case WeightDType::kFloat16:
-    case WeightDType::kBFloat16: {
-      std::vector<uint16_t> p(half.size());
-      cpu::PackRows(half.data(), 0, rows, cols, p.data());
-      half = std::move(p);
-      break;
-    }
-    case WeightDType::kInt8: return false;
+  if (packed || dtype == WeightDType::kInt8 || !cpu::Packs(rows, cols)) return false;
+  const auto pack = [&](auto& values) {
+    std::remove_reference_t<decltype(values)> p(values.size());
+    cpu::PackRows(values.data(), 0, rows, cols, p.data());
+    values = std::move(p);
+  };
+  if (dtype == WeightDType::kFloat16 || dtype == WeightDType::kBFloat16) {
+    pack(half);
+  } else {
+    pack(f32);
   }
   packed = true;
   return true;
