@@ -18,6 +18,22 @@ inline constexpr bool kSanitizerBuild = true;
 inline constexpr bool kSanitizerBuild = false;
 #endif
 
+// Whether this build runs under ThreadSanitizer, which looks for races in how
+// work is split between threads, not for what each thread computes: a test
+// sweeping shapes and dtypes may run a corner of its sweep there (the split
+// is the same code for every dtype and head dim).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizerBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitizerBuild = true;
+#else
+inline constexpr bool kThreadSanitizerBuild = false;
+#endif
+#else
+inline constexpr bool kThreadSanitizerBuild = false;
+#endif
+
 // `n` in the plain build; n / divisor (at least 1) in a sanitizer build.
 constexpr int SanitizerSlice(int n, int divisor) { return kSanitizerBuild ? std::max(1, n / divisor) : n; }
 

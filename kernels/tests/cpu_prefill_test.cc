@@ -84,11 +84,7 @@ TEST_P(PrefillParity, MatchesTheOracle) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sweep, PrefillParity,
-    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
-                       ::testing::Values(64, 128), ::testing::Values(1, 4, 8), ::testing::Values(16, 64)),
-    testing::KernelParamName);
+INSTANTIATE_TEST_SUITE_P(Sweep, PrefillParity, testing::ParitySweep(), testing::KernelParamName);
 
 // The same tokens through (a) one prefill, (b) a prefill of the first part
 // then a prefill that skips it as a matched prefix, (c) token-by-token decode
