@@ -100,7 +100,7 @@ class SharedKvTierTest(harness.ServiceTestCase):
             self.assertEqual(cached, 0)  # A computed them
         # Every full block before each prompt's last token, one value per rank.
         self.wait_stored(base + SYSTEMS * (SYSTEM_LEN // 64) * 2)
-        keys = (redis_cli(self.redis_port, '--scan', '--pattern', 'chunkattn:kv:v1:*') or '').split()
+        keys = (redis_cli(self.redis_port, '--scan', '--pattern', 'chunkattn:kv:v2:*') or '').split()
         self.assertTrue(any(':r0of2:' in k for k in keys) and any(':r1of2:' in k for k in keys), keys[:4])
         got = [self.ask(self.b, p, ns) for p in prompts]
         for i, ((tokens, cached), (want_tokens, _)) in enumerate(zip(got, want)):

@@ -4,7 +4,93 @@
 #include "base/hash.h"
 #include "base/status_macros.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <cstring>
+
 namespace chunkattn {
+namespace {
+
+constexpr int kLanes = 8;  // u64 lanes: a stripe is 64 bytes
+constexpr uint64_t kM1 = 0xBF58476D1CE4E5B9ull, kM2 = 0x94D049BB133111EBull;  // Mix64's odd multipliers
+
+struct Lanes {
+  uint64_t acc[kLanes];
+  uint64_t secret[kLanes];
+};
+
+Lanes Start(uint64_t key) {
+  Lanes l;
+  for (int i = 0; i < kLanes; ++i) {
+    l.acc[i] = SplitMix64(key + static_cast<uint64_t>(i) * kM2);
+    l.secret[i] = SplitMix64(key ^ (static_cast<uint64_t>(i + 1) * kM1));
+  }
+  return l;
+}
+
+// Stripe s's word w in lane i: x = w ^ (secret[i] + s * kGoldenGamma),
+// acc[i] += lo32(x) * hi32(x) + w. The product mixes the word with its
+// position; the sum keeps every bit of it (a product of a zero half is 0).
+void StripesPortable(Lanes& l, const uint8_t* p, size_t stripes) {
+  for (size_t s = 0; s < stripes; ++s) {
+    const uint64_t salt = static_cast<uint64_t>(s) * kGoldenGamma;
+    for (int i = 0; i < kLanes; ++i) {
+      uint64_t w;
+      std::memcpy(&w, p + s * 64 + i * 8, 8);
+      const uint64_t x = w ^ (l.secret[i] + salt);
+      l.acc[i] += (x & 0xFFFFFFFFull) * (x >> 32) + w;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void StripesAvx2(Lanes& l, const uint8_t* p, size_t stripes) {
+  __m256i acc0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l.acc));
+  __m256i acc1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l.acc + 4));
+  __m256i key0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l.secret));
+  __m256i key1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l.secret + 4));
+  const __m256i gamma = _mm256_set1_epi64x(static_cast<long long>(kGoldenGamma));
+  for (size_t s = 0; s < stripes; ++s) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + s * 64));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + s * 64 + 32));
+    const __m256i x0 = _mm256_xor_si256(w0, key0), x1 = _mm256_xor_si256(w1, key1);
+    acc0 = _mm256_add_epi64(acc0, _mm256_add_epi64(_mm256_mul_epu32(x0, _mm256_srli_epi64(x0, 32)), w0));
+    acc1 = _mm256_add_epi64(acc1, _mm256_add_epi64(_mm256_mul_epu32(x1, _mm256_srli_epi64(x1, 32)), w1));
+    key0 = _mm256_add_epi64(key0, gamma);  // the next stripe's salt
+    key1 = _mm256_add_epi64(key1, gamma);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(l.acc), acc0);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(l.acc + 4), acc1);
+}
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+}  // namespace
+
+uint64_t KvChunkChecksum(const uint8_t* bytes, size_t n, uint64_t key, bool force_portable) {
+  Lanes l = Start(key);
+  const size_t stripes = n / 64;
+#if defined(__x86_64__)
+  if (!force_portable && HasAvx2()) {
+    StripesAvx2(l, bytes, stripes);
+  } else {
+    StripesPortable(l, bytes, stripes);
+  }
+#else
+  (void)force_portable;
+  StripesPortable(l, bytes, stripes);
+#endif
+  uint64_t h = Mix64(key ^ (static_cast<uint64_t>(n) * kM1));
+  for (int i = 0; i < kLanes; ++i) h = Mix64(h ^ l.acc[i]);
+  // The bytes past the last whole stripe.
+  return HashBytes(bytes + stripes * 64, n - stripes * 64, h);
+}
 
 absl::Status CheckKvChunkBuffer(int64_t size, int64_t chunk_bytes, std::string_view use) {
   if (size != chunk_bytes) {
@@ -19,7 +105,7 @@ absl::StatusOr<KvChunkSeal> SealKvChunk(uint64_t key, absl::Span<const uint8_t> 
   KvChunkSeal seal;
   seal.magic = KvChunkSeal::kMagic;
   seal.key = key;
-  seal.checksum = HashBytes(bytes.data(), bytes.size(), key);
+  seal.checksum = KvChunkChecksum(bytes.data(), bytes.size(), key);
   seal.length = static_cast<uint64_t>(chunk_bytes);
   return seal;
 }
@@ -40,7 +126,7 @@ absl::Status CheckKvChunkSeal(const KvChunkSeal& seal, uint64_t key, int64_t chu
 }
 
 absl::Status CheckKvChunkBytes(const KvChunkSeal& seal, absl::Span<const uint8_t> bytes, std::string_view where) {
-  if (bytes.size() != seal.length || HashBytes(bytes.data(), bytes.size(), seal.key) != seal.checksum) {
+  if (bytes.size() != seal.length || KvChunkChecksum(bytes.data(), bytes.size(), seal.key) != seal.checksum) {
     return absl::DataLossError(absl::StrFormat("%s: its bytes do not match their checksum", where));
   }
   return absl::OkStatus();

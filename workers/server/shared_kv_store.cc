@@ -55,7 +55,7 @@ std::string SharedKvKeyPrefix(const ModelConfig& config, const ModelWeights& wei
       h = SampleVector(h, *v);
     }
   }
-  return absl::StrFormat("chunkattn:kv:v1:%016x:r%dof%d:", h, rank, world_size);
+  return absl::StrFormat("chunkattn:kv:v2:%016x:r%dof%d:", h, rank, world_size);
 }
 
 SharedKvStore::SharedKvStore(SharedKvOptions options, std::string key_prefix, int64_t chunk_bytes)

@@ -59,7 +59,8 @@ struct SharedKvOptions {
 };
 
 // What makes two workers' KV bytes interchangeable, as a key prefix
-// ("chunkattn:kv:v1:<16 hex>:r<rank>of<world>:"). `device` is "cpu" or
+// ("chunkattn:kv:v2:<16 hex>:r<rank>of<world>:"; v2 is the seal's layout
+// version, kv_chunk_seal.h, so an older layout is never found). `device` is "cpu" or
 // "cuda"; the weights are sampled (a few KiB of every matrix, at strides),
 // not read whole.
 std::string SharedKvKeyPrefix(const ModelConfig& config, const ModelWeights& weights, const ModelOptions& model,

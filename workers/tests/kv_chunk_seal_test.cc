@@ -5,7 +5,9 @@
 #include "workers/server/kv_chunk_seal.h"
 
 #include <cstdint>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -51,6 +53,43 @@ TEST(KvChunkSeal, EachCheckNamesWhatIsWrong) {
   EXPECT_EQ(SealKvChunk(1, absl::MakeConstSpan(bytes).first(99), 100).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckKvChunkBuffer(99, 100, "to load into").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The AVX2 and portable checksums agree on every length (whole stripes and
+// tails) and alignment, and the checksum sees a flipped bit, two words
+// swapped within a stripe, two stripes swapped, and the key.
+TEST(KvChunkChecksum, PathsAgreeAndSeeEveryChange) {
+  std::mt19937_64 rng(41);
+  std::vector<uint8_t> buf((1 << 16) + 64);
+  for (uint8_t& b : buf) b = static_cast<uint8_t>(rng());
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = trial < 200 ? static_cast<size_t>(trial) : static_cast<size_t>(rng() % (1 << 16));
+    const size_t at = rng() % 64;
+    const uint64_t key = rng();
+    const uint8_t* p = buf.data() + at;
+    const uint64_t h = KvChunkChecksum(p, n, key);
+    ASSERT_EQ(h, KvChunkChecksum(p, n, key, /*force_portable=*/true)) << n << " bytes at " << at;
+    EXPECT_NE(h, KvChunkChecksum(p, n, key + 1)) << n;
+    if (n == 0) continue;
+    std::vector<uint8_t> v(p, p + n);
+    const size_t bit = rng() % (n * 8);
+    v[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    EXPECT_NE(h, KvChunkChecksum(v.data(), n, key)) << "bit " << bit << " of " << n << " bytes";
+    EXPECT_EQ(KvChunkChecksum(v.data(), n, key), KvChunkChecksum(v.data(), n, key, true));
+    v[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    if (n >= 128) {
+      // Two different stripes swapped, then two different words of one stripe.
+      const size_t stripes = n / 64;
+      size_t a = rng() % stripes, b = rng() % stripes;
+      if (a == b) b = (a + 1) % stripes;
+      if (std::equal(v.begin() + a * 64, v.begin() + a * 64 + 64, v.begin() + b * 64)) continue;
+      std::swap_ranges(v.begin() + a * 64, v.begin() + a * 64 + 64, v.begin() + b * 64);
+      EXPECT_NE(h, KvChunkChecksum(v.data(), n, key)) << "stripes " << a << " and " << b;
+      std::swap_ranges(v.begin() + a * 64, v.begin() + a * 64 + 64, v.begin() + b * 64);
+      std::swap_ranges(v.begin() + a * 64, v.begin() + a * 64 + 8, v.begin() + a * 64 + 8);
+      EXPECT_NE(h, KvChunkChecksum(v.data(), n, key)) << "words 0 and 1 of stripe " << a;
+    }
+  }
 }
 
 }  // namespace

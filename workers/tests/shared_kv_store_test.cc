@@ -32,7 +32,7 @@ class SharedKvStoreTest : public ::testing::Test {
     SharedKvOptions o;
     o.url = server_.url();
     o.max_queued_bytes = max_queued;
-    return std::make_unique<SharedKvStore>(o, "chunkattn:kv:v1:test:r0of1:", chunk_bytes);
+    return std::make_unique<SharedKvStore>(o, "chunkattn:kv:v2:test:r0of1:", chunk_bytes);
   }
   RedisServerForTest server_{"secret"};
 };
@@ -118,7 +118,7 @@ TEST(SharedKvKeyPrefixTest, NamesModelShardAndGeometry) {
   mo.chunk_size = 16;
   const std::string base = SharedKvKeyPrefix(config, *w, mo, "cpu", 0, 1);
   EXPECT_EQ(base, SharedKvKeyPrefix(config, *w, mo, "cpu", 0, 1));
-  EXPECT_EQ(base.rfind("chunkattn:kv:v1:", 0), 0u);
+  EXPECT_EQ(base.rfind("chunkattn:kv:v2:", 0), 0u);
   EXPECT_NE(base, SharedKvKeyPrefix(config, *other, mo, "cpu", 0, 1));  // other weights
   EXPECT_NE(base, SharedKvKeyPrefix(config, *w, mo, "cuda", 0, 1));
   EXPECT_NE(base, SharedKvKeyPrefix(config, *w, mo, "cpu", 1, 2));
