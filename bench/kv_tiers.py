@@ -29,10 +29,12 @@ Two more rows measure the issue's other goals:
               requests arrive whose prefixes the host tier holds (loads) or
               the pool holds (no loads, the control): the batch's decode step
               time (median inter-token gap of its streams while the arrivals
-              run, and the mean gap, which counts the few steps that carry
-              loads in full), loads / control, the goal being <= 1.05: the
-              median of --repeats paired ratios, each pair in alternating
-              order.
+              run; the mean gap, which counts the few steps that carry
+              loads in full; the longest gap, the step carrying the most),
+              loads / control, the goal being <= 1.05: the median of
+              --repeats paired ratios, each pair in alternating order.
+              --decode_max_loads N runs the coordinator with
+              --kv_tier_max_loads_per_step N.
   decode_disk the same with a disk tier alone under the pool (no host
               tier): the arrivals' prefixes are read back from the disk
               tier's file while the batch decodes.
@@ -199,13 +201,17 @@ def run_decode(harness, pb, args, model, disk_dir=None):
                for _ in range(args.decode_pool_mib // max(1, args.system_len // chunk) + 4)]
     tier_args = (['--disk_kv_cache_dir', disk_dir, '--disk_kv_cache_mib', str(4 * args.decode_pool_mib)]
                  if disk_dir else ['--host_kv_cache_mib', str(4 * args.decode_pool_mib)])
-    cluster = harness.Cluster('kv-tiers-decode-' + tier, model=model, coordinator_args=['--load_format', 'dummy'],
+    bound = ['--kv_tier_max_loads_per_step', str(args.decode_max_loads)] if args.decode_max_loads >= 0 else []
+    cluster = harness.Cluster('kv-tiers-decode-' + tier, model=model,
+                              coordinator_args=['--load_format', 'dummy'] + bound,
                               worker_args=['--threads', str(args.threads), '--kv_cache_mib', str(args.decode_pool_mib)]
                               + tier_args)
     # Per repeat and mode, the window's median batch gap and its mean: the
     # mean counts the few steps that carry loads in full, the median shows
     # the typical step.
     ratios, mean_ratios, gaps, means = [], [], {'loads': [], 'pool': []}, {'loads': [], 'pool': []}
+    # And the window's longest gap: the step that carries the most loads.
+    max_ratios, maxes = [], {'loads': [], 'pool': []}
     loads_seen = 0.0
     try:
         cluster.start()
@@ -248,21 +254,28 @@ def run_decode(harness, pb, args, model, disk_dir=None):
                 window = [b - a for s in stamps for a, b in zip(s, s[1:]) if t0 <= b <= t1]
                 gaps[mode].append(statistics.median(window) if window else float('nan'))
                 means[mode].append(statistics.mean(window) if window else float('nan'))
-                print('decode (%s) repeat %d %-5s: %d batch gaps while %d arrivals ran, median %.1f ms, mean %.1f; '
-                      '%s loads %d' % (tier, rep, mode, len(window), len(prefixes), 1000 * gaps[mode][-1],
-                                       1000 * means[mode][-1], tier, loads), flush=True)
+                maxes[mode].append(max(window) if window else float('nan'))
+                print('decode (%s) repeat %d %-5s: %d batch gaps while %d arrivals ran, median %.1f ms, mean %.1f, '
+                      'max %.1f; %s loads %d' % (tier, rep, mode, len(window), len(prefixes), 1000 * gaps[mode][-1],
+                                                 1000 * means[mode][-1], 1000 * maxes[mode][-1], tier, loads),
+                      flush=True)
             ratios.append(gaps['loads'][-1] / gaps['pool'][-1])  # the paired repeat's
             mean_ratios.append(means['loads'][-1] / means['pool'][-1])
+            max_ratios.append(maxes['loads'][-1] / maxes['pool'][-1])
     finally:
         cluster.stop()
     return dict(config='decode_disk' if disk_dir else 'decode', tier=tier, decode_batch=args.decode_batch,
                 arrivals=args.decode_arrivals, arrival_prefix_chunks=args.decode_prefix_chunks, repeats=args.repeats,
+                max_loads_per_step=args.decode_max_loads,
                 step_ms_with_loads=1000 * statistics.median(gaps['loads']),
                 step_ms_without_loads=1000 * statistics.median(gaps['pool']),
                 step_ratio=statistics.median(ratios), step_ratios=ratios,
                 mean_step_ms_with_loads=1000 * statistics.median(means['loads']),
                 mean_step_ms_without_loads=1000 * statistics.median(means['pool']),
-                mean_step_ratio=statistics.median(mean_ratios), mean_step_ratios=mean_ratios, loads=loads_seen)
+                mean_step_ratio=statistics.median(mean_ratios), mean_step_ratios=mean_ratios,
+                max_step_ms_with_loads=1000 * statistics.median(maxes['loads']),
+                max_step_ms_without_loads=1000 * statistics.median(maxes['pool']),
+                max_step_ratio=statistics.median(max_ratios), max_step_ratios=max_ratios, loads=loads_seen)
 
 
 def main():
@@ -286,6 +299,8 @@ def main():
     p.add_argument('--decode_arrivals', type=int, default=4, help='decode: requests arriving during the batch')
     p.add_argument('--decode_prefix_chunks', type=int, default=8, help='decode: cached chunks of each arrival')
     p.add_argument('--decode_pool_mib', type=int, default=96, help='decode: the pool (the batch and the prefixes)')
+    p.add_argument('--decode_max_loads', type=int, default=-1,
+                   help='decode: the coordinator\'s --kv_tier_max_loads_per_step (-1: its default)')
     p.add_argument('--repeats', type=int, default=7, help='decode rows: paired repeats (the median ratio)')
     p.add_argument('--quick', action='store_true', help='a small, fast run that checks the script works')
     p.add_argument('--json', default='')
@@ -383,12 +398,15 @@ def main():
         if n not in extra:
             continue
         r = extra[n]
-        print('\ndecode step time of a batch of %d while %d requests arrive (%d %s loads over %d repeats): '
-              'median step %.1f ms with loads, %.1f ms with the prefixes in the pool: ratio %.3f; mean step %.1f '
-              'and %.1f ms: ratio %.3f (goal <= 1.05; ratios are the medians of the paired repeats\')' % (
-                  r['decode_batch'], r['arrivals'], r['loads'], r['tier'], r['repeats'], r['step_ms_with_loads'],
-                  r['step_ms_without_loads'], r['step_ratio'], r['mean_step_ms_with_loads'],
-                  r['mean_step_ms_without_loads'], r['mean_step_ratio']))
+        print('\ndecode step time of a batch of %d while %d requests arrive (%d %s loads over %d repeats, at most '
+              '%s a step): median step %.1f ms with loads, %.1f ms with the prefixes in the pool: ratio %.3f; mean '
+              'step %.1f and %.1f ms: ratio %.3f; longest step %.1f and %.1f ms: ratio %.3f (goal <= 1.05; ratios '
+              'are the medians of the paired repeats\')' % (
+                  r['decode_batch'], r['arrivals'], r['loads'], r['tier'], r['repeats'],
+                  r['max_loads_per_step'] if r['max_loads_per_step'] > 0 else 'any number',
+                  r['step_ms_with_loads'], r['step_ms_without_loads'], r['step_ratio'], r['mean_step_ms_with_loads'],
+                  r['mean_step_ms_without_loads'], r['mean_step_ratio'], r['max_step_ms_with_loads'],
+                  r['max_step_ms_without_loads'], r['max_step_ratio']))
     results.update(extra)
     if args.json:
         for r in results.values():

@@ -92,6 +92,10 @@ ABSL_FLAG(int, tokenize_threads, 2, "threads that tokenize text prompts, off gRP
 ABSL_FLAG(std::string, kv_tier_write_policy, "write_back",
           "KV tiers under the pool (the workers' --host_kv_cache_mib, --disk_kv_cache_dir): write_back keeps a "
           "block in a tier when the pool evicts it; write_through as soon as its KV is computed");
+ABSL_FLAG(int64_t, kv_tier_max_loads_per_step, 0,
+          "the most blocks one step loads back from the KV tiers: a burst of tier hits then comes back over "
+          "several steps (each new prompt's prefill waits for its blocks) and slows the running batch's step "
+          "less; 0 = no bound");
 ABSL_FLAG(std::string, kv_store_url, "",
           "the shared KV tier (issue 41): redis://[[user]:password@]host:port[/db] of a Redis every replica of "
           "this model reaches; handed to the workers at Join. Blocks kept in a tier are written there too, and "
@@ -284,6 +288,12 @@ absl::Status SchedulerOptionsFromFlags(CoordinatorConfig& c) {
   c.engine.kv_events_hash_seed = absl::GetFlag(FLAGS_kv_events_hash_seed);
   ASSIGN_OR_RETURN(c.engine.scheduler.tier_write_through,
                    ParseKvTierWritePolicy(absl::GetFlag(FLAGS_kv_tier_write_policy)));
+  const int64_t loads = absl::GetFlag(FLAGS_kv_tier_max_loads_per_step);
+  if (loads < 0 || loads > kMaxChunks) {
+    return Invalid(absl::StrFormat("--kv_tier_max_loads_per_step must be in [0, %d] (0 = no bound), got %d",
+                                   kMaxChunks, loads));
+  }
+  s.max_tier_loads_per_step = static_cast<int32_t>(loads);
   std::string url = absl::GetFlag(FLAGS_kv_store_url);
   const std::string url_file = absl::GetFlag(FLAGS_kv_store_url_file);
   if (!url_file.empty()) {

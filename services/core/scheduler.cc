@@ -38,6 +38,7 @@ struct Scheduler::Seq {
   int32_t computed = 0;         // leading tokens with KV in the pool
   TokenId pending = -1;         // sampled, to be appended and fed next step
   bool loading = false;         // blocks from a KV tier land in the step in flight (PlanLoads)
+  bool more_to_load = false;    // and more in later steps (max_tier_loads_per_step): still loading after it
   std::unique_ptr<BlockKeyChain> keys;  // its full blocks' tier keys, made when first needed
   int32_t written_through = 0;          // blocks WriteThrough kept
 };
@@ -222,13 +223,23 @@ absl::Status Scheduler::PlanLoads(Seq* seq, std::string_view ns) {
   seq->keys->Extend(absl::MakeConstSpan(seq->tokens).first(static_cast<size_t>(last) * c), c);
   const std::vector<uint64_t>& keys = seq->keys->keys();
   if (!tiers_.Find(keys[first]).has_value()) return absl::OkStatus();
+  const int32_t bound = options_.max_tier_loads_per_step;
+  const int32_t room = bound > 0 ? bound - step_tier_loads_ : last - first;
+  seq->loading = true;
+  if (room <= 0) {  // the step's loads are spoken for: all of them next time
+    seq->more_to_load = true;
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const std::vector<ChunkId> chunks, forest_->Chunks(seq->id));
   const int32_t first_move = static_cast<int32_t>(pending_moves_.size());
   int32_t count = 0;
   std::vector<RetentionGrants> grants;
-  for (int32_t b = first; b < last && tiers_.Find(keys[b]).has_value(); ++b, ++count) {
+  for (int32_t b = first; b < last && count < room && tiers_.Find(keys[b]).has_value(); ++b, ++count) {
     grants.push_back(tiers_.Load(keys[b], chunks[b], &pending_moves_));
   }
+  step_tier_loads_ += count;
+  // Cut by the bound: the next block may still be in a tier then.
+  seq->more_to_load = first + count < last && tiers_.Find(keys[first + count]).has_value();
   // The loaded blocks' grants come back to the pool, each ancestor taking
   // its descendants' too (a grant covers a prefix: the forest's eviction
   // order relies on it, and the pool's copy of an ancestor may have lost
@@ -239,8 +250,19 @@ absl::Status Scheduler::PlanLoads(Seq* seq, std::string_view ns) {
     if (below.empty()) continue;
     RETURN_IF_ERROR(forest_->MergeGrants(seq->id, b, below));
   }
-  seq->loading = true;
   step_loads_.push_back({seq->id, first_move, count, first});
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::ContinueLoads(const std::vector<Request*>& running) {
+  for (Request* r : running) {
+    for (auto& seq : r->seqs) {
+      if (!seq->more_to_load) continue;
+      // The blocks may have left their tiers since: the prefill computes them.
+      seq->loading = seq->more_to_load = false;
+      RETURN_IF_ERROR(PlanLoads(seq.get(), Namespace(*r)));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -529,6 +551,9 @@ absl::StatusOr<bool> Scheduler::Schedule(StepPlan* plan) {
   *plan = StepPlan();
   std::vector<Request*> running = RunningInAdmissionOrder();
   RETURN_IF_ERROR(FeedBackTokens(&running, &plan->copies));
+  // Sequences already loading take the step's loads first.
+  step_tier_loads_ = 0;
+  RETURN_IF_ERROR(ContinueLoads(running));
   RETURN_IF_ERROR(AdmitWaiting(&running, &plan->copies));
   const std::vector<Work> work = ChooseRows(running);
 
@@ -870,9 +895,11 @@ absl::Status Scheduler::Complete(const StepResult& result, std::vector<SampleEve
     auto it = seqs_.find(l.seq);
     if (it == seqs_.end()) continue;
     Seq* seq = it->second;
-    seq->loading = false;
     int32_t loaded = 0;
     while (loaded < l.count && !failed.contains(l.first_move + loaded)) ++loaded;
+    // A failed load ends the sequence's loading: the prefill computes the rest.
+    if (loaded < l.count) seq->more_to_load = false;
+    seq->loading = seq->more_to_load;
     const int32_t upto = (l.first_block + loaded) * options_.chunk_size;
     if (upto <= seq->computed) continue;
     RETURN_IF_ERROR(forest_->MarkComputed(seq->id, upto));

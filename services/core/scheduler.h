@@ -143,6 +143,14 @@ struct SchedulerOptions {
   // it (write-back, the default): more tier traffic, and a block survives a
   // burst of evictions that outruns the stores.
   bool tier_write_through = false;
+  // The most blocks one step loads back from the KV tiers (0: no bound). A
+  // load costs a worker a check and a copy of the chunk, beside the step's
+  // forward pass where it can (on a busy CPU worker those cores are the
+  // pass's too), so a burst of hits slows the running batch's step; with a
+  // bound, a prompt's blocks come back over several steps (its prefill
+  // waits for all of them, sequences already loading go first) and each
+  // step carries at most this many.
+  int32_t max_tier_loads_per_step = 0;
   // Retention: the most chunks one tenant (RequestSpec::tenant; "" is one
   // tenant too) may hold above the default priority, in the pool and the
   // KV tiers together, so pinning cannot starve the others; a grant past
@@ -292,8 +300,12 @@ class Scheduler {
   // ancestor per eviction).
   uint64_t EvictedKey(const EvictedBlock& block);
   // Loads the leading blocks of `seq` the tiers hold into its chunks, in
-  // the plan being made; the sequence waits for them (Seq::loading).
+  // the plan being made, as many as max_tier_loads_per_step leaves room
+  // for; the sequence waits for them (Seq::loading), and for the rest in
+  // later plans (Seq::more_to_load).
   absl::Status PlanLoads(Seq* seq, std::string_view ns);
+  // PlanLoads again for the running sequences whose loads the bound cut.
+  absl::Status ContinueLoads(const std::vector<Request*>& running);
   // tier_write_through: keeps the blocks of `seq` computed since its last
   // call in a tier (stores in the next plan, before it writes anything).
   absl::Status WriteThrough(Seq* seq);
@@ -387,6 +399,7 @@ class Scheduler {
     int32_t first_block = 0;
   };
   std::vector<StepLoad> step_loads_;
+  int32_t step_tier_loads_ = 0;  // loads in the plan being built (max_tier_loads_per_step)
   std::vector<SamplerStart> pending_starts_;
   std::vector<int64_t> pending_sampler_ends_;
   // Tenants whose rows sat out the last step for a newcomer's prefill (ChooseRows).

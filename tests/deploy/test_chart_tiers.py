@@ -87,11 +87,13 @@ class ChartTiersTest(unittest.TestCase):
         worker = parse_args(container(one(docs, 'StatefulSet'))['args'])
         self.assertNotIn('host_kv_cache_mib', worker)
         self.assertNotIn('disk_kv_cache_dir', worker)
-        self.assertEqual(parse_args(container(one(docs, 'Deployment'))['args'])['kv_tier_write_policy'], 'write_back')
+        coordinator = parse_args(container(one(docs, 'Deployment'))['args'])
+        self.assertEqual(coordinator['kv_tier_write_policy'], 'write_back')
+        self.assertEqual(coordinator['kv_tier_max_loads_per_step'], '0')
 
     def test_host_and_disk_tiers(self):
         docs = render([], '--set', 'cache.tiers.hostMiB=4096', '--set', 'cache.tiers.diskMiB=20000',
-                      '--set', 'cache.tiers.writePolicy=write_through')
+                      '--set', 'cache.tiers.writePolicy=write_through', '--set', 'cache.tiers.maxLoadsPerStep=8')
         sts = one(docs, 'StatefulSet')
         c = container(sts)
         worker = parse_args(c['args'])
@@ -103,6 +105,7 @@ class ChartTiersTest(unittest.TestCase):
         self.assertEqual(volume['emptyDir']['sizeLimit'], '20064Mi')
         coordinator = parse_args(container(one(docs, 'Deployment'))['args'])
         self.assertEqual(coordinator['kv_tier_write_policy'], 'write_through')
+        self.assertEqual(coordinator['kv_tier_max_loads_per_step'], '8')
 
     def test_shared_tier_url_from_a_secret_file(self):
         docs = render([])
@@ -439,6 +442,7 @@ class ChartTiersTest(unittest.TestCase):
     def test_unknown_policy_is_refused(self):
         self.assertNotEqual(helm('template', RELEASE, '.', '--set', 'cache.tiers.writePolicy=write_around').returncode,
                             0)
+        self.assertNotEqual(helm('template', RELEASE, '.', '--set', 'cache.tiers.maxLoadsPerStep=-1').returncode, 0)
 
 
 if __name__ == '__main__':

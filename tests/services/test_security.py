@@ -579,6 +579,7 @@ class BadSecurityFlagsTest(unittest.TestCase):
             (['--tokenize_threads', '0'], '--tokenize_threads'),
             (['--drain_timeout_s', 'nan'], '--drain_timeout_s'),
             (['--drain_timeout_s', '1e9'], '--drain_timeout_s'),
+            (['--kv_tier_max_loads_per_step', '-1'], '--kv_tier_max_loads_per_step'),
         ]
         for args, message in cases:
             r = self.start(*args)

@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
@@ -92,6 +93,14 @@ class Harness {
   // The per-tenant retention bound (SchedulerOptions::max_retained_chunks_per_tenant).
   void SetRetainedBound(int32_t chunks) {
     so_.max_retained_chunks_per_tenant = chunks;
+    auto scheduler = Scheduler::Create(so_);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
+  // The bound on a step's tier loads (SchedulerOptions::max_tier_loads_per_step).
+  void SetMaxTierLoadsPerStep(int32_t loads) {
+    so_.max_tier_loads_per_step = loads;
     auto scheduler = Scheduler::Create(so_);
     EXPECT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
@@ -301,7 +310,8 @@ TEST(SchedulerTest, NoSharingBaselineMatchesAloneRuns) { ExpectSameAsAlone(256, 
 // tiers under it keep what the pool evicts. Every output equals the run
 // without tiers (greedy and seeded sampling, n = 2), prompt tokens are
 // loaded instead of recomputed, and with the disk tier's file overwritten
-// mid-run the failed loads are recomputed: the same outputs again.
+// mid-run the failed loads are recomputed: the same outputs again. With a
+// bound on a step's loads, no plan carries more and the outputs are the same.
 TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
   std::mt19937 rng(21);
   std::uniform_int_distribution<int> tok(0, 95);
@@ -330,15 +340,25 @@ TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
   int64_t plain_cached = 0;
   for (const auto& [id, n] : plain.cached_) plain_cached += n;
 
-  auto tiered_run = [&](bool corrupt, bool write_through) {
+  // `max_loads`: the bound on a step's loads (0: none); a prompt's blocks
+  // then come back over several steps, and no plan carries more.
+  auto tiered_run = [&](bool corrupt, bool write_through, int32_t max_loads = 0) -> int64_t {
+    SCOPED_TRACE(absl::StrFormat("corrupt %d, write-through %d, at most %d loads a step", corrupt, write_through,
+                                 max_loads));
     KvTierOptions tiers;
     const int64_t slot = KvTierStore::kHeaderBytes + Harness(8, 64, true).chunk_bytes_;
     tiers.host_bytes = 10 * slot;
     tiers.disk_dir = dir;
     tiers.disk_bytes = 40 * slot;
     Harness h(28, 2048, true, false, false, nullptr, tiers, write_through);
-    if (corrupt) {  // overwrite the disk tier's file once blocks are in it
-      h.on_plan_ = [&h](const StepPlan&) {
+    if (max_loads > 0) h.SetMaxTierLoadsPerStep(max_loads);
+    int most_loads = 0;
+    h.on_plan_ = [&h, &most_loads, corrupt](const StepPlan& plan) {
+      const int loads = static_cast<int>(std::count_if(plan.moves.begin(), plan.moves.end(),
+                                                       [](const KvMove& m) { return m.kind == KvMove::Kind::kLoad; }));
+      most_loads = std::max(most_loads, loads);
+      // Overwrites the disk tier's file once blocks are in it.
+      if (corrupt) {
         if (h.scheduler().tiers().stats().disk_blocks < 4 || h.steps_ % 5 != 0) return;
         std::FILE* f = std::fopen(h.tier_store_->disk_path().c_str(), "r+b");
         ASSERT_NE(f, nullptr);
@@ -347,10 +367,15 @@ TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
         std::rewind(f);
         std::fwrite(junk.data(), 1, junk.size(), f);
         std::fclose(f);
-      };
-    }
+      }
+    };
     const auto got = h.Run(arrivals);
-    EXPECT_EQ(got, want) << "corrupt " << corrupt << " write-through " << write_through;
+    EXPECT_EQ(got, want);
+    if (max_loads > 0) {
+      EXPECT_EQ(most_loads, max_loads);  // reached, never passed
+    } else {
+      EXPECT_GT(most_loads, 3) << "a prompt's blocks load in one step";
+    }
     const KvTierStats& ts = h.scheduler().tiers().stats();
     EXPECT_GT(ts.stores_total, 0);
     EXPECT_GT(ts.demotions_total, 0);
@@ -366,10 +391,16 @@ TEST(SchedulerTest, KvTiersLoadWhatThePoolEvictedWithTheSameOutputs) {
     }
     EXPECT_TRUE(h.scheduler().tiers().CheckInvariants().ok());
     EXPECT_EQ(h.scheduler().cache_stats().used_chunks, 0);
+    return ts.host_loads_total + ts.disk_loads_total;
   };
-  tiered_run(false, false);
+  const int64_t loads = tiered_run(false, false);
   tiered_run(true, false);
   tiered_run(false, true);
+  // One load a step: the blocks still come back, later (a sequence whose
+  // loads stopped at the bound would load one block and compute the rest:
+  // a quarter of them here).
+  EXPECT_GE(tiered_run(false, false, 1), loads * 9 / 10);
+  tiered_run(true, false, 3);
 }
 
 // Two replicas over one Redis (the shared tier, write-through): replica A

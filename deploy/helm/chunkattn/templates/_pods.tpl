@@ -43,6 +43,7 @@ spec:
         - --collective_timeout_s={{ $c.collectiveTimeoutSeconds }}
         - --step_timeout_s={{ $c.stepTimeoutSeconds }}
         - --kv_tier_write_policy={{ .Values.cache.tiers.writePolicy }}
+        - --kv_tier_max_loads_per_step={{ .Values.cache.tiers.maxLoadsPerStep }}
         {{- if include "chunkattn.kvStoreUrlSecret" . }}
         - --kv_store_url_file=/etc/chunkattn/kv-store/url  # the Secret, mounted: no password in argv
         {{- end }}
