@@ -28,9 +28,10 @@ Two more rows measure the issue's other goals:
   decode      a running batch (--decode_batch sequences decoding) while other
               requests arrive whose prefixes the host tier holds (loads) or
               the pool holds (no loads, the control): the batch's decode step
-              time (median inter-token gap of its streams while the arrivals
-              run; the mean gap, which counts the few steps that carry
-              loads in full; the longest gap, the step carrying the most),
+              time over the --decode_window steps from the arrivals on, the
+              same number in both modes (median inter-token gap of its
+              streams; the mean gap, which counts the steps that carry loads
+              in full; the longest gap, the step carrying the most),
               loads / control, the goal being <= 1.05: the median of
               --repeats paired ratios, each pair in alternating order.
               --decode_max_loads N runs the coordinator with
@@ -207,8 +208,9 @@ def run_decode(harness, pb, args, model, disk_dir=None):
                               worker_args=['--threads', str(args.threads), '--kv_cache_mib', str(args.decode_pool_mib)]
                               + tier_args)
     # Per repeat and mode, the window's median batch gap and its mean: the
-    # mean counts the few steps that carry loads in full, the median shows
-    # the typical step.
+    # mean counts the few steps that carry loads in full (over the same
+    # number of steps in both modes, it is the batch's progress), the median
+    # shows the typical step.
     ratios, mean_ratios, gaps, means = [], [], {'loads': [], 'pool': []}, {'loads': [], 'pool': []}
     # And the window's longest gap: the step that carries the most loads.
     max_ratios, maxes = [], {'loads': [], 'pool': []}
@@ -251,7 +253,18 @@ def run_decode(harness, pb, args, model, disk_dir=None):
                     before.value('chunkattn_kv_tier_loads_total', tier=tier)
                 if mode == 'loads':
                     loads_seen += loads
-                window = [b - a for s in stamps for a, b in zip(s, s[1:]) if t0 <= b <= t1]
+                # The same number of steps in both modes, from the arrivals on:
+                # a window that ends with the arrivals would hold their prefill
+                # step and little else without loads, and that step plus pure
+                # decode steps with them (the loads spread over steps).
+                window, late = [], 0
+                for s in stamps:
+                    ends = [i for i in range(1, len(s)) if s[i] >= t0][:args.decode_window]
+                    window += [s[i] - s[i - 1] for i in ends]
+                    late += len(ends) < args.decode_window or s[ends[-1]] < t1
+                if late:
+                    print('decode (%s) repeat %d %s: %d streams\' windows ended before the arrivals did '
+                          '(raise --decode_window)' % (tier, rep, mode, late), flush=True)
                 gaps[mode].append(statistics.median(window) if window else float('nan'))
                 means[mode].append(statistics.mean(window) if window else float('nan'))
                 maxes[mode].append(max(window) if window else float('nan'))
@@ -266,7 +279,7 @@ def run_decode(harness, pb, args, model, disk_dir=None):
         cluster.stop()
     return dict(config='decode_disk' if disk_dir else 'decode', tier=tier, decode_batch=args.decode_batch,
                 arrivals=args.decode_arrivals, arrival_prefix_chunks=args.decode_prefix_chunks, repeats=args.repeats,
-                max_loads_per_step=args.decode_max_loads,
+                max_loads_per_step=args.decode_max_loads, window_steps=args.decode_window,
                 step_ms_with_loads=1000 * statistics.median(gaps['loads']),
                 step_ms_without_loads=1000 * statistics.median(gaps['pool']),
                 step_ratio=statistics.median(ratios), step_ratios=ratios,
@@ -299,6 +312,8 @@ def main():
     p.add_argument('--decode_arrivals', type=int, default=4, help='decode: requests arriving during the batch')
     p.add_argument('--decode_prefix_chunks', type=int, default=8, help='decode: cached chunks of each arrival')
     p.add_argument('--decode_pool_mib', type=int, default=96, help='decode: the pool (the batch and the prefixes)')
+    p.add_argument('--decode_window', type=int, default=8,
+                   help='decode: batch steps measured from the arrivals on, the same in both modes')
     p.add_argument('--decode_max_loads', type=int, default=-1,
                    help='decode: the coordinator\'s --kv_tier_max_loads_per_step (-1: its default)')
     p.add_argument('--repeats', type=int, default=7, help='decode rows: paired repeats (the median ratio)')

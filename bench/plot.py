@@ -483,7 +483,7 @@ def chart_peer(d, path):
 def chart_tiers(rows, path):
     """Prompt-token hit rate and TTFT p50/p90 per cluster; the two-replica
     and decode rows (host and disk tier), when there, in the title."""
-    extra = {r['config']: r for r in rows if r.get('config') in ('shared', 'decode', 'decode_disk')}
+    extra = {r['config']: r for r in rows if r.get('config') == 'shared' or r.get('config', '').startswith('decode')}
     rows = [r for r in rows if r.get('config') not in extra]
     names = [r['config'] for r in rows]
     foot = footer(rows[:1])
@@ -510,10 +510,10 @@ def chart_tiers(rows, path):
         sh = extra['shared']
         title += '\ntwo replicas, one Redis: B\'s first requests %.0f%% cached, TTFT p50 %.0f ms (%.0f ms alone)' % (
             100 * sh['hit_rate'], sh['ttft_p50_ms'], sh['ttft_p50_alone_ms'])
-    ratios = ['%s %.3f' % (extra[n].get('tier', 'host'), extra[n]['step_ratio'])
+    ratios = ['%s %.3f' % (extra[n].get('tier', 'host'), extra[n].get('mean_step_ratio', extra[n]['step_ratio']))
               for n in ('decode', 'decode_disk') if n in extra]
     if ratios:
-        title += '\ndecode step with loads / without: ' + ', '.join(ratios)
+        title += '\nmean decode step with loads / without: ' + ', '.join(ratios)
     fig.suptitle(title, fontsize=9)
     save(fig, foot, path)
 
