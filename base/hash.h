@@ -13,12 +13,15 @@
 namespace chunkattn {
 
 inline constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;  // 2^64 / golden ratio, odd
+// Mix64's odd multipliers, which the byte hashes reuse.
+inline constexpr uint64_t kMix64M1 = 0xBF58476D1CE4E5B9ull;
+inline constexpr uint64_t kMix64M2 = 0x94D049BB133111EBull;
 
 // SplitMix64's finalizer (Stafford's mix 13): a bijection whose output bits
 // each depend on every input bit.
 CHUNKATTN_HOST_DEVICE constexpr uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z = (z ^ (z >> 30)) * kMix64M1;
+  z = (z ^ (z >> 27)) * kMix64M2;
   return z ^ (z >> 31);
 }
 
@@ -32,16 +35,15 @@ CHUNKATTN_HOST_DEVICE constexpr uint64_t SplitMix64(uint64_t x) { return Mix64(x
 // words in the machine's byte order: stable across processes on one host
 // kind, not across endianness.
 inline uint64_t HashBytes(const void* data, size_t n, uint64_t seed = 0) {
-  constexpr uint64_t kM1 = 0xBF58476D1CE4E5B9ull, kM2 = 0x94D049BB133111EBull;  // Mix64's odd multipliers
   auto rotl = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
   auto load = [](const unsigned char* p) {
     uint64_t w;
     std::memcpy(&w, p, 8);
     return w;
   };
-  auto step = [&](uint64_t acc, uint64_t word) { return rotl(acc + word * kM2, 31) * kM1; };
+  auto step = [&](uint64_t acc, uint64_t word) { return rotl(acc + word * kMix64M2, 31) * kMix64M1; };
   const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint64_t a = seed + kGoldenGamma, b = seed ^ kM1, c = seed + kM2, d = seed - kGoldenGamma;
+  uint64_t a = seed + kGoldenGamma, b = seed ^ kMix64M1, c = seed + kMix64M2, d = seed - kGoldenGamma;
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
     a = step(a, load(p + i));

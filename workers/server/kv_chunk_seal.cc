@@ -1,20 +1,20 @@
 #include "workers/server/kv_chunk_seal.h"
 
-#include "absl/strings/str_format.h"
-#include "base/hash.h"
-#include "base/status_macros.h"
+#include <cstring>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-#include <cstring>
+#include "absl/strings/str_format.h"
+#include "base/hash.h"
+#include "base/status_macros.h"
+#include "kernels/cpu/attention.h"
 
 namespace chunkattn {
 namespace {
 
 constexpr int kLanes = 8;  // u64 lanes: a stripe is 64 bytes
-constexpr uint64_t kM1 = 0xBF58476D1CE4E5B9ull, kM2 = 0x94D049BB133111EBull;  // Mix64's odd multipliers
 
 struct Lanes {
   uint64_t acc[kLanes];
@@ -24,8 +24,8 @@ struct Lanes {
 Lanes Start(uint64_t key) {
   Lanes l;
   for (int i = 0; i < kLanes; ++i) {
-    l.acc[i] = SplitMix64(key + static_cast<uint64_t>(i) * kM2);
-    l.secret[i] = SplitMix64(key ^ (static_cast<uint64_t>(i + 1) * kM1));
+    l.acc[i] = SplitMix64(key + static_cast<uint64_t>(i) * kMix64M2);
+    l.secret[i] = SplitMix64(key ^ (static_cast<uint64_t>(i + 1) * kMix64M1));
   }
   return l;
 }
@@ -65,10 +65,6 @@ __attribute__((target("avx2"))) void StripesAvx2(Lanes& l, const uint8_t* p, siz
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(l.acc + 4), acc1);
 }
 
-bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
 #endif
 
 }  // namespace
@@ -77,7 +73,7 @@ uint64_t KvChunkChecksum(const uint8_t* bytes, size_t n, uint64_t key, bool forc
   Lanes l = Start(key);
   const size_t stripes = n / 64;
 #if defined(__x86_64__)
-  if (!force_portable && HasAvx2()) {
+  if (!force_portable && cpu::IsaSupported(cpu::Isa::kAvx2)) {  // asked of the CPU once
     StripesAvx2(l, bytes, stripes);
   } else {
     StripesPortable(l, bytes, stripes);
@@ -86,7 +82,7 @@ uint64_t KvChunkChecksum(const uint8_t* bytes, size_t n, uint64_t key, bool forc
   (void)force_portable;
   StripesPortable(l, bytes, stripes);
 #endif
-  uint64_t h = Mix64(key ^ (static_cast<uint64_t>(n) * kM1));
+  uint64_t h = Mix64(key ^ (static_cast<uint64_t>(n) * kMix64M1));
   for (int i = 0; i < kLanes; ++i) h = Mix64(h ^ l.acc[i]);
   // The bytes past the last whole stripe.
   return HashBytes(bytes + stripes * 64, n - stripes * 64, h);

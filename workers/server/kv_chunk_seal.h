@@ -45,11 +45,10 @@ static_assert(sizeof(KvChunkSeal) == KvChunkSeal::kBytes);
 // tier reads a whole chunk through it (a MiB or more), beside the forward
 // pass, so it is built to run at memory speed: eight independent lanes over
 // 64-byte stripes, each word mixed by one 32x32->64-bit multiply with a
-// per-lane, per-stripe secret (a word's position counts), AVX2 where the CPU
-// has it (2.6x HashBytes' speed on a MiB in cache, 1.9x from memory, on
-// the 2-core EPYC VM).
-// The portable and AVX2 paths give the same value; `force_portable` is for
-// the test that says so.
+// per-lane, per-stripe secret (a word's position counts); AVX2 where the
+// kernels take it (cpu::IsaSupported). 2.6x HashBytes' speed on a MiB in
+// cache, 1.9x from memory, on the 2-core EPYC VM. The portable and AVX2
+// paths give the same value; `force_portable` is for the test that says so.
 uint64_t KvChunkChecksum(const uint8_t* bytes, size_t n, uint64_t key, bool force_portable = false);
 
 // INVALID_ARGUMENT unless a buffer of `size` bytes holds one chunk of

@@ -85,25 +85,19 @@ class Harness {
     so.eos_token_ids = config_.eos_token_ids;
     so.defer_masks = defer_masks;
     so.mask_pool = mask_pool;
-    auto scheduler = Scheduler::Create(so);
-    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+    RecreateScheduler();
   }
 
   // The per-tenant retention bound (SchedulerOptions::max_retained_chunks_per_tenant).
   void SetRetainedBound(int32_t chunks) {
     so_.max_retained_chunks_per_tenant = chunks;
-    auto scheduler = Scheduler::Create(so_);
-    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+    RecreateScheduler();
   }
 
   // The bound on a step's tier loads (SchedulerOptions::max_tier_loads_per_step).
   void SetMaxTierLoadsPerStep(int32_t loads) {
     so_.max_tier_loads_per_step = loads;
-    auto scheduler = Scheduler::Create(so_);
-    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+    RecreateScheduler();
   }
 
   // A shared tier in Redis at `url` (write-through), and a probe of it for
@@ -115,9 +109,7 @@ class Harness {
     executor_ = std::make_unique<PlanExecutor>(model_.get(), true, tier_store_.get(), shared_store_.get());
     so_.tiers.shared = true;
     so_.tier_write_through = true;
-    auto scheduler = Scheduler::Create(so_);
-    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+    RecreateScheduler();
     SharedKvProbeOptions po;
     po.url = url;
     po.chunk_size = so_.chunk_size;
@@ -215,6 +207,13 @@ class Harness {
   std::unique_ptr<SharedKvStore> shared_store_;
 
  private:
+  // A new scheduler on so_ (its options are fixed at creation).
+  void RecreateScheduler() {
+    auto scheduler = Scheduler::Create(so_);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
   SchedulerOptions so_;
   std::string shared_prefix_;
   std::unique_ptr<SharedKvProbe> probe_;
