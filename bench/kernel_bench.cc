@@ -67,7 +67,7 @@ ABSL_FLAG(std::string, dtype, "fp16", "KV storage: fp16 | bf16 | fp32");
 ABSL_FLAG(int, repeat, 10, "timed runs per configuration (the median is reported)");
 ABSL_FLAG(int, warmup, 2, "untimed runs first");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = one per core)");
-ABSL_FLAG(std::string, isa, "best", "CPU kernels: best | avx2 | portable");
+ABSL_FLAG(std::string, isa, "best", "CPU kernels: best | avx512 | avx2 | portable");
 ABSL_FLAG(std::string, grid, "", "'paper': n_p in 1024/2048/4096 x n_s in 0/1024/2048/4096 (n_s <= n_p), "
                                  "b, h, d, c from the flags (paper: 32, 32, 128, 64)");
 ABSL_FLAG(std::string, json, "",
@@ -621,19 +621,12 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  cpu::Isa isa = cpu::BestIsa();
-  if (absl::GetFlag(FLAGS_isa) == "portable") {
-    isa = cpu::Isa::kPortable;
-  } else if (absl::GetFlag(FLAGS_isa) == "avx2") {
-    if (!cpu::IsaSupported(cpu::Isa::kAvx2)) {
-      std::fprintf(stderr, "--isa avx2: this CPU lacks AVX2/FMA/F16C\n");
-      return 2;
-    }
-    isa = cpu::Isa::kAvx2;
-  } else if (absl::GetFlag(FLAGS_isa) != "best") {
-    std::fprintf(stderr, "--isa must be best, avx2 or portable\n");
+  const absl::StatusOr<cpu::Isa> parsed_isa = cpu::ParseIsa(absl::GetFlag(FLAGS_isa));
+  if (!parsed_isa.ok()) {
+    std::fprintf(stderr, "--isa: %s\n", std::string(parsed_isa.status().message()).c_str());
     return 2;
   }
+  const cpu::Isa isa = *parsed_isa;
   const int repeat = absl::GetFlag(FLAGS_repeat), warmup = absl::GetFlag(FLAGS_warmup);
   if (repeat < 1 || warmup < 0) {
     std::fprintf(stderr, "--repeat must be >= 1 and --warmup >= 0\n");

@@ -23,8 +23,28 @@ using internal::KvHead;
 using internal::SeqArgs;
 
 const IsaKernels* Kernels(Isa isa, DType dtype) {
-  return isa == Isa::kAvx2 ? internal::Avx2Kernels(dtype) : internal::PortableKernels(dtype);
+  switch (isa) {
+    case Isa::kAvx512: return internal::Avx512Kernels(dtype);
+    case Isa::kAvx2: return internal::Avx2Kernels(dtype);
+    case Isa::kPortable: break;
+  }
+  return internal::PortableKernels(dtype);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+// AVX-512 F, BW, VL and VNNI in CPUID, and the OS saving the opmask and
+// all 32 zmm registers (XCR0 bits 5-7 beside SSE and AVX state, 1-2).
+bool CpuHasAvx512() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_OSXSAVE) == 0) return false;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  const bool isa = (b & bit_AVX512F) != 0 && (b & bit_AVX512BW) != 0 && (b & bit_AVX512VL) != 0 &&
+                   (c & bit_AVX512VNNI) != 0;
+  unsigned xcr0 = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
+  return isa && (xcr0 & 0xe6) == 0xe6;
+}
+#endif
 
 KvHead HeadOf(const KvPoolView& kv, int h) {
   KvHead head;
@@ -54,7 +74,14 @@ absl::Status CheckTokens(const int32_t* tokens, int64_t count, int chunk_size, c
 
 }  // namespace
 
-const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "portable"; }
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kPortable: break;
+  }
+  return "portable";
+}
 
 // The CPU is asked once per process: CPUID traps to the hypervisor on a VM
 // (15 us each on the 2-core CI VM), and every kernel call used to ask twice,
@@ -64,7 +91,8 @@ bool IsaSupported(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool avx2 = internal::Avx2Kernels(DType::kFloat32) != nullptr && __builtin_cpu_supports("avx2") &&
                            __builtin_cpu_supports("fma") && CpuHasF16c();
-  return avx2;
+  static const bool avx512 = avx2 && internal::Avx512Kernels(DType::kFloat32) != nullptr && CpuHasAvx512();
+  return isa == Isa::kAvx512 ? avx512 : avx2;
 #else
   return false;
 #endif
@@ -82,7 +110,26 @@ bool CpuHasF16c() {
 #endif
 }
 
-Isa BestIsa() { return IsaSupported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kPortable; }
+absl::StatusOr<Isa> ParseIsa(absl::string_view name) {
+  if (name == "best") return BestIsa();
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kPortable}) {
+    if (name != IsaName(isa)) continue;
+    if (!IsaSupported(isa)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "CPU kernels %s: this CPU lacks them (avx2 needs AVX2, FMA and F16C; avx512 those and AVX-512 F, BW, VL "
+          "and VNNI)",
+          name));
+    }
+    return isa;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("CPU kernels '%s': must be best, avx512, avx2 or portable", name));
+}
+
+Isa BestIsa() {
+  if (IsaSupported(Isa::kAvx512)) return Isa::kAvx512;
+  return IsaSupported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kPortable;
+}
 
 CpuAttention::CpuAttention(ThreadPool* pool, Isa isa)
     : pool_(pool), isa_(IsaSupported(isa) ? isa : Isa::kPortable),

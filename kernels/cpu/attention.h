@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/api/attention.h"
 #include "kernels/api/chunk_context.h"
@@ -34,11 +35,16 @@
 
 namespace chunkattn::cpu {
 
-// Instruction sets with a kernel build. kAvx2 needs AVX2, FMA and F16C.
-enum class Isa { kPortable, kAvx2 };
+// Instruction sets with a kernel build. kAvx2 needs AVX2, FMA and F16C;
+// kAvx512 needs those and AVX-512 F, BW, VL and VNNI, and differs from kAvx2
+// only in the decode Linear kernels, whose results it gives bit for bit.
+enum class Isa { kPortable, kAvx2, kAvx512 };
 const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);
 Isa BestIsa();
+// "best" (BestIsa) or an IsaName; INVALID_ARGUMENT for another name,
+// FAILED_PRECONDITION for an ISA this CPU lacks.
+absl::StatusOr<Isa> ParseIsa(absl::string_view name);
 // Whether this CPU converts halves in hardware (F16C), read from CPUID: GCC's
 // and Clang's __builtin_cpu_supports do not agree on the "f16c" name.
 bool CpuHasF16c();

@@ -48,6 +48,17 @@ Weights RandomWeights(DType dtype, int64_t count, std::mt19937& rng) {
   return w;
 }
 
+// Every ISA this CPU runs, AVX-512 included. The tests of paths AVX-512
+// leaves to the AVX2 code loop over portable and AVX2 alone; AVX512EqualsAvx2
+// shows those paths reach the AVX2 code.
+std::vector<cpu::Isa> SupportedIsas() {
+  std::vector<cpu::Isa> out;
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (cpu::IsaSupported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
 // c (rows, n) against a (rows, k) times values (n, k)^T in float64: fp32
 // accumulation over k terms is at most k roundings of the terms' magnitude.
 // `rounded_groups`: the kernel rounds the activations to int16 per group of
@@ -364,8 +375,7 @@ TEST(LinearRowsTest, Int8InterleavedEqualsFloat64Reference) {
   std::mt19937 rng(31);
   ThreadPool pool(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
-    if (!cpu::IsaSupported(isa)) continue;
+  for (cpu::Isa isa : SupportedIsas()) {
     // A quarter of the shapes under the sanitizers (the float64 reference is most of the time).
     for (int trial = 0; trial < SanitizerSlice(16, 4); ++trial) {
       const int64_t rows = 1 + rng() % 9, k = 256 * (1 + rng() % 6), n = 1 + rng() % 1100;
@@ -380,6 +390,57 @@ TEST(LinearRowsTest, Int8InterleavedEqualsFloat64Reference) {
                           true);
       if (::testing::Test::HasFatalFailure()) return;
     }
+  }
+}
+
+// AVX-512's kernels give AVX2's results bit for bit (kernels_avx512.cc), on
+// every layout and dtype, at every batch size from 1 to 20 (its 8-, 4-, 2-
+// and 1-row tiles), threaded and not: the model's packed fp32/16-bit rows
+// and interleaved int8 rows, which it computes itself, and the row-major,
+// column-order int8 and widened int8 shapes it hands to the AVX2 code.
+TEST(LinearRowsTest, Avx512EqualsAvx2BitForBit) {
+  if (!cpu::IsaSupported(cpu::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 F/BW/VL/VNNI on this CPU";
+  std::mt19937 rng(53);
+  ThreadPool pool(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto expect_same = [&](const cpu::WeightView& view, int64_t rows, int64_t k, int64_t n, const std::string& what) {
+    std::vector<float> a(static_cast<size_t>(rows * k));
+    for (float& x : a) x = normal(rng) * (rng() % 8 == 0 ? 50.0f : 1.0f);
+    ThreadPool* threads = rng() % 2 ? &pool : nullptr;
+    std::vector<float> avx2(static_cast<size_t>(rows * n), NAN), avx512(avx2.size(), NAN);
+    ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, avx2.data(), threads, cpu::Isa::kAvx2).ok());
+    ASSERT_TRUE(cpu::LinearRows(a.data(), rows, k, view, n, avx512.data(), threads, cpu::Isa::kAvx512).ok());
+    ASSERT_EQ(std::memcmp(avx2.data(), avx512.data(), avx2.size() * sizeof(float)), 0)
+        << what << " rows " << rows << " k " << k << " n " << n;
+  };
+  for (int64_t rows = 1; rows <= 20; ++rows) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      const int64_t size = DTypeBytes(dtype);
+      const int64_t k = 8 * (1 + rng() % 80), n = 4 * (1 + rng() % 160);
+      const Weights w = RandomWeights(dtype, n * k, rng);
+      std::vector<uint8_t> packed(w.bytes.size());
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < k; ++i) {
+          std::memcpy(packed.data() + cpu::PackedIndex(j, i, k) * size, w.bytes.data() + (j * k + i) * size, size);
+        }
+      }
+      cpu::WeightView view;
+      view.data = packed.data();
+      view.dtype = dtype;
+      view.packed = true;
+      expect_same(view, rows, k, n, std::string("packed ") + DTypeName(dtype));
+      view.data = w.bytes.data();
+      view.packed = false;
+      expect_same(view, rows, k, n, std::string("row-major ") + DTypeName(dtype));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    const int64_t k = 256 * (1 + rng() % 5), n = 1 + rng() % 600;
+    const Int8Weights w = RandomInt8(n, k, 32, rng);
+    expect_same(Interleave(w, k).view, rows, k, n, "interleaved int8");
+    expect_same(ViewOf(w, 32), rows, k, n, "column-order int8");
+    const Int8Weights w24 = RandomInt8(n, 264, 24, rng);
+    expect_same(ViewOf(w24, 24), rows, 264, n, "widened int8");
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
@@ -403,8 +464,7 @@ TEST(LinearRowsTest, Int8InterleavedRowsResultDoesNotDependOnItsBatch) {
   std::mt19937 rng(41);
   ThreadPool pool(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
-    if (!cpu::IsaSupported(isa)) continue;
+  for (cpu::Isa isa : SupportedIsas()) {
     for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{7, 512}, {4, 1024}, {2, 256}}) {
       const int64_t n = 777;  // odd: the 1-wide column tail
       const Int8Weights w = RandomInt8(n, k, 32, rng);
@@ -428,8 +488,7 @@ TEST(LinearRowsTest, Int8InterleavedNonFiniteActivationsGiveNaN) {
   const int64_t rows = 3, k = 256, n = 8;
   const Int8Weights w = RandomInt8(n, k, 32, rng);
   const InterleavedInt8 iw = Interleave(w, k);
-  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
-    if (!cpu::IsaSupported(isa)) continue;
+  for (cpu::Isa isa : SupportedIsas()) {
     for (float bad : {NAN, INFINITY, -INFINITY}) {
       std::vector<float> a(static_cast<size_t>(rows * k), 0.25f);
       a[k + 200] = bad;  // row 1, block 6
@@ -508,8 +567,7 @@ TEST(LinearRowsTest, PackedEqualsRowMajorBitForBit) {
   std::mt19937 rng(23);
   ThreadPool pool(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
-    if (!cpu::IsaSupported(isa)) continue;
+  for (cpu::Isa isa : SupportedIsas()) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       const int64_t size = DTypeBytes(dtype);
       for (int trial = 0; trial < 6; ++trial) {

@@ -66,6 +66,8 @@ ABSL_FLAG(int, max_batch_size, 256, "most sequences in one step");
 ABSL_FLAG(int, max_tokens_per_step, 2048, "most input rows in one step (longer prompts are prefilled in pieces)");
 ABSL_FLAG(std::string, decode_impl, "tpp", "tpp | seq (decode attention)");
 ABSL_FLAG(int, threads, 0, "attention threads (0 = one per core)");
+ABSL_FLAG(std::string, cpu_isa, "best",
+          "CPU kernels: best | avx512 | avx2 | portable (the same tokens: avx512 gives avx2's results bit for bit)");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda | cuda:N (builds with CUDA)");
 ABSL_FLAG(std::string, dtype, "auto",
           "GPU weights, activations and KV: auto (the model's bfloat16, else float16) | float16 | bfloat16");
@@ -226,6 +228,7 @@ absl::Status Run() {
   const std::string impl = absl::GetFlag(FLAGS_decode_impl);
   if (impl != "tpp" && impl != "seq") return absl::InvalidArgumentError("--decode_impl: tpp or seq");
   options.decode_impl = impl == "tpp" ? DecodeImpl::kTpp : DecodeImpl::kSequence;
+  ASSIGN_OR_RETURN(options.cpu_isa, cpu::ParseIsa(absl::GetFlag(FLAGS_cpu_isa)));
   OfflineEngineOptions engine_options;
   engine_options.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   engine_options.max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step);

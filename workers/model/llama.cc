@@ -25,9 +25,11 @@ namespace {
 // each block of weight rows to fp32, and the kernel reads them as stored (int8
 // in integers): decode step time with 64 here over 24, same model, paired
 // medians: int8 32 rows 1.64x faster, 64 rows 1.14x; F16 32 rows 1.43x, 64
-// rows 1.04x.
-int64_t VectorRows(WeightDType dtype) {
-  return dtype == WeightDType::kFloat32 || dtype == WeightDType::kAuto ? 24 : 64;
+// rows 1.04x. The AVX-512 kernels take fp32 as far (the 156M model's
+// matrices, 2 threads: 40 ms at 32 rows and 59 at 64, sgemm 49 and 81).
+int64_t VectorRows(WeightDType dtype, cpu::Isa isa) {
+  const bool fp32 = dtype == WeightDType::kFloat32 || dtype == WeightDType::kAuto;
+  return fp32 && isa != cpu::Isa::kAvx512 ? 24 : 64;
 }
 
 // Weight rows converted to fp32 per sgemm when the weights are 16-bit or
@@ -147,7 +149,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, ModelWeights weights,
       options_(options),
       comm_(comm),
       pool_(pool),
-      attention_(pool),
+      attention_(pool, options.cpu_isa),
       inv_freq_(RopeInverseFrequencies(config)) {}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& config,
@@ -216,7 +218,7 @@ absl::Status LlamaModel::Linear(const float* a, int64_t m, int64_t matrix_rows, 
                                 int64_t n, std::vector<float>& c) {
   c.resize(static_cast<size_t>(m * n));
   const int64_t vector_rows = m - matrix_rows;
-  const bool vector = vector_rows > 0 && vector_rows <= VectorRows(w.dtype) && k % 8 == 0;
+  const bool vector = vector_rows > 0 && vector_rows <= VectorRows(w.dtype, attention_.isa()) && k % 8 == 0;
   const int64_t sgemm_rows = vector ? matrix_rows : m;
   if (sgemm_rows > 0) RETURN_IF_ERROR(MatrixRows(a, sgemm_rows, k, w, n, c.data()));
   if (!vector) return absl::OkStatus();

@@ -31,6 +31,7 @@ struct ModelOptions {
   int64_t num_kv_chunks = 0;       // KV pool capacity, chunks
   DType kv_dtype = DType::kFloat32;
   DecodeImpl decode_impl = DecodeImpl::kTpp;
+  cpu::Isa cpu_isa = cpu::BestIsa();  // the CPU model's kernels (an ISA this CPU runs)
 };
 
 // One iteration's work. Rows of the step, in order: the prefill tokens,

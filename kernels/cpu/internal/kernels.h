@@ -170,10 +170,11 @@ struct IsaKernels {
   void (*naive_pv)(const NaiveArgs&) = nullptr;
 };
 
-// Tables for one storage dtype; Avx2Kernels returns nullptr when this build
-// has no AVX2 path (non-x86 host).
+// Tables for one storage dtype; Avx2Kernels and Avx512Kernels return nullptr
+// when this build has no such path (non-x86 host).
 const IsaKernels* PortableKernels(DType dtype);
 const IsaKernels* Avx2Kernels(DType dtype);
+const IsaKernels* Avx512Kernels(DType dtype);
 
 }  // namespace chunkattn::cpu::internal
 

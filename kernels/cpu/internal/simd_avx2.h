@@ -1,7 +1,9 @@
-// 8-lane fp32 vector operations on AVX2 + FMA + F16C. Included only by
-// kernels_avx2.cc, which is the one translation unit compiled with those
-// flags; everything here is static members so no symbol is shared with the
-// portable build of the same templates.
+// 8-lane fp32 vector operations on AVX2 + FMA + F16C. Included only by the
+// ISA-specific translation units (kernels_avx2.cc, and kernels_avx512.cc for
+// the helpers its wider kernels share bit for bit), each compiled with its
+// own flags. The struct lives in an anonymous namespace, so each of those
+// files has a private copy: the linker can never hand the AVX2 path a helper
+// that was compiled for AVX-512 (or the portable path one for AVX2).
 #ifndef CHUNKATTN_KERNELS_CPU_INTERNAL_SIMD_AVX2_H_
 #define CHUNKATTN_KERNELS_CPU_INTERNAL_SIMD_AVX2_H_
 
@@ -14,6 +16,7 @@
 #include "kernels/cpu/internal/storage.h"
 
 namespace chunkattn::cpu::internal {
+namespace {
 
 struct Avx2 {
   using V = __m256;
@@ -148,6 +151,7 @@ struct Avx2 {
   }
 };
 
+}  // namespace
 }  // namespace chunkattn::cpu::internal
 
 #endif  // CHUNKATTN_KERNELS_CPU_INTERNAL_SIMD_AVX2_H_
