@@ -451,10 +451,11 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
     return absl::InvalidArgumentError(absl::StrFormat(
         "LinearRows: int8 block %d must be a positive multiple of 8 that divides k %d", w.block, k));
   }
-  if (w.interleaved && !(q8 && Int8Interleaves(k, w.block))) {
+  if (w.interleaved && !(q8 && Int8Interleaves(n, k, w.block))) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "LinearRows: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
-        kInt8InterleavedSpan, k, w.block));
+        "LinearRows: interleaved weights must be int8 with block 32, k a multiple of %d and n of %d (n %d, k %d, "
+        "block %d)",
+        kInt8InterleavedSpan, kInt8GroupRows, n, k, w.block));
   }
   if (w.packed && (q8 || !Packs(n, k))) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -515,7 +516,9 @@ absl::Status WeightRowsToFloat(const WeightView& w, int64_t k, int64_t j0, int64
     return absl::InvalidArgumentError(absl::StrFormat(
         "WeightRowsToFloat: rows [%d, %d), k %d, int8 block %d (must divide k)", j0, j1, k, w.block));
   }
-  if (w.interleaved && !(q8 && Int8Interleaves(k, w.block))) {
+  // The matrix's row count is not known here; the layout needs it to be a
+  // multiple of 4, which the caller's LinearRows checks.
+  if (w.interleaved && !(q8 && Int8Interleaves(kInt8GroupRows, k, w.block))) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "WeightRowsToFloat: interleaved weights must be int8 with block 32 and k a multiple of %d (k %d, block %d)",
         kInt8InterleavedSpan, k, w.block));

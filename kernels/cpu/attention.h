@@ -127,8 +127,9 @@ struct WeightView {
   DType dtype = DType::kFloat32;
   const float* scales = nullptr;  // (n, k / block): int8 weights
   int64_t block = 0;              // int8: columns per scale, divides k
-  // int8: each row's q in Int8InterleavedColumn order (int8_layout.h;
-  // Int8Interleaves(k, block) must hold); scales stay in column order.
+  // int8: q in the decode kernel's interleaved layout (int8_layout.h:
+  // Int8Interleaves(n, k, block) must hold, and index Int8InterleavedIndex);
+  // scales stay in column order.
   bool interleaved = false;
   // fp32, fp16 or bf16: rows in the decode kernel's packed layout
   // (packed_layout.h; Packs(n, k) must hold).

@@ -105,7 +105,7 @@ void LinearPacked(const LinearArgs& a) {
 // at a time; see the top of this file.
 template <int R, int J>
 void Int8Tile(const LinearArgs& a, int r0, int64_t j0) {
-  const auto* w = static_cast<const int8_t*>(a.w) + j0 * a.k;
+  const auto* w = static_cast<const int8_t*>(a.w);
   const int64_t ng = a.k / 32, spans = a.k / kInt8InterleavedSpan;
   __m256 acc[R][J];
   for (int r = 0; r < R; ++r)
@@ -113,15 +113,20 @@ void Int8Tile(const LinearArgs& a, int r0, int64_t j0) {
   for (int64_t sp = 0; sp < spans; ++sp) {
     const int64_t c0 = sp * kInt8InterleavedSpan;
     // The rows two tiles on, as AVX2's tile does.
-    for (int l = 0; l < J * 256; l += 64) __builtin_prefetch(w + 2 * J * a.k + sp * J * 256 + l);
-    for (int j = 0; j < J; ++j) __builtin_prefetch(a.scales + (j0 + 2 * J + j) * ng + sp * 8);
+    for (int j = 0; j < J; ++j) {
+      const int8_t* ahead = w + Int8SpanOffset(j0 + 2 * J + j, sp, a.k);
+      for (int l = 0; l < kInt8InterleavedSpan; l += 64) __builtin_prefetch(ahead + l);
+      __builtin_prefetch(a.scales + (j0 + 2 * J + j) * ng + sp * 8);
+    }
+    const int8_t* row[J];
+    for (int j = 0; j < J; ++j) row[j] = w + Int8SpanOffset(j0 + j, sp, a.k);
     __m512i d[R][J];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < J; ++j) d[r][j] = _mm512_setzero_si512();
     for (int64_t v = 0; v < 8; ++v) {
       __m512i wv[J];
       for (int j = 0; j < J; ++j) {
-        wv[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * a.k + c0 + v * 32)));
+        wv[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j] + v * 32)));
       }
       for (int r = 0; r < R; ++r) {
         const __m512i x = _mm512_loadu_si512(a.aq + (r0 + r) * a.k + c0 + v * 32);

@@ -198,7 +198,8 @@ cpu::WeightView ViewOf(const Int8Weights& w, int64_t block) {
   return view;
 }
 
-// `w`'s q with each row in the decode kernel's interleaved order, and its view.
+// `w`'s q in the decode kernel's interleaved layout (rows a multiple of 4),
+// and its view.
 struct InterleavedInt8 {
   std::vector<int8_t> q;
   cpu::WeightView view;
@@ -206,8 +207,8 @@ struct InterleavedInt8 {
 InterleavedInt8 Interleave(const Int8Weights& w, int64_t k) {
   InterleavedInt8 out;
   out.q.resize(w.q.size());
-  for (size_t row = 0; row < w.q.size(); row += k) {
-    for (int64_t c = 0; c < k; ++c) out.q[row + cpu::Int8InterleavedColumn(c)] = w.q[row + c];
+  for (int64_t row = 0; row < static_cast<int64_t>(w.q.size()) / k; ++row) {
+    for (int64_t c = 0; c < k; ++c) out.q[cpu::Int8InterleavedIndex(row, c, k)] = w.q[row * k + c];
   }
   out.view.data = out.q.data();
   out.view.scales = w.scales.data();
@@ -347,11 +348,27 @@ TEST(LinearRowsTest, Int8RowsResultDoesNotDependOnItsBatch) {
 }
 
 // The interleaved layout: within each 256 columns a permutation, column
-// pairs kept adjacent, block m's pairs 16 values apart from lane m on.
+// pairs kept adjacent, block m's pairs 16 values apart from lane m on; over
+// the matrix a permutation in which a group of 4 rows' span s is one
+// stretch of 1024 bytes, row by row.
 TEST(Int8LayoutTest, InterleavedColumnIsAPermutationOfEachSpan) {
-  EXPECT_TRUE(cpu::Int8Interleaves(512, 32));
-  EXPECT_FALSE(cpu::Int8Interleaves(288, 32));
-  EXPECT_FALSE(cpu::Int8Interleaves(512, 64));
+  EXPECT_TRUE(cpu::Int8Interleaves(8, 512, 32));
+  EXPECT_FALSE(cpu::Int8Interleaves(8, 288, 32));
+  EXPECT_FALSE(cpu::Int8Interleaves(8, 512, 64));
+  EXPECT_FALSE(cpu::Int8Interleaves(6, 512, 32));
+  const int64_t n = 8, k = 768;
+  std::vector<int> stored(n * k, 0);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t at = cpu::Int8InterleavedIndex(j, c, k);
+      ASSERT_GE(at, 0);
+      ASSERT_LT(at, n * k);
+      ++stored[at];
+      const int64_t stretch = (j / 4) * 4 * k + (c / 256) * 1024;  // the group's span s
+      EXPECT_EQ(at - stretch - j % 4 * 256, cpu::Int8InterleavedColumn(c) % 256) << j << " " << c;
+    }
+  }
+  for (int count : stored) ASSERT_EQ(count, 1);
   for (int64_t span = 0; span < 3; ++span) {
     std::vector<int> seen(256, 0);
     for (int64_t c = span * 256; c < span * 256 + 256; ++c) {
@@ -378,7 +395,7 @@ TEST(LinearRowsTest, Int8InterleavedEqualsFloat64Reference) {
   for (cpu::Isa isa : SupportedIsas()) {
     // A quarter of the shapes under the sanitizers (the float64 reference is most of the time).
     for (int trial = 0; trial < SanitizerSlice(16, 4); ++trial) {
-      const int64_t rows = 1 + rng() % 9, k = 256 * (1 + rng() % 6), n = 1 + rng() % 1100;
+      const int64_t rows = 1 + rng() % 9, k = 256 * (1 + rng() % 6), n = 4 * (1 + rng() % 275);
       const Int8Weights w = RandomInt8(n, k, 32, rng);
       const InterleavedInt8 iw = Interleave(w, k);
       std::vector<float> a(static_cast<size_t>(rows * k));
@@ -434,10 +451,10 @@ TEST(LinearRowsTest, Avx512EqualsAvx2BitForBit) {
       expect_same(view, rows, k, n, std::string("row-major ") + DTypeName(dtype));
       if (::testing::Test::HasFatalFailure()) return;
     }
-    const int64_t k = 256 * (1 + rng() % 5), n = 1 + rng() % 600;
+    const int64_t k = 256 * (1 + rng() % 5), n = 4 * (1 + rng() % 150);
     const Int8Weights w = RandomInt8(n, k, 32, rng);
     expect_same(Interleave(w, k).view, rows, k, n, "interleaved int8");
-    expect_same(ViewOf(w, 32), rows, k, n, "column-order int8");
+    expect_same(ViewOf(w, 32), rows, k, n - 1, "column-order int8");
     const Int8Weights w24 = RandomInt8(n, 264, 24, rng);
     expect_same(ViewOf(w24, 24), rows, 264, n, "widened int8");
     if (::testing::Test::HasFatalFailure()) return;
@@ -449,7 +466,7 @@ TEST(LinearRowsTest, Int8InterleavedIsaAgree) {
   if (!cpu::IsaSupported(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(37);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t rows = 3, k = 768, n = 130;
+  const int64_t rows = 3, k = 768, n = 132;
   const Int8Weights w = RandomInt8(n, k, 32, rng);
   const InterleavedInt8 iw = Interleave(w, k);
   std::vector<float> a(static_cast<size_t>(rows * k));
@@ -466,7 +483,7 @@ TEST(LinearRowsTest, Int8InterleavedRowsResultDoesNotDependOnItsBatch) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (cpu::Isa isa : SupportedIsas()) {
     for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{7, 512}, {4, 1024}, {2, 256}}) {
-      const int64_t n = 777;  // odd: the 1-wide column tail
+      const int64_t n = 780;  // a block of 12 rows after the threads' blocks of 128
       const Int8Weights w = RandomInt8(n, k, 32, rng);
       const InterleavedInt8 iw = Interleave(w, k);
       std::vector<float> batch(static_cast<size_t>(rows * k));
@@ -509,7 +526,7 @@ TEST(WeightRowsToFloatTest, Int8InterleavedConvertsExactly) {
   for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2}) {
     if (!cpu::IsaSupported(isa)) continue;
     for (int trial = 0; trial < 6; ++trial) {
-      const int64_t k = 256 * (1 + rng() % 4), n = 1 + rng() % 300;
+      const int64_t k = 256 * (1 + rng() % 4), n = 4 * (1 + rng() % 75);
       const int64_t j0 = rng() % n, j1 = j0 + 1 + rng() % (n - j0);  // at least one row (memcmp of none is UB)
       const Int8Weights w = RandomInt8(n, k, 32, rng);
       const InterleavedInt8 iw = Interleave(w, k);
@@ -636,9 +653,10 @@ TEST(LinearRowsTest, RefusesBadShapes) {
   }
   view.block = 5;
   EXPECT_EQ(cpu::WeightRowsToFloat(view, 16, 0, 1, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
-  // Interleaved: int8, block 32, k a multiple of 256 (here 16, then block 8 at 256, then fp32).
-  std::vector<int8_t> q256(2 * 256);
-  std::vector<float> a256(256), s256(2 * 32);
+  // Interleaved: int8, block 32, k a multiple of 256 and n of 4 (here k 32,
+  // then block 8 at 256, then n 2, then fp32).
+  std::vector<int8_t> q256(4 * 256);
+  std::vector<float> a256(256), s256(4 * 8);
   view.data = q256.data();
   view.scales = s256.data();
   view.interleaved = true;
@@ -648,7 +666,8 @@ TEST(LinearRowsTest, RefusesBadShapes) {
   view.block = 8;
   EXPECT_EQ(cpu::LinearRows(a256.data(), 1, 256, view, 2, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
   view.block = 32;
-  EXPECT_TRUE(cpu::LinearRows(a256.data(), 1, 256, view, 2, c.data(), nullptr).ok());
+  EXPECT_EQ(cpu::LinearRows(a256.data(), 1, 256, view, 2, c.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cpu::LinearRows(a256.data(), 1, 256, view, 4, c.data(), nullptr).ok());
   cpu::WeightView fp32;
   fp32.data = a256.data();
   fp32.interleaved = true;

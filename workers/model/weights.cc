@@ -298,7 +298,7 @@ WeightMatrix WeightMatrix::Zeros(WeightDType dtype, int64_t rows, int64_t cols) 
     case WeightDType::kBFloat16: m.half.assign(n, 0); break;
     case WeightDType::kInt8:
       m.block = cols > 0 && cols % kInt8Block == 0 ? kInt8Block : std::max<int64_t>(cols, 1);
-      m.interleaved = cpu::Int8Interleaves(cols, m.block);
+      m.interleaved = cpu::Int8Interleaves(rows, cols, m.block);
       m.q.assign(n, 0);
       m.scales.assign(static_cast<size_t>(rows * (cols / m.block)), 0.0f);
       break;
@@ -311,7 +311,7 @@ int64_t WeightMatrix::bytes() const {
 }
 
 int64_t WeightMatrix::StoredAt(int64_t i) const {
-  return interleaved ? i - i % cols + cpu::Int8InterleavedColumn(i % cols) : i;
+  return interleaved ? cpu::Int8InterleavedIndex(i / cols, i % cols, cols) : i;
 }
 
 bool WeightMatrix::Pack() {
@@ -354,7 +354,7 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
       return;
     case WeightDType::kInt8:
       for (int64_t i = 0; i < count; ++i) {
-        out[i] = static_cast<float>(q[begin + StoredAt(i)]) * scales[(begin + i) / block];
+        out[i] = static_cast<float>(q[StoredAt(begin + i)]) * scales[(begin + i) / block];
       }
       return;
   }
@@ -400,7 +400,7 @@ void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
           scales[(begin + b0) / block] = scale;
           for (int64_t i = b0; i < b0 + block; ++i) {
             const float v = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
-            q[begin + StoredAt(i)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+            q[StoredAt(begin + i)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
           }
         }
         return;

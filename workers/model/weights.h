@@ -74,10 +74,10 @@ struct WeightMatrix {
   // kInt8: columns per scale: kInt8Block when it divides cols, else cols (one
   // scale per row).
   int64_t block = 0;
-  // kInt8: each row's q(r, c) stored at r * cols + cpu::Int8InterleavedColumn(c),
-  // the decode kernel's layout (kernels/cpu/int8_layout.h), when
-  // cpu::Int8Interleaves(cols, block); else at r * cols + c. RowsToFloat and
-  // SetRows take and give column order either way.
+  // kInt8: q(r, c) stored at cpu::Int8InterleavedIndex(r, c, cols), the
+  // decode kernel's layout (kernels/cpu/int8_layout.h), when
+  // cpu::Int8Interleaves(rows, cols, block); else at r * cols + c. RowsToFloat
+  // and SetRows take and give row-major column order either way.
   bool interleaved = false;
   // kFloat32, kFloat16, kBFloat16: rows in the decode kernel's packed layout
   // (kernels/cpu/packed_layout.h), set by Pack (the CPU model's own copy;
@@ -103,8 +103,7 @@ struct WeightMatrix {
   void SetRows(int64_t r0, int64_t n, const float* src);
 
  private:
-  // kInt8: where value i of whole rows (i counted from a row's start, in
-  // column order) is stored in q, relative to the same start.
+  // kInt8: where value i = r * cols + c, w(r, c), is stored in q.
   int64_t StoredAt(int64_t i) const;
 };
 

@@ -252,7 +252,7 @@ TEST(WeightDTypeTest, Int8ShardsAreSlicesOfTheWhole) {
   ASSERT_FALSE(s.interleaved);
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t c = 0; c < s.cols; ++c) {
-      ASSERT_EQ(s.q[r * 128 + c], w.q[r * 256 + cpu::Int8InterleavedColumn(128 + c)]);
+      ASSERT_EQ(s.q[r * 128 + c], w.q[cpu::Int8InterleavedIndex(r, 128 + c, 256)]);
     }
     for (int64_t b = 0; b < 128 / kInt8Block; ++b) {
       ASSERT_EQ(s.scales[r * 4 + b], w.scales[r * 8 + 4 + b]);

@@ -130,8 +130,10 @@ struct LinearArgs {
   // weights' own. Null: the weights are widened and scaled instead.
   const int16_t* aq = nullptr;  // row r at aq + r * k
   const float* aq_scales = nullptr;  // row r at aq_scales + r * (k / 32)
-  // w and aq in Int8InterleavedColumn order (attention.h), k a multiple of
-  // 256 and block 32: each group's dot is one lane of an integer vector.
+  // w in the interleaved layout (int8_layout.h) and aq in its column order
+  // (Int8InterleavedColumn), k a multiple of 256 and block 32: each group's
+  // dot is one lane of an integer vector, and a tile of 4 weight rows one
+  // stream.
   bool interleaved = false;
   // fp32, fp16 or bf16 w in the packed layout (packed_layout.h): j0 and j1
   // multiples of 4.
@@ -146,7 +148,7 @@ struct WeightRowsArgs {
   const void* w = nullptr;
   const float* scales = nullptr;
   int64_t block = 0;
-  bool interleaved = false;  // int8 rows in Int8InterleavedColumn order
+  bool interleaved = false;  // int8 rows in the interleaved layout (int8_layout.h)
   bool packed = false;       // rows in the packed layout (packed_layout.h)
   int64_t k = 0;
   int64_t j0 = 0, j1 = 0;

@@ -533,7 +533,7 @@ struct Impl {
   // relative rounding under 2^-24 once past 2^24, far under the weights' 2^-8.
   template <int R, int J>
   static void LinearTile16I(const LinearArgs& a, int r0, int64_t j0) {
-    const auto* w = static_cast<const int8_t*>(a.w) + j0 * a.k;
+    const auto* w = static_cast<const int8_t*>(a.w);
     const int64_t ng = a.k / 32, spans = a.k / kInt8InterleavedSpan;
     V acc[R][J];
     for (int r = 0; r < R; ++r)
@@ -542,14 +542,19 @@ struct Impl {
       const int64_t c0 = sp * kInt8InterleavedSpan;
       // The rows two tiles on, as this tile streams its own (see LinearTile16),
       // and their scales.
-      for (int l = 0; l < J * 256; l += 64) __builtin_prefetch(w + 2 * J * a.k + sp * J * 256 + l);
-      for (int j = 0; j < J; ++j) __builtin_prefetch(a.scales + (j0 + 2 * J + j) * ng + sp * 8);
+      for (int j = 0; j < J; ++j) {
+        const int8_t* ahead = w + Int8SpanOffset(j0 + 2 * J + j, sp, a.k);
+        for (int l = 0; l < kInt8InterleavedSpan; l += 64) __builtin_prefetch(ahead + l);
+        __builtin_prefetch(a.scales + (j0 + 2 * J + j) * ng + sp * 8);
+      }
+      const int8_t* row[J];
+      for (int j = 0; j < J; ++j) row[j] = w + Int8SpanOffset(j0 + j, sp, a.k);
       typename S::I32 d[R][J];
       for (int r = 0; r < R; ++r)
         for (int j = 0; j < J; ++j) d[r][j] = S::ZeroI();
       for (int64_t v = 0; v < 16; ++v) {
         typename S::W8 wv[J];
-        for (int j = 0; j < J; ++j) wv[j] = S::LoadW8(w + j * a.k + c0 + v * 16);
+        for (int j = 0; j < J; ++j) wv[j] = S::LoadW8(row[j] + v * 16);
         for (int r = 0; r < R; ++r) {
           const int16_t* x = a.aq + (r0 + r) * a.k + c0 + v * 16;
           for (int j = 0; j < J; ++j) d[r][j] = S::MaddAcc(d[r][j], wv[j], x);
@@ -661,8 +666,9 @@ struct Impl {
         if (a.interleaved) {
           // Each span back to column order (its column pairs), then scaled as below.
           for (int64_t c0 = 0; c0 < a.k; c0 += kInt8InterleavedSpan) {
+            const T* span = static_cast<const T*>(a.w) + Int8SpanOffset(j, c0 / kInt8InterleavedSpan, a.k);
             int8_t t[kInt8InterleavedSpan];
-            for (int i = 0; i < kInt8InterleavedSpan; i += 2) std::memcpy(t + i, src + Int8InterleavedColumn(c0 + i), 2);
+            for (int i = 0; i < kInt8InterleavedSpan; i += 2) std::memcpy(t + i, span + Int8InterleavedColumn(i), 2);
             for (int m = 0; m < 8; ++m) {
               const V sv = S::Set1(sc[c0 / 32 + m]);
               for (int i = 0; i < 32; i += L) S::Store(dst + c0 + m * 32 + i, S::Mul(S::LoadI8(t + m * 32 + i), sv));
