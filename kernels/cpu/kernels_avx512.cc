@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/int8_layout.h"
+#include "kernels/cpu/internal/int8_tile.h"
 #include "kernels/cpu/internal/kernels.h"
 #include "kernels/cpu/internal/simd_avx2.h"
 #include "kernels/cpu/internal/storage.h"
@@ -112,14 +113,8 @@ void Int8Tile(const LinearArgs& a, int r0, int64_t j0) {
     for (int j = 0; j < J; ++j) acc[r][j] = _mm256_setzero_ps();
   for (int64_t sp = 0; sp < spans; ++sp) {
     const int64_t c0 = sp * kInt8InterleavedSpan;
-    // The rows two tiles on, as AVX2's tile does.
-    for (int j = 0; j < J; ++j) {
-      const int8_t* ahead = w + Int8SpanOffset(j0 + 2 * J + j, sp, a.k);
-      for (int l = 0; l < kInt8InterleavedSpan; l += 64) __builtin_prefetch(ahead + l);
-      __builtin_prefetch(a.scales + (j0 + 2 * J + j) * ng + sp * 8);
-    }
     const int8_t* row[J];
-    for (int j = 0; j < J; ++j) row[j] = w + Int8SpanOffset(j0 + j, sp, a.k);
+    Int8TileSpan<J>(w, a.scales, j0, sp, a.k, row);
     __m512i d[R][J];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < J; ++j) d[r][j] = _mm512_setzero_si512();

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/int8_layout.h"
+#include "kernels/cpu/internal/int8_tile.h"
 #include "kernels/cpu/internal/kernels.h"
 #include "kernels/cpu/internal/storage.h"
 
@@ -540,15 +541,8 @@ struct Impl {
       for (int j = 0; j < J; ++j) acc[r][j] = S::Zero();
     for (int64_t sp = 0; sp < spans; ++sp) {
       const int64_t c0 = sp * kInt8InterleavedSpan;
-      // The rows two tiles on, as this tile streams its own (see LinearTile16),
-      // and their scales.
-      for (int j = 0; j < J; ++j) {
-        const int8_t* ahead = w + Int8SpanOffset(j0 + 2 * J + j, sp, a.k);
-        for (int l = 0; l < kInt8InterleavedSpan; l += 64) __builtin_prefetch(ahead + l);
-        __builtin_prefetch(a.scales + (j0 + 2 * J + j) * ng + sp * 8);
-      }
       const int8_t* row[J];
-      for (int j = 0; j < J; ++j) row[j] = w + Int8SpanOffset(j0 + j, sp, a.k);
+      Int8TileSpan<J>(w, a.scales, j0, sp, a.k, row);
       typename S::I32 d[R][J];
       for (int r = 0; r < R; ++r)
         for (int j = 0; j < J; ++j) d[r][j] = S::ZeroI();
