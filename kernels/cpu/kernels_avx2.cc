@@ -5,5 +5,5 @@
 #include "kernels/cpu/internal/simd_avx2.h"
 
 namespace chunkattn::cpu::internal {
-CHUNKATTN_DEFINE_KERNEL_TABLES(Avx2, Avx2Kernels)
+CHUNKATTN_DEFINE_KERNEL_TABLES(Avx2Kernels, Impl<Avx2>::Table)
 }  // namespace chunkattn::cpu::internal

@@ -33,7 +33,6 @@
 #endif
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cpu/int8_layout.h"
 #include "kernels/cpu/internal/int8_tile.h"
@@ -170,9 +169,7 @@ constexpr int kPackedMinRows = 3;
 template <class D>
 void Linear(const LinearArgs& a) {
   if (a.packed && a.rows >= kPackedMinRows) return LinearPacked<D>(a);
-  static const auto avx2 = Avx2Kernels(std::is_same_v<D, F32> ? DType::kFloat32
-                                       : std::is_same_v<D, F16> ? DType::kFloat16
-                                                                : DType::kBFloat16)->linear;
+  static const auto avx2 = Avx2Kernels(D::kDType)->linear;
   avx2(a);
 }
 
@@ -182,29 +179,16 @@ void LinearQ8(const LinearArgs& a) {
   avx2(a);
 }
 
-IsaKernels Table(DType dtype) {
-  IsaKernels t = *Avx2Kernels(dtype);
-  switch (dtype) {
-    case DType::kFloat32: t.linear = &Linear<F32>; break;
-    case DType::kFloat16: t.linear = &Linear<F16>; break;
-    case DType::kBFloat16: t.linear = &Linear<BF16>; break;
-  }
+template <class D>
+IsaKernels Table() {
+  IsaKernels t = *Avx2Kernels(D::kDType);
+  t.linear = &Linear<D>;
   t.linear_q8 = &LinearQ8;
   return t;
 }
 
 }  // namespace
 
-const IsaKernels* Avx512Kernels(DType dtype) {
-  static const IsaKernels f32 = Table(DType::kFloat32);
-  static const IsaKernels f16 = Table(DType::kFloat16);
-  static const IsaKernels bf16 = Table(DType::kBFloat16);
-  switch (dtype) {
-    case DType::kFloat32: return &f32;
-    case DType::kFloat16: return &f16;
-    case DType::kBFloat16: return &bf16;
-  }
-  return nullptr;
-}
+CHUNKATTN_DEFINE_KERNEL_TABLES(Avx512Kernels, Table)
 
 }  // namespace chunkattn::cpu::internal

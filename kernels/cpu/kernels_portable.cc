@@ -3,5 +3,5 @@
 #include "kernels/cpu/internal/simd_portable.h"
 
 namespace chunkattn::cpu::internal {
-CHUNKATTN_DEFINE_KERNEL_TABLES(Portable, PortableKernels)
+CHUNKATTN_DEFINE_KERNEL_TABLES(PortableKernels, Impl<Portable>::Table)
 }  // namespace chunkattn::cpu::internal

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/api/dtype.h"
+#include "kernels/cpu/internal/storage.h"
 
 namespace chunkattn::cpu::internal {
 
@@ -177,6 +178,21 @@ struct IsaKernels {
 const IsaKernels* PortableKernels(DType dtype);
 const IsaKernels* Avx2Kernels(DType dtype);
 const IsaKernels* Avx512Kernels(DType dtype);
+
+// Defines FN, one of the functions above: the dtype -> table function whose
+// tables TABLE<F32>(), TABLE<F16>() and TABLE<BF16>() build (storage.h tags).
+#define CHUNKATTN_DEFINE_KERNEL_TABLES(FN, TABLE)                              \
+  const IsaKernels* FN(DType dtype) {                                          \
+    static const IsaKernels f32 = TABLE<F32>();                                \
+    static const IsaKernels f16 = TABLE<F16>();                                \
+    static const IsaKernels bf16 = TABLE<BF16>();                              \
+    switch (dtype) {                                                           \
+      case DType::kFloat32: return &f32;                                       \
+      case DType::kFloat16: return &f16;                                       \
+      case DType::kBFloat16: return &bf16;                                     \
+    }                                                                          \
+    return nullptr;                                                            \
+  }
 
 }  // namespace chunkattn::cpu::internal
 

@@ -703,20 +703,6 @@ struct Impl {
   }
 };
 
-// Defines the dtype -> table function for ISA S.
-#define CHUNKATTN_DEFINE_KERNEL_TABLES(S, FN)                                  \
-  const IsaKernels* FN(DType dtype) {                                          \
-    static const IsaKernels f32 = Impl<S>::Table<F32>();                       \
-    static const IsaKernels f16 = Impl<S>::Table<F16>();                       \
-    static const IsaKernels bf16 = Impl<S>::Table<BF16>();                     \
-    switch (dtype) {                                                           \
-      case DType::kFloat32: return &f32;                                       \
-      case DType::kFloat16: return &f16;                                       \
-      case DType::kBFloat16: return &bf16;                                     \
-    }                                                                          \
-    return nullptr;                                                            \
-  }
-
 }  // namespace chunkattn::cpu::internal
 
 #endif  // CHUNKATTN_KERNELS_CPU_INTERNAL_KERNELS_IMPL_H_
