@@ -48,6 +48,22 @@ int AvailableCpus() {
   return std::max(1, n);
 }
 
+std::vector<int64_t> ShrinkingPieces(int64_t n, int threads, int64_t min_piece, int64_t align) {
+  std::vector<int64_t> bounds;
+  if (n <= 0) return bounds;
+  threads = std::max(1, threads);
+  align = std::max<int64_t>(1, align);
+  min_piece = std::max<int64_t>(1, min_piece);
+  bounds.push_back(0);
+  for (int64_t j = 0; j < n;) {
+    int64_t piece = std::max(min_piece, (n - j) / threads);
+    piece = (piece + align - 1) / align * align;
+    j = n - j <= piece ? n : j + piece;
+    bounds.push_back(j);
+  }
+  return bounds;
+}
+
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = AvailableCpus();
   workers_.reserve(num_threads - 1);

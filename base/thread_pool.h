@@ -36,6 +36,15 @@ int AvailableCpus();
 // when it sets no limit ("max ...") or cannot be parsed.
 int CpusFromCgroupCpuMax(const std::string& line);
 
+// Boundaries b[0] = 0 < b[1] < ... < b.back() = n of pieces of [0, n) for a
+// ParallelFor over `threads` threads that shrink as they go: each piece is
+// 1/threads of what is left, rounded up to a multiple of `align`, and at least
+// `min_piece` (the last takes the rest). The first `threads` pieces then give
+// each thread one long run of consecutive items, which a loop streaming memory
+// reads fastest (prefetchers, open DRAM pages), and the small ones at the end
+// even out a thread that started late or ran slower. Empty for n <= 0.
+std::vector<int64_t> ShrinkingPieces(int64_t n, int threads, int64_t min_piece, int64_t align);
+
 class ThreadPool {
  public:
   // num_threads <= 0 means AvailableCpus().

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -489,23 +490,26 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const WeightVie
     args.aq_scales = aq_scales.data();
     args.interleaved = w.interleaved;
   }
-  // Blocks of 128 columns (a multiple of the kernel's 4): each thread's
-  // stream runs twice as long between jumps as with 64, which read 16-bit
-  // and int8 weights 1.1x faster on 2 threads (fp32 level). Under 512
-  // columns run on this thread, cheaper than waking the pool.
-  constexpr int64_t kBlock = 128;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  auto run = [&](int64_t block, int) {
-    internal::LinearArgs part = args;
-    part.j0 = block * kBlock;
-    part.j1 = std::min(n, part.j0 + kBlock);
-    linear(part);
-  };
+  // Under 512 columns run on this thread, cheaper than waking the pool.
   if (pool == nullptr || pool->num_threads() == 1 || n < 512) {
-    for (int64_t b = 0; b < blocks; ++b) run(b, 0);
-  } else {
-    pool->ParallelFor(blocks, run);
+    args.j0 = 0;
+    args.j1 = n;
+    linear(args);
+    return absl::OkStatus();
   }
+  // Each thread first takes one long run of weight rows (half the matrix on 2
+  // threads), then ever smaller pieces (ShrinkingPieces; multiples of the
+  // kernels' 4 rows): one stream per thread with no jumps, where blocks of
+  // 128 rows handed out in turn left each thread's reads hopping. One row on
+  // the 156M model, 2 threads: 0.82-0.87x the step time with int8 and bf16
+  // weights, 0.95x fp32; 4 to 64 rows, compute-bound, level.
+  const std::vector<int64_t> bounds = ShrinkingPieces(n, pool->num_threads(), 32, 4);
+  pool->ParallelFor(static_cast<int64_t>(bounds.size()) - 1, [&](int64_t piece, int) {
+    internal::LinearArgs part = args;
+    part.j0 = bounds[piece];
+    part.j1 = bounds[piece + 1];
+    linear(part);
+  });
   return absl::OkStatus();
 }
 

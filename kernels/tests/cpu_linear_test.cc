@@ -485,7 +485,7 @@ TEST(LinearRowsTest, Int8InterleavedRowsResultDoesNotDependOnItsBatch) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (cpu::Isa isa : SupportedIsas()) {
     for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{7, 512}, {4, 1024}, {2, 256}}) {
-      const int64_t n = 780;  // a block of 12 rows after the threads' blocks of 128
+      const int64_t n = 780;  // the threads' pieces (ShrinkingPieces) end with one of 16 rows
       const Int8Weights w = RandomInt8(n, k, 32, rng);
       const InterleavedInt8 iw = Interleave(w, k);
       std::vector<float> batch(static_cast<size_t>(rows * k));

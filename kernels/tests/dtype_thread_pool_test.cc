@@ -103,6 +103,40 @@ TEST(ThreadPoolTest, EveryItemRunsExactlyOnce) {
   }
 }
 
+// ShrinkingPieces against its definition, on random sizes: the pieces tile
+// [0, n) in order, every boundary but n is a multiple of `align`, each piece
+// but the last is the rounded-up max(min_piece, left / threads), so sizes
+// never grow until the last, which holds what is left.
+TEST(ThreadPoolTest, ShrinkingPiecesTileTheRangeAndShrink) {
+  EXPECT_TRUE(ShrinkingPieces(0, 2, 32, 4).empty());
+  EXPECT_EQ(ShrinkingPieces(1024, 2, 32, 4), (std::vector<int64_t>{0, 512, 768, 896, 960, 992, 1024}));
+  EXPECT_EQ(ShrinkingPieces(10, 1, 32, 4), (std::vector<int64_t>{0, 10}));  // one thread: one piece
+  EXPECT_EQ(ShrinkingPieces(5, 3, 1, 4), (std::vector<int64_t>{0, 4, 5}));
+  std::mt19937 rng(7);
+  for (int rep = 0; rep < 2000; ++rep) {
+    const int64_t n = 1 + rng() % 40000, min_piece = 1 + rng() % 64, align = 1 + rng() % 8;
+    const int threads = 1 + static_cast<int>(rng() % 16);
+    const std::vector<int64_t> b = ShrinkingPieces(n, threads, min_piece, align);
+    ASSERT_GE(b.size(), 2u);
+    ASSERT_EQ(b.front(), 0);
+    ASSERT_EQ(b.back(), n);
+    for (size_t i = 1; i < b.size(); ++i) {
+      const int64_t piece = b[i] - b[i - 1], left = n - b[i - 1];
+      ASSERT_GT(piece, 0);
+      const int64_t want = (std::max(min_piece, left / threads) + align - 1) / align * align;
+      if (i + 1 < b.size()) {
+        ASSERT_EQ(piece, want) << "n " << n << " threads " << threads << " piece " << i;
+        ASSERT_EQ(b[i] % align, 0);
+        if (i > 1) {
+          ASSERT_LE(piece, b[i - 1] - b[i - 2]);
+        }
+      } else {
+        ASSERT_LE(piece, want) << "the last piece is what is left";
+      }
+    }
+  }
+}
+
 // The pool's threads spin for the next loop, then sleep (kSpinMicros): loops
 // back to back (caught spinning), after pauses past the spin (woken from
 // sleep), and in between, each loop's writes visible to the next loop's
