@@ -615,7 +615,7 @@ def main():
             floor = floors[lname] / (bw * 1e9)
             peer_label = {'int8': ' (llama.cpp Q8_0)'}.get(label, '')
             note = {'F16': f16_note, 'BF16': 'both engines round the F32 weights to BF16 and compute with them',
-                    'int8': 'chunkattn: int8 weights, one fp32 scale per 32; llama.cpp Q8_0: one fp16 scale per 32'
+                    'int8': 'chunkattn: int8 weights, one fp16 scale per 32 (rounded up); llama.cpp Q8_0: one fp16 scale per 32'
                     }.get(label, '')
             rows.append(dict(workload='decode b=1, %s weights%s%s: ms/token' % (
                                  label, peer_label, '' if threads == args.threads else ', 1 thread'),

@@ -118,14 +118,15 @@ absl::Status LinearRows(const float* a, int64_t rows, int64_t k, const void* w, 
 
 // A Linear layer's weight matrix (n, k), row-major, as the kernels read it:
 // fp32, fp16 or bf16 values (`scales` null), or weight-only int8 with one
-// fp32 scale per `block` columns of a row (`scales` set, `dtype` ignored):
+// fp16 scale per `block` columns of a row (`scales` set, `dtype` ignored):
 //   w(j, i) = q(j, i) * scales[j * (k / block) + i / block]
-// computed as that fp32 product wherever it is read, so the decode kernel and
-// the prefill path's dequantized rows see the same values.
+// computed as that fp32 product (the scale widened exactly) wherever it is
+// read, so the decode kernel and the prefill path's dequantized rows see the
+// same values.
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::kFloat32;
-  const float* scales = nullptr;  // (n, k / block): int8 weights
+  const uint16_t* scales = nullptr;  // (n, k / block) IEEE half bits: int8 weights
   int64_t block = 0;              // int8: columns per scale, divides k
   // int8: q in the decode kernel's interleaved layout (int8_layout.h:
   // Int8Interleaves(n, k, block) must hold, and index Int8InterleavedIndex);

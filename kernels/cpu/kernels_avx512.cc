@@ -130,7 +130,8 @@ void Int8Tile(const LinearArgs& a, int r0, int64_t j0) {
     for (int r = 0; r < R; ++r) {
       const __m256 sa = _mm256_loadu_ps(a.aq_scales + (r0 + r) * ng + sp * 8);
       for (int j = 0; j < J; ++j) {
-        const __m256 sw = _mm256_loadu_ps(a.scales + (j0 + j) * ng + sp * 8);
+        const __m256 sw =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales + (j0 + j) * ng + sp * 8)));
         const __m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(d[r][j]), _mm512_extracti64x4_epi64(d[r][j], 1));
         acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sa, sw), acc[r][j]);
       }

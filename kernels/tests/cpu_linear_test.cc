@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -151,11 +152,12 @@ TEST(LinearRowsTest, ARowsResultDoesNotDependOnItsBatch) {
 }
 
 // Weight-only int8 as the loader makes it: per block of `block` columns of a
-// row, scale = max |w| / 127 and q = round(w / scale); `values` holds what the
-// kernels must read, the fp32 product q * scale.
+// row, the fp16 scale = max |w| / 127 rounded up (cpu::Int8Scale) and q =
+// round(w / scale); `values` holds what the kernels must read, the fp32
+// product q * scale.
 struct Int8Weights {
   std::vector<int8_t> q;
-  std::vector<float> scales;
+  std::vector<uint16_t> scales;
   std::vector<float> values;
   std::vector<float> original;  // the fp32 weights q and scales round
 };
@@ -177,10 +179,11 @@ Int8Weights RandomInt8(int64_t n, int64_t k, int64_t block, std::mt19937& rng) {
       std::fill(x.begin(), x.end(), 0.0f);
       amax = 0;
     }
-    const float scale = amax / 127.0f;
-    w.scales.push_back(scale);
+    w.scales.push_back(cpu::Int8Scale(amax));
+    const float scale = HalfToFloat(w.scales.back());
     for (int64_t i = 0; i < block; ++i) {
       const float q = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
+      EXPECT_LE(std::fabs(q), 127.0f) << "a scale rounded up keeps q in int8";
       w.q[b + i] = static_cast<int8_t>(q);
       w.values[b + i] = static_cast<float>(w.q[b + i]) * scale;  // +0 where q was -0
       w.original[b + i] = x[i];
@@ -351,6 +354,29 @@ TEST(LinearRowsTest, Int8RowsResultDoesNotDependOnItsBatch) {
 // pairs kept adjacent, block m's pairs 16 values apart from lane m on; over
 // the matrix a permutation in which a group of 4 rows' span s is one
 // stretch of 1024 bytes, row by row.
+// Int8Scale is the smallest half at least amax / 127, over every magnitude a
+// weight block can have: subnormal halves, normal ones, and past the largest
+// (saturated); 0 only for a zero block.
+TEST(Int8LayoutTest, ScaleIsTheSmallestHalfAtLeastAmaxOver127) {
+  EXPECT_EQ(cpu::Int8Scale(0.0f), 0);
+  EXPECT_EQ(cpu::Int8Scale(127.0f), FloatToHalf(1.0f));
+  EXPECT_EQ(cpu::Int8Scale(1e30f), 0x7bff);
+  EXPECT_EQ(cpu::Int8Scale(std::numeric_limits<float>::infinity()), 0x7bff);
+  EXPECT_EQ(cpu::Int8Scale(1e-30f), 1) << "the smallest subnormal, never 0";
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> exponent(-30.0f, 24.0f);
+  for (int i = 0; i < 100000; ++i) {
+    const float amax = std::exp2(exponent(rng)), want = amax / 127.0f;
+    const uint16_t h = cpu::Int8Scale(amax);
+    if (want >= 65504.0f) {
+      ASSERT_EQ(h, 0x7bff);
+      continue;
+    }
+    ASSERT_GE(HalfToFloat(h), want) << amax;
+    ASSERT_LT(HalfToFloat(static_cast<uint16_t>(h - 1)), want) << amax;
+  }
+}
+
 TEST(Int8LayoutTest, InterleavedColumnIsAPermutationOfEachSpan) {
   EXPECT_TRUE(cpu::Int8Interleaves(8, 512, 32));
   EXPECT_FALSE(cpu::Int8Interleaves(8, 288, 32));
@@ -621,7 +647,8 @@ TEST(LinearRowsTest, PackedEqualsRowMajorBitForBit) {
       }
     }
   }
-  std::vector<float> a(64), w(64), c(64), scales(8, 1.0f);
+  std::vector<float> a(64), w(64), c(64);
+  std::vector<uint16_t> scales(8, FloatToHalf(1.0f));
   cpu::WeightView view;
   view.data = w.data();
   view.packed = true;
@@ -644,7 +671,7 @@ TEST(LinearRowsTest, RefusesBadShapes) {
   EXPECT_TRUE(cpu::LinearRows(a.data(), 0, 8, w.data(), DType::kFloat32, 2, c.data(), nullptr).ok());
   // Int8 blocks must be multiples of 8 that divide k.
   std::vector<int8_t> q(64);
-  std::vector<float> scales(8);
+  std::vector<uint16_t> scales(8);
   cpu::WeightView view;
   view.data = q.data();
   view.scales = scales.data();
@@ -658,7 +685,8 @@ TEST(LinearRowsTest, RefusesBadShapes) {
   // Interleaved: int8, block 32, k a multiple of 256 and n of 4 (here k 32,
   // then block 8 at 256, then n 2, then fp32).
   std::vector<int8_t> q256(4 * 256);
-  std::vector<float> a256(256), s256(4 * 8);
+  std::vector<float> a256(256);
+  std::vector<uint16_t> s256(4 * 8);
   view.data = q256.data();
   view.scales = s256.data();
   view.interleaved = true;

@@ -73,7 +73,7 @@ ABSL_FLAG(std::string, dtype, "auto",
           "GPU weights, activations and KV: auto (the model's bfloat16, else float16) | float16 | bfloat16");
 ABSL_FLAG(std::string, weight_dtype, "auto",
           "CPU weight matrices: auto (as the checkpoint stores them; dummy weights: the config's torch_dtype) | "
-          "float32 | float16 | bfloat16 | int8 (weight-only, one scale per 32 columns)");
+          "float32 | float16 | bfloat16 | int8 (weight-only, one fp16 scale per 32 columns)");
 ABSL_FLAG(bool, cuda_graphs, true, "replay decode steps from CUDA graphs (GPU)");
 ABSL_FLAG(int, tp_size, 1, "tensor-parallel world size");
 ABSL_FLAG(int, tp_rank, 0, "this process's rank");

@@ -300,14 +300,14 @@ WeightMatrix WeightMatrix::Zeros(WeightDType dtype, int64_t rows, int64_t cols) 
       m.block = cols > 0 && cols % kInt8Block == 0 ? kInt8Block : std::max<int64_t>(cols, 1);
       m.interleaved = cpu::Int8Interleaves(rows, cols, m.block);
       m.q.assign(n, 0);
-      m.scales.assign(static_cast<size_t>(rows * (cols / m.block)), 0.0f);
+      m.scales.assign(static_cast<size_t>(rows * (cols / m.block)), 0);
       break;
   }
   return m;
 }
 
 int64_t WeightMatrix::bytes() const {
-  return static_cast<int64_t>(f32.size() * 4 + half.size() * 2 + q.size() + scales.size() * 4);
+  return static_cast<int64_t>(f32.size() * 4 + half.size() * 2 + q.size() + scales.size() * 2);
 }
 
 int64_t WeightMatrix::StoredAt(int64_t i) const {
@@ -354,7 +354,7 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t n, float* out) const {
       return;
     case WeightDType::kInt8:
       for (int64_t i = 0; i < count; ++i) {
-        out[i] = static_cast<float>(q[StoredAt(begin + i)]) * scales[(begin + i) / block];
+        out[i] = static_cast<float>(q[StoredAt(begin + i)]) * HalfToFloat(scales[(begin + i) / block]);
       }
       return;
   }
@@ -392,12 +392,14 @@ void WeightMatrix::SetRows(int64_t r0, int64_t n, const float* src) {
         if (packed) cpu::PackRows(h, r0 + a, b - a, cols, half.data());
         return;
       case WeightDType::kInt8:
-        // Symmetric, round to nearest: |error| <= scale / 2 = max|w| / 254 per block.
+        // Symmetric, round to nearest: |error| <= scale / 2, about max|w| / 254
+        // per block (the fp16 scale is at most 2^-10 over max|w| / 127).
         for (int64_t b0 = 0; b0 < count; b0 += block) {
           float amax = 0;
           for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
-          const float scale = amax / 127.0f;
-          scales[(begin + b0) / block] = scale;
+          const uint16_t s16 = cpu::Int8Scale(amax);
+          const float scale = HalfToFloat(s16);
+          scales[(begin + b0) / block] = s16;
           for (int64_t i = b0; i < b0 + block; ++i) {
             const float v = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
             q[StoredAt(begin + i)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));

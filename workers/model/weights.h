@@ -56,8 +56,8 @@ enum class WeightDType : uint8_t { kAuto, kFloat32, kFloat16, kBFloat16, kInt8 }
 absl::StatusOr<WeightDType> ParseWeightDType(std::string_view s);
 const char* WeightDTypeName(WeightDType t);
 
-// Weight-only int8: one fp32 scale per this many columns of a row (symmetric,
-// scale = max |w| / 127 over the block). Measured on the tiny reference
+// Weight-only int8: one fp16 scale per this many columns of a row (symmetric,
+// scale = max |w| / 127 over the block, rounded up to a half: cpu::Int8Scale). Measured on the tiny reference
 // models and a 156M Llama against per-row scales: see docs/models.md.
 inline constexpr int64_t kInt8Block = 32;
 
@@ -70,7 +70,7 @@ struct WeightMatrix {
   std::vector<float> f32;      // kFloat32
   std::vector<uint16_t> half;  // kFloat16 / kBFloat16: IEEE half or bfloat16 bits
   std::vector<int8_t> q;       // kInt8: w(r, c) = q(r, c) * scales[r * (cols / block) + c / block]
-  std::vector<float> scales;   // kInt8: (rows, cols / block)
+  std::vector<uint16_t> scales;  // kInt8: (rows, cols / block), IEEE half bits
   // kInt8: columns per scale: kInt8Block when it divides cols, else cols (one
   // scale per row).
   int64_t block = 0;

@@ -40,7 +40,7 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "share of the GPU's memory this worker may use (weights, workspace and KV pool), in (0, 1]");
 ABSL_FLAG(std::string, weight_dtype, "auto",
           "weight matrices on this rank: auto (as the checkpoint stores them) | float32 | float16 | bfloat16 | "
-          "int8 (CPU only: weight-only int8, one fp32 scale per 32 columns)");
+          "int8 (CPU only: weight-only int8, one fp16 scale per 32 columns)");
 ABSL_FLAG(int64_t, host_kv_cache_mib, 0,
           "host KV tier of this rank, MiB of RAM: chunks the coordinator moves out of the KV pool to load back "
           "later instead of recomputing them; 0 = off");

@@ -17,7 +17,7 @@ namespace {
 // out-of-order window, which leaves few loads in flight (1.1x at distance 1
 // and 1.1x more at 2, int8 at batch 1 on the 156M model; 4 no better).
 template <int J>
-void Int8TileSpan(const int8_t* w, const float* scales, int64_t j0, int64_t sp, int64_t k, const int8_t* (&row)[J]) {
+void Int8TileSpan(const int8_t* w, const uint16_t* scales, int64_t j0, int64_t sp, int64_t k, const int8_t* (&row)[J]) {
   const int64_t ng = k / 32;
   for (int j = 0; j < J; ++j) {
     const int8_t* ahead = w + Int8SpanOffset(j0 + 2 * J + j, sp, k);

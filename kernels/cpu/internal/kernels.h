@@ -115,12 +115,12 @@ struct LinearArgs {
   int64_t j0 = 0, j1 = 0;
   float* c = nullptr;  // row r at c + r * c_stride
   int64_t c_stride = 0;
-  // Weight-only int8 (linear_q8): w holds int8 q with
+  // Weight-only int8 (linear_q8): w holds int8 q with fp16 scales,
   //   w(j, i) = q(j, i) * scales[j * (k / block) + i / block],
   // block a multiple of 8 that divides k. Each weight vector is scaled once
   // (an fp32 product, what WeightRowsArgs' dequantization gives) and then
   // used for every row.
-  const float* scales = nullptr;
+  const uint16_t* scales = nullptr;  // IEEE half bits
   int64_t block = 0;
   // Int8 weights with a block that is a multiple of 32 (the loader's): the
   // rows' activations as int16, one scale per 32 columns (quantize16), which
@@ -147,7 +147,7 @@ struct LinearArgs {
 // and `block` as LinearArgs does, block any divisor of k.
 struct WeightRowsArgs {
   const void* w = nullptr;
-  const float* scales = nullptr;
+  const uint16_t* scales = nullptr;  // IEEE half bits
   int64_t block = 0;
   bool interleaved = false;  // int8 rows in the interleaved layout (int8_layout.h)
   bool packed = false;       // rows in the packed layout (packed_layout.h)

@@ -369,10 +369,10 @@ struct Impl {
     };
     if constexpr (std::is_same_v<D, I8>) {
       const int64_t nb = a.k / a.block;
-      const float* sc = a.scales + j0 * nb;
+      const uint16_t* sc = a.scales + j0 * nb;
       for (int64_t b = 0; b < nb; ++b) {
         V s[J];
-        for (int j = 0; j < J; ++j) s[j] = S::Set1(sc[j * nb + b]);
+        for (int j = 0; j < J; ++j) s[j] = S::Set1(HalfToFloat(sc[j * nb + b]));
         for (int64_t i = b * a.block, end = i + a.block; i < end; i += L) {
           V wv[J];
           for (int j = 0; j < J; ++j) wv[j] = S::Mul(S::LoadI8(w + j * a.k + i), s[j]);
@@ -434,9 +434,9 @@ struct Impl {
       const auto* w = static_cast<const typename D::T*>(a.w) + (j + jj) * a.k;
       float* dst = wf + jj * kSegment;
       if constexpr (std::is_same_v<D, I8>) {
-        const float* sc = a.scales + (j + jj) * (a.k / a.block);
+        const uint16_t* sc = a.scales + (j + jj) * (a.k / a.block);
         for (int64_t i = 0; i < len; i += L) {
-          S::Store(dst + i, S::Mul(S::LoadI8(w + i0 + i), S::Set1(sc[(i0 + i) / a.block])));
+          S::Store(dst + i, S::Mul(S::LoadI8(w + i0 + i), S::Set1(HalfToFloat(sc[(i0 + i) / a.block]))));
         }
       } else if (a.packed) {
         const auto* p = static_cast<const typename D::T*>(a.w) + j * a.k + jj * L;
@@ -503,7 +503,7 @@ struct Impl {
       for (int j = 0; j < J; ++j) acc[r][j] = S::Zero();
     for (int64_t b = 0; b < nb; ++b) {
       float sw[J];
-      for (int j = 0; j < J; ++j) sw[j] = a.scales[(j0 + j) * nb + b];
+      for (int j = 0; j < J; ++j) sw[j] = HalfToFloat(a.scales[(j0 + j) * nb + b]);
       for (int64_t g = b * per, end = g + per; g < end; ++g) {
         // The weight rows two tiles on, J * 32 bytes a group, as this tile
         // streams its own (rows follow each other in memory). The integer
@@ -557,7 +557,7 @@ struct Impl {
       for (int r = 0; r < R; ++r) {
         const V sa = S::Load(a.aq_scales + (r0 + r) * ng + sp * 8);
         for (int j = 0; j < J; ++j) {
-          const V sw = S::Load(a.scales + (j0 + j) * ng + sp * 8);
+          const V sw = S::LoadKv(a.scales + (j0 + j) * ng + sp * 8, F16{});
           acc[r][j] = S::Fma(S::ToFloat(d[r][j]), S::Mul(sa, sw), acc[r][j]);
         }
       }
@@ -656,7 +656,7 @@ struct Impl {
       const T* src = static_cast<const T*>(a.w) + j * a.k;
       float* dst = a.out + (j - a.j0) * a.k;
       if constexpr (std::is_same_v<D, I8>) {
-        const float* sc = a.scales + j * (a.k / a.block);
+        const uint16_t* sc = a.scales + j * (a.k / a.block);
         if (a.interleaved) {
           // Each span back to column order (its column pairs), then scaled as below.
           for (int64_t c0 = 0; c0 < a.k; c0 += kInt8InterleavedSpan) {
@@ -664,14 +664,14 @@ struct Impl {
             int8_t t[kInt8InterleavedSpan];
             for (int i = 0; i < kInt8InterleavedSpan; i += 2) std::memcpy(t + i, span + Int8InterleavedColumn(i), 2);
             for (int m = 0; m < 8; ++m) {
-              const V sv = S::Set1(sc[c0 / 32 + m]);
+              const V sv = S::Set1(HalfToFloat(sc[c0 / 32 + m]));
               for (int i = 0; i < 32; i += L) S::Store(dst + c0 + m * 32 + i, S::Mul(S::LoadI8(t + m * 32 + i), sv));
             }
           }
           continue;
         }
         for (int64_t b0 = 0; b0 < a.k; b0 += a.block) {
-          const float s = sc[b0 / a.block];
+          const float s = HalfToFloat(sc[b0 / a.block]);
           const V sv = S::Set1(s);
           int64_t i = b0;
           for (; i + L <= b0 + a.block; i += L) S::Store(dst + i, S::Mul(S::LoadI8(src + i), sv));
