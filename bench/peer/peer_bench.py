@@ -233,15 +233,22 @@ int main(int argc, char** argv) {
 '''
 
 
+_BANDWIDTH_EXE = {}  # work dir -> the compiled program (compiled once a run)
+
+
 def measure_bandwidth(work, threads, repeats):
     """Median GB/s of streaming reads over 1 GiB (a tiny C++ program; numpy's
     single-threaded sum if no compiler)."""
     cxx = shutil.which('g++') or shutil.which('c++')
-    if cxx:
+    if cxx and work not in _BANDWIDTH_EXE:
         src, exe = os.path.join(work, 'bandwidth.cc'), os.path.join(work, 'bandwidth')
         with open(src, 'w') as f:
             f.write(BANDWIDTH_CC)
-        if subprocess.run([cxx, '-O3', '-march=native', '-std=c++17', '-pthread', src, '-o', exe]).returncode == 0:
+        ok = subprocess.run([cxx, '-O3', '-march=native', '-std=c++17', '-pthread', src, '-o', exe]).returncode == 0
+        _BANDWIDTH_EXE[work] = exe if ok else None
+    if cxx:
+        exe = _BANDWIDTH_EXE[work]
+        if exe:
             out = subprocess.run([exe, str(threads), str(repeats)], capture_output=True, text=True, check=True)
             return float(out.stdout.split()[0]), 'C++, %d threads, 1 GiB, median of %d' % (threads, repeats)
     a = np.ones((1 << 30) // 4, dtype=np.float32)
@@ -564,20 +571,25 @@ def main():
         t = rep['requests'][0]['times_s']
         return (t[-1] - t[0]) / (len(t) - 1)
 
-    def paired_decode(folder, wdt, lname, engine, peer_engine):
+    def paired_decode(folder, wdt, lname, engine, peer_engine, with_bandwidth):
         """Repeat r runs llama.cpp's decode and then chunkattn's (chunkattn first
         on odd r), back to back, so the VM's drift between repeats reaches
-        both engines alike; a row's ratio is the median of its pairs'."""
+        both engines alike; a row's ratio is the median of its pairs'. With
+        `with_bandwidth`, the read bandwidth is measured right before each of
+        chunkattn's runs too (this VM's moves 35-67 GB/s within a run), for
+        that run's own floor."""
         cmd = engine.generate_cmd(folder, decode_new, prompt_ids=decode_prompt, weight_dtype=wdt)
         one = dict(runs['decode-n'], repeats=1)
-        ours_res, theirs_reps = [], []
+        ours_res, theirs_reps, bws = [], [], []
         for r in range(R):
             for who in ('peer', 'ours') if r % 2 == 0 else ('ours', 'peer'):
                 if who == 'peer':
                     theirs_reps.append(peer_engine.run(ggufs[lname], [one], work)['decode-n'][0])
                 else:
+                    if with_bandwidth:
+                        bws.append(measure_bandwidth(work, args.threads, 3)[0])
                     ours_res.append(engine.generate(cmd))
-        return ours_res, theirs_reps, cmd
+        return ours_res, theirs_reps, cmd, bws
 
     print('chunkattn: decode', flush=True)
     f16_note = ('chunkattn computes with the F16 weights (--weight_dtype auto)' if ours.has_flag('weight_dtype')
@@ -592,7 +604,8 @@ def main():
     for threads in ([args.threads, 1] if args.threads > 1 else [args.threads]):
         engine, peer_engine = (ours, peer) if threads == args.threads else (ours1, peer1)
         for label, folder, wdt, lname, check in decode_kinds:
-            rn, theirs_reps, cmd = paired_decode(folders[folder], wdt, lname, engine, peer_engine)
+            with_bw = threads == args.threads
+            rn, theirs_reps, cmd, bws = paired_decode(folders[folder], wdt, lname, engine, peer_engine, with_bw)
             theirs_steps = [lc_step(rep) for rep in theirs_reps]
             theirs = med(theirs_steps)
             pair_ratios = None
@@ -612,7 +625,11 @@ def main():
             else:
                 quantized.check(where + ' chunkattn int8 vs llama.cpp Q8_0 (different quantizers)', rn[0][2],
                                 [q['tokens'] for q in theirs_reps[0]['requests']])
-            floor = floors[lname] / (bw * 1e9)
+            # The floor at the bandwidth measured beside each run, and the
+            # median of the runs' own step / floor ratios.
+            floor = floors[lname] / (med(bws) * 1e9) if bws else None
+            floor_ratios = ([x[3] * b * 1e9 / floors[lname] for x, b in zip(rn, bws)]
+                            if bws and all(x[3] is not None for x in rn) else None)
             peer_label = {'int8': ' (llama.cpp Q8_0)'}.get(label, '')
             note = {'F16': f16_note, 'BF16': 'both engines round the F32 weights to BF16 and compute with them',
                     'int8': 'chunkattn: int8 weights, one fp16 scale per 32 (rounded up); llama.cpp Q8_0: one fp16 scale per 32'
@@ -620,20 +637,19 @@ def main():
             rows.append(dict(workload='decode b=1, %s weights%s%s: ms/token' % (
                                  label, peer_label, '' if threads == args.threads else ', 1 thread'),
                              unit='ms', better='lower', threads=threads, chunkattn=ours_step * 1e3,
-                             llamacpp=theirs * 1e3, floor_ms=floor * 1e3 if threads == args.threads else None,
+                             llamacpp=theirs * 1e3, floor_ms=floor * 1e3 if floor else None,
+                             floor_ratio=med(floor_ratios) if floor_ratios else None, floor_ratios=floor_ratios,
+                             bandwidth_gbs_per_run=bws or None,
                              weight_bytes=floors[lname], command=rel(cmd), pair_ratios=pair_ratios,
                              peer_command=lc_cmd.replace('--threads %d' % args.threads, '--threads %d' % threads),
                              note=note))
 
-    # This shared VM's bandwidth drifts over a run (a decode row once came out under a floor taken from the
-    # start's figure): the floors take the higher of that and a second measurement after the decode rows.
+    # This shared VM's bandwidth drifts over a run (35-67 GB/s): the decode rows' floors take the bandwidth
+    # measured beside each of their runs (above); these two are for the record.
     bw_after, _ = measure_bandwidth(work, args.threads, 3 if args.quick else 7)
     print('read bandwidth after the decode rows: %.1f GB/s' % bw_after, flush=True)
-    if bw_after > bw:
-        for r in rows:
-            if r.get('floor_ms') is not None:
-                r['floor_ms'] *= bw / bw_after
-    bw_how = '%s; the higher of %.1f before the runs and %.1f after the decode rows' % (bw_how, bw, bw_after)
+    bw_how = ('%s; %.1f before the runs and %.1f after the decode rows; each decode row\'s floor takes the '
+              'median of reads beside its runs (3 each)' % (bw_how, bw, bw_after))
     bw = max(bw, bw_after)
 
     if args.decode_only:
@@ -814,7 +830,7 @@ def print_table(rows, bw, bw_how, info, repeats, threads):
           'read bandwidth %.1f GB/s (%s); medians of %d'
           % (threads, info['llama_cpp_release']['release'], info['build_type'], bw, bw_how, repeats))
     print()
-    print('| workload | chunkattn | llama.cpp | chunkattn vs llama.cpp | floor (weights / bandwidth) |')
+    print('| workload | chunkattn | llama.cpp | chunkattn vs llama.cpp | floor (weights / bandwidth beside the runs) |')
     print('|---|---|---|---|---|')
     for r in rows:
         def fmt(v):
@@ -822,7 +838,9 @@ def print_table(rows, bw, bw_how, info, repeats, threads):
                 return '-'
             return '%.1f' % v if r['unit'] == 'tokens/s' else ('%.2f' % v if r['unit'] == 's' else '%.1f' % v)
         ratio = '-' if r.get('ratio') is None else '%.2fx %s' % (r['ratio'], 'faster' if r['ratio'] >= 1 else 'slower')
-        floor = ('%.1f ms (%.0f MB)' % (r['floor_ms'], r['weight_bytes'] / 1e6) if r.get('floor_ms') is not None
+        floor = ('%.1f ms (%.0f MB), step %.2fx' % (r['floor_ms'], r['weight_bytes'] / 1e6, r['floor_ratio'])
+                 if r.get('floor_ms') is not None and r.get('floor_ratio') is not None
+                 else '%.1f ms (%.0f MB)' % (r['floor_ms'], r['weight_bytes'] / 1e6) if r.get('floor_ms') is not None
                  else '')
         print('| %s | %s | %s | %s | %s |' % (r['workload'], fmt(r['chunkattn']), fmt(r['llamacpp']), ratio, floor))
     print()

@@ -47,30 +47,6 @@ void Sgemm(const float* a, int64_t m, int64_t k, const float* w, int64_t n, floa
               static_cast<int>(ldc));
 }
 
-cpu::WeightView ViewOf(const WeightMatrix& w) {
-  cpu::WeightView v;
-  switch (w.dtype) {
-    case WeightDType::kAuto:
-    case WeightDType::kFloat32:
-      v.data = w.f32.data();
-      v.dtype = DType::kFloat32;
-      break;
-    case WeightDType::kFloat16:
-    case WeightDType::kBFloat16:
-      v.data = w.half.data();
-      v.dtype = w.dtype == WeightDType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
-      break;
-    case WeightDType::kInt8:
-      v.data = w.q.data();
-      v.scales = w.scales.data();
-      v.block = w.block;
-      v.interleaved = w.interleaved;
-      break;
-  }
-  v.packed = w.packed;
-  return v;
-}
-
 // out (rows, n) = x / rms(x) * weight, per row, as Hugging Face's LlamaRMSNorm.
 // `out` may be `x` (each element is read before its own write).
 void RmsNorm(const float* x, int64_t rows, int64_t n, const float* weight, double eps, float* out) {
@@ -222,7 +198,7 @@ absl::Status LlamaModel::Linear(const float* a, int64_t m, int64_t matrix_rows, 
   const int64_t sgemm_rows = vector ? matrix_rows : m;
   if (sgemm_rows > 0) RETURN_IF_ERROR(MatrixRows(a, sgemm_rows, k, w, n, c.data()));
   if (!vector) return absl::OkStatus();
-  return cpu::LinearRows(a + matrix_rows * k, vector_rows, k, ViewOf(w), n, c.data() + matrix_rows * n, pool_,
+  return cpu::LinearRows(a + matrix_rows * k, vector_rows, k, w.View(), n, c.data() + matrix_rows * n, pool_,
                          attention_.isa());
 }
 
@@ -239,7 +215,7 @@ absl::Status LlamaModel::MatrixRows(const float* a, int64_t m, int64_t k, const 
   converted_.resize(static_cast<size_t>(block * k));
   for (int64_t j0 = 0; j0 < n; j0 += block) {
     const int64_t jn = std::min(block, n - j0);
-    RETURN_IF_ERROR(cpu::WeightRowsToFloat(ViewOf(w), k, j0, j0 + jn, converted_.data(), pool_, attention_.isa()));
+    RETURN_IF_ERROR(cpu::WeightRowsToFloat(w.View(), k, j0, j0 + jn, converted_.data(), pool_, attention_.isa()));
     Sgemm(a, m, k, converted_.data(), jn, c + j0, n);
   }
   return absl::OkStatus();
@@ -265,7 +241,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, std::vector<float>& 
   const int64_t prefill_rows = batch.prefill.num_seqs() > 0 ? batch.prefill.num_tokens() : 0;
 
   x_.resize(static_cast<size_t>(rows * hidden));
-  const cpu::WeightView embed = ViewOf(weights_.embed);
+  const cpu::WeightView embed = weights_.embed.View();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t token = batch.tokens[r];
     RETURN_IF_ERROR(cpu::WeightRowsToFloat(embed, hidden, token, token + 1, x_.data() + r * hidden, nullptr,

@@ -306,6 +306,30 @@ WeightMatrix WeightMatrix::Zeros(WeightDType dtype, int64_t rows, int64_t cols) 
   return m;
 }
 
+cpu::WeightView WeightMatrix::View() const {
+  cpu::WeightView v;
+  switch (dtype) {
+    case WeightDType::kAuto:
+    case WeightDType::kFloat32:
+      v.data = f32.data();
+      v.dtype = DType::kFloat32;
+      break;
+    case WeightDType::kFloat16:
+    case WeightDType::kBFloat16:
+      v.data = half.data();
+      v.dtype = dtype == WeightDType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+      break;
+    case WeightDType::kInt8:
+      v.data = q.data();
+      v.scales = scales.data();
+      v.block = block;
+      v.interleaved = interleaved;
+      break;
+  }
+  v.packed = packed;
+  return v;
+}
+
 int64_t WeightMatrix::bytes() const {
   return static_cast<int64_t>(f32.size() * 4 + half.size() * 2 + q.size() + scales.size() * 2);
 }

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "proto/model/model_config.h"
 #include "kernels/api/dtype.h"
+#include "kernels/cpu/attention.h"
 
 namespace chunkattn {
 
@@ -88,6 +89,10 @@ struct WeightMatrix {
   // fp32 or 16-bit with cpu::Packs(rows, cols): stores the rows packed. Else
   // nothing changes. Returns whether it packed.
   bool Pack();
+
+  // The CPU kernels' view of the storage (borrowed: valid while this lives
+  // unchanged).
+  cpu::WeightView View() const;
 
   // An empty matrix of `rows` x `cols` in `dtype` (not kAuto), zero-filled.
   static WeightMatrix Zeros(WeightDType dtype, int64_t rows, int64_t cols);
