@@ -23,6 +23,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
@@ -51,31 +55,37 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Sum of n 64-bit words: eight independent sums of 4 words (256-bit adds
-// where the CPU has AVX2, as peer_bench.py's read), so loads, not adds, bound
-// it.
-using U64x4 = uint64_t __attribute__((vector_size(32)));
-
-template <int kUnused>
-uint64_t SumWordsImpl(const uint64_t* p, int64_t n) {
-  U64x4 s[8] = {};
+// Sum of n 64-bit words, with eight independent sums so loads, not adds,
+// bound it: 256-bit loads where the CPU has AVX2 (as peer_bench.py's read).
+uint64_t SumWordsPortable(const uint64_t* p, int64_t n) {
+  uint64_t s[8] = {};
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 8; ++k) {
-      U64x4 v;
-      std::memcpy(&v, p + i + 4 * k, sizeof(v));
-      s[k] += v;
-    }
-  }
-  uint64_t t = 0;
-  for (; i < n; ++i) t += p[i];
-  for (const U64x4& v : s) t += v[0] + v[1] + v[2] + v[3];
-  return t;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) s[k] += p[i + k];
+  for (; i < n; ++i) s[0] += p[i];
+  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"), noinline)) uint64_t SumWordsAvx2(const uint64_t* p, int64_t n) {
-  return SumWordsImpl<1>(p, n);
+__attribute__((target("avx2"))) uint64_t SumWordsAvx2(const uint64_t* p, int64_t n) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const auto* v = reinterpret_cast<const __m256i*>(p + i);
+    s0 = _mm256_add_epi64(s0, _mm256_loadu_si256(v));
+    s1 = _mm256_add_epi64(s1, _mm256_loadu_si256(v + 1));
+    s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(v + 2));
+    s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(v + 3));
+    s4 = _mm256_add_epi64(s4, _mm256_loadu_si256(v + 4));
+    s5 = _mm256_add_epi64(s5, _mm256_loadu_si256(v + 5));
+    s6 = _mm256_add_epi64(s6, _mm256_loadu_si256(v + 6));
+    s7 = _mm256_add_epi64(s7, _mm256_loadu_si256(v + 7));
+  }
+  s0 = _mm256_add_epi64(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)),
+                        _mm256_add_epi64(_mm256_add_epi64(s4, s5), _mm256_add_epi64(s6, s7)));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s0);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3] + SumWordsPortable(p + i, n - i);
 }
 #endif
 
@@ -83,7 +93,7 @@ uint64_t SumWords(const uint64_t* p, int64_t n) {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2")) return SumWordsAvx2(p, n);
 #endif
-  return SumWordsImpl<0>(p, n);
+  return SumWordsPortable(p, n);
 }
 
 // One pass over `buf` by the pool, each thread a contiguous share.
