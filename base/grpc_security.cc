@@ -229,17 +229,6 @@ absl::StatusOr<Caller> TokenAuth::Authorize(absl::string_view authorization, Per
   return caller;
 }
 
-std::string TokenAuth::CacheNamespace(const std::string& tenant, const std::string& requested) {
-  if (tenant.empty()) return requested;
-  if (requested.empty()) return tenant;
-  return absl::StrCat(tenant, "/", requested);
-}
-
-bool TokenAuth::TenantNamespace(const std::string& tenant, absl::string_view ns) {
-  if (tenant.empty() || ns == tenant) return true;
-  return ns.size() > tenant.size() && absl::StartsWith(ns, tenant) && ns[tenant.size()] == '/';
-}
-
 void TokenAuth::Attach(grpc::ClientContext* context) const {
   if (enabled()) context->AddMetadata("authorization", absl::StrCat("Bearer ", tokens_.front().token));
 }

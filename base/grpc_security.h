@@ -158,16 +158,6 @@ class TokenAuth {
   absl::StatusOr<Caller> Authorize(const grpc::ServerContextBase& context, Permission permission) const;
   absl::StatusOr<Caller> Authorize(absl::string_view authorization, Permission permission) const;
 
-  // The cache namespace of a request from `tenant` (Caller::tenant) that asks
-  // for `requested` (cache_namespace, cache_salt): the caller's choice only
-  // without tokens; with them, always inside the tenant's own namespace, so
-  // tenants share cached prefixes only within themselves whatever they send.
-  static std::string CacheNamespace(const std::string& tenant, const std::string& requested);
-  // Whether `ns` is one CacheNamespace gives `tenant` ("" : every one). A
-  // tenant whose name starts another's ("acme", "acme2") owns none of its
-  // namespaces.
-  static bool TenantNamespace(const std::string& tenant, absl::string_view ns);
-
   // The client side: sends the file's first token (every line is accepted,
   // so a new secret can be rolled in as line one and the old one dropped
   // once every process has it). No-op when disabled.

@@ -2,6 +2,7 @@
 // rules every front applies, checked here against brute-force statements of
 // them, so that no front's test is the only guard.
 #include "base/grpc_security.h"
+#include "base/tenant_namespace.h"
 
 #include <unistd.h>
 
@@ -93,8 +94,8 @@ TEST(TokenAuthTest, EachUnboundTokenIsItsOwnTenant) {
   };
   // Two unbound tokens: two tenants (no shared cache, no Abort of each other).
   EXPECT_NE(tenant("u1"), tenant("u2"));
-  EXPECT_NE(TokenAuth::CacheNamespace(tenant("u1"), "x"), TokenAuth::CacheNamespace(tenant("u2"), "x"));
-  EXPECT_FALSE(TokenAuth::TenantNamespace(tenant("u1"), TokenAuth::CacheNamespace(tenant("u2"), "")));
+  EXPECT_NE(CacheNamespace(tenant("u1"), "x"), CacheNamespace(tenant("u2"), "x"));
+  EXPECT_FALSE(TenantOwnsNamespace(tenant("u1"), CacheNamespace(tenant("u2"), "")));
   // Two tokens bound to one tenant: one tenant.
   EXPECT_EQ(tenant("b1"), tenant("b2"));
   EXPECT_NE(tenant("b1"), tenant("u1"));
@@ -139,11 +140,11 @@ TEST(TenantNamespaceTest, PrefixTenantsNeverMatch) {
   const std::vector<std::string> salts = {"", "s", "s/t", "acme", "2", "/", "a b"};
   for (const std::string& owner : tenants) {
     for (const std::string& salt : salts) {
-      const std::string ns = TokenAuth::CacheNamespace(owner, salt);
+      const std::string ns = CacheNamespace(owner, salt);
       for (const std::string& t : tenants) {
-        EXPECT_EQ(TokenAuth::TenantNamespace(t, ns), t == owner) << t << " vs " << ns;
+        EXPECT_EQ(TenantOwnsNamespace(t, ns), t == owner) << t << " vs " << ns;
       }
-      EXPECT_TRUE(TokenAuth::TenantNamespace("", ns));  // authentication off
+      EXPECT_TRUE(TenantOwnsNamespace("", ns));  // authentication off
     }
   }
   // Random names, including ones built to collide textually.
@@ -157,26 +158,26 @@ TEST(TenantNamespaceTest, PrefixTenantsNeverMatch) {
       return s;
     };
     const std::string a = "t:" + name(), b = "t:" + name(), salt = ch(rng) == 0 ? "" : name();
-    const std::string ns = TokenAuth::CacheNamespace(a, salt);
+    const std::string ns = CacheNamespace(a, salt);
     // The statement, brute force: ns is b, or begins with b + "/".
     const bool owned = ns == b || (ns.size() > b.size() && ns.compare(0, b.size() + 1, b + "/") == 0);
-    EXPECT_EQ(TokenAuth::TenantNamespace(b, ns), owned) << a << " " << b << " " << salt;
-    EXPECT_TRUE(TokenAuth::TenantNamespace(a, ns));
+    EXPECT_EQ(TenantOwnsNamespace(b, ns), owned) << a << " " << b << " " << salt;
+    EXPECT_TRUE(TenantOwnsNamespace(a, ns));
   }
 }
 
 TEST(TenantNamespaceTest, CacheSaltIsScopedToTheTenant) {
   // Without authentication the salt is the namespace; with it, always under
   // the tenant, whatever the salt says (another tenant's name included).
-  EXPECT_EQ(TokenAuth::CacheNamespace("", "team-a"), "team-a");
-  EXPECT_EQ(TokenAuth::CacheNamespace("", ""), "");
-  EXPECT_EQ(TokenAuth::CacheNamespace("t:acme", ""), "t:acme");
-  EXPECT_EQ(TokenAuth::CacheNamespace("t:acme", "team-a"), "t:acme/team-a");
-  EXPECT_EQ(TokenAuth::CacheNamespace("t:acme2", "x"), "t:acme2/x");
-  EXPECT_NE(TokenAuth::CacheNamespace("t:acme", "2/x"), TokenAuth::CacheNamespace("t:acme2", "x"));
-  EXPECT_NE(TokenAuth::CacheNamespace("t:evil", "t:acme"), TokenAuth::CacheNamespace("t:acme", ""));
-  EXPECT_FALSE(TokenAuth::TenantNamespace("t:acme", TokenAuth::CacheNamespace("t:evil", "t:acme")));
-  EXPECT_FALSE(TokenAuth::TenantNamespace("t:acme", TokenAuth::CacheNamespace("t:acme2", "")));
+  EXPECT_EQ(CacheNamespace("", "team-a"), "team-a");
+  EXPECT_EQ(CacheNamespace("", ""), "");
+  EXPECT_EQ(CacheNamespace("t:acme", ""), "t:acme");
+  EXPECT_EQ(CacheNamespace("t:acme", "team-a"), "t:acme/team-a");
+  EXPECT_EQ(CacheNamespace("t:acme2", "x"), "t:acme2/x");
+  EXPECT_NE(CacheNamespace("t:acme", "2/x"), CacheNamespace("t:acme2", "x"));
+  EXPECT_NE(CacheNamespace("t:evil", "t:acme"), CacheNamespace("t:acme", ""));
+  EXPECT_FALSE(TenantOwnsNamespace("t:acme", CacheNamespace("t:evil", "t:acme")));
+  EXPECT_FALSE(TenantOwnsNamespace("t:acme", CacheNamespace("t:acme2", "")));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/tenant_namespace.h"
 
 namespace chunkattn {
 
@@ -723,16 +724,15 @@ void Engine::UpdateTenantGauges(const CacheStats& cs) {
                             "the KV tiers (bounded by --max_retained_chunks_per_tenant).",
                             {{"tenant", tenant}})};
   }
-  // A tenant's namespaces are "tenant" and "tenant/..." (TokenAuth::
-  // CacheNamespace; tenant names hold no '/'); without tokens the one
+  // Chunks per tenant (base/tenant_namespace.h); without tokens the one
   // tenant "" owns every namespace.
   std::map<std::string, int64_t, std::less<>> ns_chunks, ns_raised;
   for (const auto& [ns, chunks] : scheduler_->forest().ChunksPerNamespace()) {
-    ns_chunks[ns.substr(0, ns.find('/'))] += chunks;
+    ns_chunks[std::string(NamespaceTenant(ns))] += chunks;
   }
   int64_t all_raised = 0;
   for (const auto& [ns, chunks] : scheduler_->RaisedPerNamespace()) {
-    ns_raised[ns.substr(0, ns.find('/'))] += chunks;
+    ns_raised[std::string(NamespaceTenant(ns))] += chunks;
     all_raised += chunks;
   }
   for (const auto& [tenant, gauges] : tenant_gauges_) {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/grpc_security.h"
+#include "base/tenant_namespace.h"
 
 namespace chunkattn {
 
@@ -166,7 +166,7 @@ absl::StatusOr<EngineRequest> ProcessInput(const ClientRequest& request, const M
     return Invalid(RequestField::kCacheNamespace, absl::StrFormat("is longer than %d bytes", kMaxIdBytes));
   }
   RequestSpec& spec = out.spec;
-  spec.cache_namespace = TokenAuth::CacheNamespace(request.owner, request.cache_namespace);
+  spec.cache_namespace = CacheNamespace(request.owner, request.cache_namespace);
   const int vocab = config.vocab_size;
   if (const auto* prompt = std::get_if<TextPrompt>(&request.prompt)) {
     if (prompt->text.empty()) return Invalid(RequestField::kPromptText, "is empty");

@@ -85,7 +85,7 @@ struct ClientRequest {
   // whose cache namespace it is in ("": no tenants).
   std::string owner;
   // Requests share cached prefixes only within one namespace; this one is
-  // scoped to the owner's (TokenAuth::CacheNamespace). Empty: the shared one.
+  // scoped to the owner's (base/tenant_namespace.h). Empty: the shared one.
   std::string cache_namespace;
   Prompt prompt;
   Sampling sampling;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/hash.h"
 #include "base/status_macros.h"
+#include "base/tenant_namespace.h"
 
 namespace chunkattn {
 namespace {
@@ -346,15 +347,8 @@ int32_t Scheduler::max_retained_chunks() const {
 
 absl::Status Scheduler::Retain(const Request& r, SeqId seq) {
   const RetentionSpec& rs = *r.spec.retention;
-  // The tenant's namespaces are "tenant" and "tenant/..." (TokenAuth::CacheNamespace);
-  // the tenant "" owns them all.
-  const std::string& tenant = r.spec.tenant;
-  auto owned = [&tenant](std::string_view ns) {
-    return tenant.empty() || ns == tenant ||
-           (ns.size() > tenant.size() && ns.compare(0, tenant.size(), tenant) == 0 && ns[tenant.size()] == '/');
-  };
   int64_t raised = 0;
-  for (const auto& [ns, n] : RaisedPerNamespace()) raised += owned(ns) ? n : 0;
+  for (const auto& [ns, n] : RaisedPerNamespace()) raised += TenantOwnsNamespace(r.spec.tenant, ns) ? n : 0;
   const int32_t budget = static_cast<int32_t>(std::max<int64_t>(0, max_retained_chunks() - raised));
   const int32_t prefix = rs.prefix_tokens > 0 ? rs.prefix_tokens : static_cast<int32_t>(r.spec.prompt.size());
   ASSIGN_OR_RETURN(const RetainResult done, forest_->Retain(seq, prefix, {rs.priority, r.retain_until}, budget));

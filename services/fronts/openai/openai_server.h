@@ -16,7 +16,7 @@
 // never on the HTTP loop; a client that disconnects cancels its requests
 // (their chunks are freed). With bearer tokens every /v1 call, /tokenize and
 // /detokenize need one, and a request's cache namespace is its tenant's
-// (TokenAuth::CacheNamespace) whatever cache_salt it sends.
+// (base/tenant_namespace.h) whatever cache_salt it sends.
 //
 // Thread-safe. Everything passed in is borrowed and must outlive the server.
 #ifndef CHUNKATTN_SERVICES_FRONTS_OPENAI_OPENAI_SERVER_H_
