@@ -41,8 +41,8 @@ int CpusFromCgroupCpuMax(const std::string& line);
 // 1/threads of what is left, rounded up to a multiple of `align`, and at least
 // `min_piece` (the last takes the rest). The first `threads` pieces then give
 // each thread one long run of consecutive items, which a loop streaming memory
-// reads fastest (prefetchers, open DRAM pages), and the small ones at the end
-// even out a thread that started late or ran slower. Empty for n <= 0.
+// reads fastest, and the small ones at the end even out a thread that started
+// late or ran slower. Empty for n <= 0.
 std::vector<int64_t> ShrinkingPieces(int64_t n, int threads, int64_t min_piece, int64_t align);
 
 class ThreadPool {
