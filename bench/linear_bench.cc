@@ -29,7 +29,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
@@ -143,10 +142,7 @@ absl::Status Run(int argc, char** argv) {
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_weight_dtypes), ',')) {
     ASSIGN_OR_RETURN(const WeightDType dtype, ParseWeightDType(std::string(name)));
     ASSIGN_OR_RETURN(ModelWeights weights, DummyWeights(config, {}, 1, dtype));
-    for (LayerWeights& l : weights.layers) {
-      for (WeightMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) m->Pack();
-    }
-    weights.lm_head.Pack();
+    weights.Pack();  // as the CPU model holds them
     const std::vector<const WeightMatrix*> mats = StepMatrices(weights);
     int64_t bytes = 0, widest = 0;
     for (const WeightMatrix* m : mats) {

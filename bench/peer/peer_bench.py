@@ -576,7 +576,7 @@ def main():
         on odd r), back to back, so the VM's drift between repeats reaches
         both engines alike; a row's ratio is the median of its pairs'. With
         `with_bandwidth`, the read bandwidth is measured right before each of
-        chunkattn's runs too (this VM's moves 35-67 GB/s within a run), for
+        chunkattn's runs too (this VM's moves 35-77 GB/s within a run), for
         that run's own floor."""
         cmd = engine.generate_cmd(folder, decode_new, prompt_ids=decode_prompt, weight_dtype=wdt)
         one = dict(runs['decode-n'], repeats=1)
@@ -644,7 +644,7 @@ def main():
                              peer_command=lc_cmd.replace('--threads %d' % args.threads, '--threads %d' % threads),
                              note=note))
 
-    # This shared VM's bandwidth drifts over a run (35-67 GB/s): the decode rows' floors take the bandwidth
+    # This shared VM's bandwidth drifts over a run (35-77 GB/s): the decode rows' floors take the bandwidth
     # measured beside each of their runs (above); these two are for the record.
     bw_after, _ = measure_bandwidth(work, args.threads, 3 if args.quick else 7)
     print('read bandwidth after the decode rows: %.1f GB/s' % bw_after, flush=True)

@@ -173,10 +173,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
   // (kernels/cpu/packed_layout.h): decode streams each group of 4 rows as one
   // read (one core: fp32 1.2x, fp16 1.5x), with the same sums bit for bit;
   // prefill converts blocks for sgemm, as it does int8 weights.
-  for (LayerWeights& lw : weights.layers) {
-    for (WeightMatrix* m : {&lw.qkv, &lw.o, &lw.gate_up, &lw.down}) m->Pack();
-  }
-  weights.lm_head.Pack();
+  weights.Pack();
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(weights), options, comm, pool));
   model->kv_ = std::move(kv);
   return model;

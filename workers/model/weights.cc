@@ -457,6 +457,13 @@ int64_t ModelWeights::bytes() const {
   return total;
 }
 
+void ModelWeights::Pack() {
+  for (LayerWeights& l : layers) {
+    for (WeightMatrix* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) m->Pack();
+  }
+  lm_head.Pack();
+}
+
 absl::StatusOr<ShardLayout> MakeShardLayout(const ModelConfig& c, ShardSpec shard) {
   const int n = shard.world_size, r = shard.rank;
   if (n < 1 || r < 0 || r >= n) {

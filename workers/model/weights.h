@@ -137,6 +137,9 @@ struct ModelWeights {
   }
   // Bytes of every matrix, vector and scale held.
   int64_t bytes() const;
+  // Every Linear matrix (each layer's qkv, o, gate_up, down and the LM head)
+  // in the CPU decode kernel's packed layout where it packs (WeightMatrix::Pack).
+  void Pack();
 };
 
 // Loads `dir` (model.safetensors or model.safetensors.index.json + shards).
